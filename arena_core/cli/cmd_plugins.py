@@ -1,0 +1,73 @@
+"""`arena plugins`: every plugin, its distribution and version, and what it registered."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from arena_core.config.searchpath import collect_options
+from arena_core.plugins import PluginSet, get_plugins
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "plugins",
+        help="list installed plugins and what they registered",
+        description="List every plugin (built-in or third party) with its version, distribution "
+        "and registrations. A plugin that failed to load is shown with its error; set "
+        "ARENA_STRICT_PLUGINS=1 to make such a failure fatal.",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def plugins_report(plugins: PluginSet) -> dict:
+    """The JSON shape of `arena plugins --json`."""
+    options = collect_options(plugins.config_searchpaths())
+    by_provider: dict[str, list[str]] = {}
+    for opt in options.values():
+        by_provider.setdefault(opt.provider, []).append(opt.key)
+    rows = []
+    for info in plugins.infos.values():
+        row = info.to_dict()
+        row["config_options"] = sorted(by_provider.get(info.name, []))
+        rows.append(row)
+    return {
+        "plugins": rows,
+        "core_config_options": sorted(by_provider.get("core", [])),
+        "failures": [
+            {"name": i.name, "distribution": i.distribution, "error": i.error}
+            for i in plugins.failures
+        ],
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    report = plugins_report(get_plugins())
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title="Arena plugins")
+    for col in ("plugin", "distribution", "version", "registered", "config options"):
+        table.add_column(col, overflow="fold")
+    for row in report["plugins"]:
+        registered = "\n".join(f"{k}: {', '.join(v)}" for k, v in row["registered"].items())
+        status = f"[red]FAILED: {row['error']}[/red]" if row["error"] else registered or "-"
+        table.add_row(
+            row["name"],
+            row["distribution"] or "-",
+            row["version"] or "-",
+            status,
+            ", ".join(row["config_options"]) or "-",
+        )
+    console.print(table)
+    for failure in report["failures"]:
+        console.print(
+            f"[yellow]warning[/yellow]: plugin {failure['name']} "
+            f"({failure['distribution']}) was skipped: {failure['error']}"
+        )
+    return 0

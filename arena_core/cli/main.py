@@ -1,0 +1,56 @@
+"""`arena`: the command-line entry point; each subcommand lives in its own cmd_<name> module."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from arena_core import __version__
+from arena_core.cli.common import run_guarded
+
+# Subcommand modules, in the order `arena --help` lists them. A module that is not present in
+# this build (an optional part) is skipped.
+SUBCOMMANDS = (
+    "plugins",
+    "validate",
+    "plan",
+    "runs",
+    "checkpoints",
+    "metrics",
+    "projects",
+    "datasets",
+    "deploy",
+    "chat",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="arena",
+        description="Arena: local-first RL for LLMs and agents. Train with `arena-run`.",
+    )
+    parser.add_argument("--version", action="version", version=f"arena {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in SUBCOMMANDS:
+        try:
+            module = importlib.import_module(f"arena_core.cli.cmd_{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"arena_core.cli.cmd_{name}":
+                continue
+            raise
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0
+    return run_guarded(lambda: args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

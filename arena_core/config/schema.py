@@ -1,0 +1,121 @@
+"""Pydantic schemas for the core config sections.
+
+Plugin-owned sections (`algo`, `env`, `backend` options) are validated by the schema their plugin
+registered; everything here belongs to the core. Every model forbids extra keys, so a typo is an
+error with a "did you mean" rather than a silently ignored setting.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Strict(BaseModel):
+    """Base for every config section: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class LoraConfig(Strict):
+    r: int = Field(16, ge=0, description="LoRA rank; 0 means full fine-tuning.")
+    alpha: float = Field(64.0, gt=0, description="LoRA scaling numerator (scale = alpha / r).")
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
+        description="Module names that receive adapters.",
+    )
+
+
+class ModelConfig(Strict):
+    name_or_path: str = Field(
+        "Qwen/Qwen2.5-0.5B-Instruct",
+        description="Hugging Face id, local directory, or an embedded model such as 'arena:tiny'.",
+    )
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    trust_remote_code: bool = False
+    lora: LoraConfig = Field(default_factory=LoraConfig)
+
+
+class GenerationConfig(Strict):
+    max_new_tokens: int = Field(256, ge=1)
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=0, description="0 disables top-k.")
+    stop: list[str] = Field(default_factory=list)
+
+
+class TrainConfig(Strict):
+    max_steps: int = Field(100, ge=0)
+    prompts_per_step: int = Field(8, ge=1, description="Informative groups per learner step.")
+    micro_batch_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Token budget of one packed micro-batch; None lets the planner pick.",
+    )
+    checkpoint_every: int = Field(50, ge=0, description="Steps between checkpoints; 0 = end only.")
+    keep_checkpoints: int | None = Field(None, ge=1, description="None keeps every checkpoint.")
+    log_every: int = Field(1, ge=1)
+
+
+class EvalConfig(Strict):
+    every: int = Field(0, ge=0, description="Steps between evaluations; 0 = start and end only.")
+    num_prompts: int = Field(64, ge=1, description="Held-out prompts, never trained on.")
+    max_new_tokens: int | None = Field(None, ge=1, description="Defaults to generation's.")
+
+
+class RuntimeConfig(Strict):
+    mode: Literal["sync", "async"] = "sync"
+    max_staleness: int = Field(1, ge=0, description="Policy versions a sample may lag behind.")
+
+
+class SandboxConfig(Strict):
+    reward_timeout_s: float = Field(5.0, gt=0)
+    workers: int = Field(2, ge=1)
+    fallback: float = Field(0.0, description="Score for a reward call that failed or timed out.")
+    memory_mb: int = Field(1024, ge=64)
+
+
+class PathsConfig(Strict):
+    runs: str = "./runs"
+
+
+class HardwareConfig(Strict):
+    name: str = Field("auto", description="A registered hardware profile, or 'auto' to detect.")
+    count: int = Field(1, ge=1)
+
+
+class BackendConfig(BaseModel):
+    """`backend.name` picks the plugin; the rest is validated by that backend's own schema."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str = "torch"
+
+
+class LoggerConfig(Strict):
+    names: list[str] = Field(default_factory=lambda: ["csv", "tensorboard"])
+
+
+class CoreConfig(Strict):
+    """The whole run config; `algo` and `env` are checked against their plugins' schemas."""
+
+    seed: int = 0
+    dry_run: bool = False
+    run_name: str | None = None
+    reward: str | None = Field(
+        None, description="Registered reward name or path to a reward file; None = env default."
+    )
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    generation: GenerationConfig = Field(default_factory=GenerationConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    paths: PathsConfig = Field(default_factory=PathsConfig)
+    hardware: HardwareConfig = Field(default_factory=HardwareConfig)
+    backend: BackendConfig = Field(default_factory=BackendConfig)
+    logger: LoggerConfig = Field(default_factory=LoggerConfig)
+    plan: dict[str, Any] = Field(default_factory=dict, description="Pinned planner fields.")
+    algo: dict[str, Any] | None = None
+    env: dict[str, Any] | None = None

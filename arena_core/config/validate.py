@@ -1,0 +1,136 @@
+"""Validation of a composed config: every section against its schema, all problems at once.
+
+Core sections use arena_core.config.schema; `algo`, `env` and `backend` use the schema that their
+plugin registered. Messages name the dotted key, the value, the plugin and the fix, in the form
+`algo.lr: 'abc' is not a number (plugin arena_algorithms)`.
+"""
+
+from __future__ import annotations
+
+import typing
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from arena_core.config.schema import CoreConfig
+from arena_core.errors import ConfigError, UnknownNameError, did_you_mean
+from arena_core.plugins import PluginSet
+
+_FRIENDLY = {
+    "float_parsing": "is not a number",
+    "float_type": "is not a number",
+    "int_parsing": "is not an integer",
+    "int_type": "is not an integer",
+    "int_from_float": "is not a whole number",
+    "bool_parsing": "is not true or false",
+    "bool_type": "is not true or false",
+    "string_type": "is not a string",
+    "list_type": "is not a list",
+    "dict_type": "is not a mapping",
+    "model_type": "is not a mapping",
+    "missing": "is required but missing",
+}
+
+
+def _model_at(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The pydantic model class that owns the key at `loc` (to suggest its field names)."""
+    for part in loc:
+        if model is None or not isinstance(part, str) or part not in model.model_fields:
+            return None
+        annotation = model.model_fields[part].annotation
+        candidates = [annotation, *typing.get_args(annotation)]
+        model = next(
+            (c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None
+        )
+    return model
+
+
+def _describe(error: dict[str, Any], prefix: str, schema: type[BaseModel], plugin: str) -> str:
+    loc = tuple(error["loc"])
+    key = ".".join([prefix, *map(str, loc)] if prefix else map(str, loc))
+    where = f" (plugin {plugin})" if plugin else ""
+    if error["type"] == "extra_forbidden":
+        owner = _model_at(schema, loc[:-1])
+        hint = did_you_mean(str(loc[-1]), owner.model_fields) if owner else ""
+        valid = f" Valid keys: {', '.join(owner.model_fields)}." if owner and not hint else ""
+        return f"{key}: unknown key{hint}{where}{valid}"
+    text = _FRIENDLY.get(error["type"], error["msg"][0].lower() + error["msg"][1:])
+    if error["type"] == "missing":
+        return f"{key}: {text}{where}"
+    return f"{key}: {error.get('input')!r} {text}{where}"
+
+
+def check_section(
+    data: Any, schema: type[BaseModel], prefix: str, plugin: str
+) -> tuple[dict[str, Any] | None, list[str]]:
+    """Validate one section; returns (normalised dict or None, problems)."""
+    try:
+        model = schema.model_validate(data if data is not None else {})
+    except ValidationError as exc:
+        return None, [_describe(e, prefix, schema, plugin) for e in exc.errors()]
+    return model.model_dump(mode="json"), []
+
+
+def _check_plugin_section(
+    cfg: dict[str, Any], section: str, kind: str, plugins: PluginSet, problems: list[str]
+) -> None:
+    """`algo`/`env`/`backend`: look the plugin up by `name`, then use its schema."""
+    data = cfg.get(section)
+    if data is None:
+        return
+    if not isinstance(data, dict) or "name" not in data:
+        problems.append(f"{section}: must be a mapping with a 'name' key (got {data!r})")
+        return
+    body = {k: v for k, v in data.items() if k != "name"}
+    registry = plugins.registries.kind(kind)
+    try:
+        entry = registry.get(data["name"])
+    except UnknownNameError as exc:
+        problems.append(f"{section}.name: {exc}")
+        return
+    if entry.schema is None:
+        return
+    normalised, errors = check_section(body, entry.schema, section, entry.origin)
+    problems.extend(errors)
+    if normalised is not None:
+        cfg[section] = {"name": data["name"], **normalised}
+
+
+def _check_names(cfg: dict[str, Any], plugins: PluginSet, problems: list[str]) -> None:
+    hw = cfg["hardware"]["name"]
+    if hw != "auto" and len(plugins.registries.hardware) and hw not in plugins.registries.hardware:
+        problems.append(f"hardware.name: {plugins.registries.hardware.unknown_message(hw)}")
+    if len(plugins.registries.loggers):
+        for name in cfg["logger"]["names"]:
+            if name not in plugins.registries.loggers:
+                problems.append(f"logger.names: {plugins.registries.loggers.unknown_message(name)}")
+    reward = cfg.get("reward")
+    if reward and reward not in plugins.registries.rewards:
+        if reward.endswith(".py") or "/" in reward:
+            if not Path(reward).is_file():
+                problems.append(
+                    f"reward: file {reward!r} not found (relative paths are resolved from "
+                    f"{Path.cwd()}); give the path to a .py file defining reward(question, "
+                    "answer, completion)"
+                )
+        else:
+            problems.append(f"reward: {plugins.registries.rewards.unknown_message(reward)}")
+
+
+def validate_config(raw: dict[str, Any], plugins: PluginSet) -> dict[str, Any]:
+    """The validated, normalised config as a plain dict; a ConfigError lists every problem."""
+    problems: list[str] = []
+    core, errors = check_section(raw, CoreConfig, "", "arena_core")
+    problems.extend(errors)
+    cfg = core if core is not None else dict(raw)
+    if core is not None:
+        _check_names(cfg, plugins, problems)
+    _check_plugin_section(cfg, "algo", "algorithms", plugins, problems)
+    _check_plugin_section(cfg, "env", "envs", plugins, problems)
+    backend = cfg.get("backend")
+    if isinstance(backend, dict) and len(plugins.registries.backends):
+        _check_plugin_section(cfg, "backend", "backends", plugins, problems)
+    if problems:
+        raise ConfigError(problems)
+    return cfg

@@ -1,0 +1,56 @@
+"""User-facing errors.
+
+Every error a user can cause derives from ArenaError: the CLI prints its message (no traceback unless
+ARENA_DEBUG=1) and exits with its exit_code, so each layer can raise without knowing about the CLI.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class ArenaError(Exception):
+    """An error caused by the user's input, with a message that says what, where and the fix."""
+
+    exit_code = 1
+
+
+class ConfigError(ArenaError):
+    """A configuration problem (composition or validation). Exit code 2, like argparse."""
+
+    exit_code = 2
+
+    def __init__(self, problems: list[str] | str, header: str = "Invalid configuration") -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        lines = [
+            f"{header} ({len(self.problems)} problem{'s' if len(self.problems) != 1 else ''}):"
+        ]
+        lines += [f"  - {p}" for p in self.problems]
+        super().__init__("\n".join(lines))
+
+
+class PluginError(ArenaError):
+    """A plugin failed to load or registered something invalid."""
+
+    exit_code = 3
+
+
+class UnknownNameError(ArenaError, KeyError):
+    """A name that no installed plugin registered."""
+
+    exit_code = 2
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0])
+
+
+def closest(name: str, candidates: Iterable[str], n: int = 1) -> list[str]:
+    """The closest valid names to a misspelt one, best first (empty when nothing is close)."""
+    return difflib.get_close_matches(str(name), sorted(set(candidates)), n=n, cutoff=0.6)
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> str:
+    """`, did you mean 'x'?` or an empty string: appended to unknown-name messages."""
+    best = closest(name, candidates)
+    return f", did you mean '{best[0]}'?" if best else ""

@@ -1,0 +1,102 @@
+"""The plugin contract: every hook a plugin may implement.
+
+Plugins implement these with `@arena_core.hookimpl`. Registration uses the callback pattern: a hook
+receives a `register` function and calls it once per thing it provides, so one plugin can provide
+many things and the core records who provided what. Per-step work never goes through pluggy: the
+registered objects are called directly by the loops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("arena")
+hookimpl = pluggy.HookimplMarker("arena")
+
+Register = Callable[..., None]
+
+
+@hookspec
+def register_envs(register: Register) -> None:
+    """Register environments (text tasks, Gymnasium or PettingZoo factories).
+
+    :param register: call ``register(name, factory, schema=None, description="")``; ``factory``
+        builds the environment from its validated config section (``env``); ``schema`` is a
+        pydantic model that validates that section (extra keys forbidden).
+    """
+
+
+@hookspec
+def register_rewards(register: Register) -> None:
+    """Register reward functions.
+
+    :param register: call ``register(name, target, description="")`` where ``target`` is a path
+        to a Python file defining ``reward(question, answer, completion) -> float`` (the same
+        contract as a user's ``reward=path/to/file.py``).
+    """
+
+
+@hookspec
+def register_algorithms(register: Register) -> None:
+    """Register training algorithms (GRPO, CISPO, PPO...).
+
+    :param register: call ``register(name, algorithm_class, schema=None, description="")``;
+        ``schema`` validates the ``algo`` config section.
+    """
+
+
+@hookspec
+def register_hardware(register: Register) -> None:
+    """Register hardware profiles used by the planner.
+
+    :param register: call ``register(name, profile, description="")`` with an
+        ``arena_core.planner.hardware.HardwareProfile``.
+    """
+
+
+@hookspec
+def register_backends(register: Register) -> None:
+    """Register generation backends (torch, vLLM...).
+
+    :param register: call ``register(name, factory, schema=None, description="")``; ``factory``
+        builds a backend from the model and the validated ``backend`` section.
+    """
+
+
+@hookspec
+def register_loggers(register: Register) -> None:
+    """Register metric loggers (CSV, TensorBoard...).
+
+    :param register: call ``register(name, factory, schema=None, description="")``.
+    """
+
+
+@hookspec
+def config_searchpath() -> list[str]:
+    """Config directories this plugin contributes to Hydra's search path.
+
+    :return: a list of Hydra search-path entries such as ``pkg://my_plugin.conf`` whose layout is
+        ``<group>/<option>.yaml``; an option that another provider already ships is an error.
+    """
+
+
+ALL_HOOKS: tuple[str, ...] = (
+    "register_envs",
+    "register_rewards",
+    "register_algorithms",
+    "register_hardware",
+    "register_backends",
+    "register_loggers",
+    "config_searchpath",
+)
+
+KIND_OF_HOOK: dict[str, str] = {
+    "register_envs": "envs",
+    "register_rewards": "rewards",
+    "register_algorithms": "algorithms",
+    "register_hardware": "hardware",
+    "register_backends": "backends",
+    "register_loggers": "loggers",
+}
