@@ -7,7 +7,12 @@ so no generic top-level module such as `envs` lands in site-packages.
 
 from setuptools import find_packages, setup
 
-MAPPED = {"arena_algorithms": "algorithms", "arena_envs": "envs", "arena_rewards": "rewards", "arena_conf": "conf"}
+MAPPED = {
+    "arena_algorithms": "algorithms",
+    "arena_envs": "envs",
+    "arena_rewards": "rewards",
+    "arena_conf": "conf",
+}
 
 
 def _packages() -> list[str]:

@@ -1,17 +1,50 @@
-"""Core-provided plugins: generation backends, hardware profiles and loggers.
+"""Core-provided plugins: hardware profiles, generation backends and loggers.
 
-Registered through the `arena` entry point like any third party's plugin.
+Registered through the `arena` entry point exactly like a third party's plugin, so `arena plugins`
+shows them and a third party can add more of each kind. Imports of heavy modules (torch, vLLM)
+happen inside the factories, not here, so listing plugins stays fast.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from arena_core.hookspecs import Register, hookimpl
 
 
 @hookimpl
-def config_searchpath() -> list[str]:
-    return []
+def register_hardware(register: Register) -> None:
+    from arena_core.planner.hardware import register_builtin_hardware
+
+    register_builtin_hardware(register)
 
 
-def _unused(register: Register) -> None:  # placeholder removed when backends land
-    return None
+def _torch_backend(policy: Any, cfg: Any) -> Any:
+    from arena_core.rollout.torch_backend import _factory
+
+    return _factory(policy, cfg)
+
+
+def _vllm_backend(policy: Any, cfg: Any) -> Any:
+    from arena_core.rollout.vllm_backend import _factory
+
+    return _factory(policy, cfg)
+
+
+@hookimpl
+def register_backends(register: Register) -> None:
+    from arena_core.rollout.backend_configs import TorchBackendConfig, VLLMBackendConfig
+
+    register(
+        "torch",
+        _torch_backend,
+        schema=TorchBackendConfig,
+        description="In-process torch decoding with KV cache; shares the trainer's module.",
+    )
+    register(
+        "vllm",
+        _vllm_backend,
+        schema=VLLMBackendConfig,
+        description="vLLM engine (in-process AsyncLLM) with in-place weight sync checked layer "
+        "by layer. Needs `pip install 'arena-rl[vllm]'` (docs/vllm.md).",
+    )

@@ -7,6 +7,7 @@ ARENA_DEBUG=1) and exits with its exit_code, so each layer can raise without kno
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 
 
@@ -45,9 +46,27 @@ class UnknownNameError(ArenaError, KeyError):
         return str(self.args[0])
 
 
+def _initials(name: str) -> str:
+    """`learning_rate` -> `lr`: how short config keys abbreviate long names."""
+    return "".join(part[0] for part in re.split(r"[_\-.\s]+", name) if part)
+
+
 def closest(name: str, candidates: Iterable[str], n: int = 1) -> list[str]:
-    """The closest valid names to a misspelt one, best first (empty when nothing is close)."""
-    return difflib.get_close_matches(str(name), sorted(set(candidates)), n=n, cutoff=0.6)
+    """The closest valid names to a misspelt one, best first (empty when nothing is close).
+
+    Spelling distance first; failing that, an abbreviation either way (`learnin_rate` for `lr`),
+    because difflib alone never links a long key to its short form.
+    """
+    name = str(name)
+    pool = sorted(set(map(str, candidates)))
+    found = difflib.get_close_matches(name, pool, n=n, cutoff=0.6)
+    if found:
+        return found
+    if len(name) < 2:
+        return []
+    short = _initials(name)
+    abbreviations = [c for c in pool if c != name and (c == short or _initials(c) == name)]
+    return [c for c in abbreviations if len(c) >= 2][:n]
 
 
 def did_you_mean(name: str, candidates: Iterable[str]) -> str:

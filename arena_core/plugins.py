@@ -58,9 +58,31 @@ def strict_plugins() -> bool:
     return os.environ.get("ARENA_STRICT_PLUGINS", "").strip() not in ("", "0", "false", "no")
 
 
+# importlib's own frames end every import failure's traceback; they never locate the mistake.
+_IMPORTLIB_DIR = os.path.join(os.path.dirname(os.__file__), "importlib") + os.sep
+
+
+def _check_schema(schema: Any, kind: str, name: str) -> None:
+    """A schema must be a pydantic model class: this also catches `register(name, obj, "text")`,
+    where a description passed by position would otherwise land in `schema`."""
+    from pydantic import BaseModel
+
+    if schema is not None and not (isinstance(schema, type) and issubclass(schema, BaseModel)):
+        raise TypeError(
+            f"{kind} '{name}': schema must be a pydantic BaseModel class, got {schema!r} "
+            "(pass the description by keyword: description=...)"
+        )
+
+
 def _short_error(exc: BaseException) -> str:
     """`Type: message (file:line)`: the last frame is usually the plugin author's own line."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<")]
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if not f.filename.startswith("<")
+        and _IMPORTLIB_DIR not in f.filename
+        and f.filename != __file__  # the loader's own frames locate nothing either
+    ]
     where = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
     return f"{type(exc).__name__}: {exc}{where}"
 
@@ -76,7 +98,10 @@ class PluginSet:
 
     # -- loading -----------------------------------------------------------------------------
     def load_entry_points(self) -> None:
-        for ep in sorted(entry_points(group=GROUP), key=lambda e: e.name):
+        # by name, then distribution: the load order (and who wins a clash) never depends on the
+        # order in which the file system lists site-packages
+        eps = entry_points(group=GROUP)
+        for ep in sorted(eps, key=lambda e: (e.name, e.dist.name if e.dist else "")):
             self._load_entry_point(ep)
 
     def _load_entry_point(self, ep: EntryPoint) -> None:
@@ -158,6 +183,7 @@ class PluginSet:
                     _kind: str = kind,
                     _registry=registry,
                 ) -> None:
+                    _check_schema(schema, _kind, entry_name)
                     entry = Entry(
                         kind=_kind,
                         name=entry_name,
@@ -181,19 +207,22 @@ class PluginSet:
                     raise TypeError("config_searchpath() must return a list of strings")
                 info.config_searchpath = list(paths)
         except PluginError as exc:
-            self._rollback(name, added)
+            self._rollback(name, added, info)
             if "registered twice" in str(exc):
                 raise  # a name conflict is never silently resolved
             self._fail(info, str(exc))
         except BaseException as exc:  # noqa: BLE001
             if isinstance(exc, KeyboardInterrupt):
                 raise
-            self._rollback(name, added)
+            self._rollback(name, added, info)
             self._fail(info, f"failed while registering: {_short_error(exc)}")
 
-    def _rollback(self, name: str, added: list[Entry]) -> None:
+    def _rollback(self, name: str, added: list[Entry], info: PluginInfo) -> None:
+        """Nothing half-done: a plugin that failed keeps none of its registrations."""
         for entry in added:
             self.registries.kind(entry.kind).remove(entry.name)
+        info.registered.clear()
+        info.config_searchpath.clear()
         self._unregister_quietly(name)
 
     def _unregister_quietly(self, name: str) -> None:
@@ -216,8 +245,11 @@ class PluginSet:
         info = self.infos.pop(name, None)
         if info is not None:
             for kind, names in info.registered.items():
+                registry = self.registries.kind(kind)
                 for entry_name in names:
-                    self.registries.kind(kind).remove(entry_name)
+                    entry = registry.entries.get(entry_name)
+                    if entry is not None and entry.provider == name:  # never another's entry
+                        registry.remove(entry_name)
         self._unregister_quietly(name)
 
     # -- queries -----------------------------------------------------------------------------

@@ -19,7 +19,6 @@ EPILOG = """examples:
   arena-run +experiment=quickstart train.max_steps=20
   arena-run +algo=grpo +env=gsm8k dry_run=true     print the resolved config, start nothing
   arena-run +algo=cispo +env=gsm8k model.name_or_path=/models/qwen env.path=/data/gsm8k.jsonl
-  arena-run --manifest my_run.yaml                 an AgileRL-style manifest
 
 Config groups: algo, env, model, experiment (see `arena plugins` for what is installed).
 Set ARENA_DEBUG=1 to see tracebacks."""
@@ -34,16 +33,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides (key=value, +group=option)")
     parser.add_argument("--dry-run", action="store_true", help="same as dry_run=true")
-    parser.add_argument("--manifest", metavar="FILE", help="an AgileRL-style YAML manifest")
     return parser
 
 
 def _overrides(args: argparse.Namespace) -> list[str]:
     overrides = list(args.overrides)
-    if args.manifest:
-        from arena_core.config.manifest import manifest_overrides
-
-        overrides = manifest_overrides(args.manifest) + overrides
     if args.dry_run:
         overrides.append("dry_run=true")
     return overrides

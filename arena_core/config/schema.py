@@ -57,6 +57,22 @@ class TrainConfig(Strict):
     checkpoint_every: int = Field(50, ge=0, description="Steps between checkpoints; 0 = end only.")
     keep_checkpoints: int | None = Field(None, ge=1, description="None keeps every checkpoint.")
     log_every: int = Field(1, ge=1)
+    resume: str | None = Field(
+        None, description="Resume from a run directory (its latest checkpoint) or 'latest'."
+    )
+    tis_cap: float | None = Field(
+        2.0,
+        gt=0,
+        description="Truncated importance-sampling cap (learner vs behaviour); null = off.",
+    )
+    batching: Literal["pad", "pack"] = Field(
+        "pad", description="Micro-batch rows: length-sorted right-padded (fast on CPU) or packed."
+    )
+    max_sampling_rounds: int = Field(
+        4,
+        ge=1,
+        description="Generation rounds per step to find prompts_per_step informative groups.",
+    )
 
 
 class EvalConfig(Strict):
@@ -68,6 +84,10 @@ class EvalConfig(Strict):
 class RuntimeConfig(Strict):
     mode: Literal["sync", "async"] = "sync"
     max_staleness: int = Field(1, ge=0, description="Policy versions a sample may lag behind.")
+    progress: Literal["auto", "bar", "lines", "off"] = Field(
+        "auto", description="Progress display: a bar on a terminal, log lines otherwise."
+    )
+    threads: int | None = Field(None, ge=1, description="torch CPU threads; null = torch default.")
 
 
 class SandboxConfig(Strict):

@@ -94,7 +94,9 @@ def _check_plugin_section(
     normalised, errors = check_section(body, entry.schema, section, entry.origin)
     problems.extend(errors)
     if normalised is not None:
-        cfg[section] = {"name": data["name"], **normalised}
+        # the registered name wins over a schema's own `name` default
+        body = {k: v for k, v in normalised.items() if k != "name"}
+        cfg[section] = {"name": data["name"], **body}
 
 
 def _check_names(cfg: dict[str, Any], plugins: PluginSet, problems: list[str]) -> None:

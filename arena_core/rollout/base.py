@@ -55,3 +55,18 @@ class GenerationBackend(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class DecodeControl(Protocol):
+    """Hooks a backend calls between decode steps (the async runtime's handle on an engine).
+
+    `between_steps` is where new weights are swapped in, so an update never waits for in-flight
+    requests to finish and every later token is sampled by (and tagged with) the new version.
+    `cancel` says which rows are already too stale to be used; they stop at once with
+    finish_reason "aborted" instead of being finished and thrown away.
+    """
+
+    def between_steps(self, backend: GenerationBackend) -> None: ...
+
+    def cancel(self, oldest_versions: list[int]) -> list[bool]: ...

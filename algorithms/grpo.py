@@ -1,0 +1,84 @@
+"""GRPO (DeepSeekMath) and its Dr.GRPO variant as an Arena algorithm plugin.
+
+Group-relative advantages replace a value network: each prompt is sampled `group_size` times and a
+completion's advantage is its reward relative to its group. The loss is PPO's clipped surrogate
+with an optional KL penalty to the reference policy (`beta`, 0 by default: recent work finds it
+unnecessary for verifiable rewards and it costs a reference forward).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:  # torch is imported when an algorithm runs, not when plugins load
+    from torch import Tensor
+
+    from arena_core.learn.algorithm import TokenBatch
+
+
+class GRPOConfig(BaseModel):
+    """The `algo` section for GRPO. Defaults are the AgileRL GSM8K tutorial's values."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "grpo"
+    group_size: int = Field(8, ge=2, description="Completions sampled per prompt.")
+    lr: float = Field(5e-6, gt=0, description="AdamW learning rate.")
+    weight_decay: float = Field(0.0, ge=0)
+    max_grad_norm: float | None = Field(0.1, gt=0, description="Global grad-norm clip; None = off.")
+    beta: float = Field(0.001, ge=0, description="KL-to-reference coefficient (k3 estimator).")
+    eps_low: float = Field(0.2, ge=0, description="Lower clip: ratio >= 1 - eps_low.")
+    eps_high: float = Field(0.2, ge=0, description="Upper clip: ratio <= 1 + eps_high.")
+    scale_rewards: Literal["std", "none"] = Field(
+        "std", description="'std' divides by the group std (GRPO); 'none' is Dr.GRPO."
+    )
+    adv_eps: float = Field(1e-4, gt=0, description="Added to the group std before dividing.")
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = Field(
+        "token-mean", description="How per-token losses become the step loss."
+    )
+    num_iterations: int = Field(
+        1, ge=1, description="Optimizer passes over each step's samples (PPO epochs)."
+    )
+
+
+class GRPO:
+    """Group-relative policy optimisation with PPO clipping (see module docstring)."""
+
+    config_class = GRPOConfig
+
+    def __init__(self, config: GRPOConfig | dict | None = None) -> None:
+        if not isinstance(config, GRPOConfig):
+            config = GRPOConfig(**(config or {}))
+        self.config = config
+        self.group_size = config.group_size
+        self.lr = config.lr
+        self.weight_decay = config.weight_decay
+        self.max_grad_norm = config.max_grad_norm
+        self.beta = config.beta
+        self.loss_agg_mode = config.loss_agg_mode
+        self.num_iterations = config.num_iterations
+
+    def advantages(self, rewards: Tensor) -> Tensor:
+        from arena_core.learn.losses import group_advantages
+
+        return group_advantages(rewards, scale=self.config.scale_rewards, eps=self.config.adv_eps)
+
+    def token_loss(self, batch: TokenBatch) -> tuple[Tensor, dict[str, Tensor]]:
+        from arena_core.learn.losses import grpo_token_loss, k3_kl
+
+        loss, clipped = grpo_token_loss(
+            batch.logp,
+            batch.old_logp,
+            batch.advantages,
+            eps_low=self.config.eps_low,
+            eps_high=self.config.eps_high,
+        )
+        loss = loss * batch.is_weight
+        stats = {"clip_frac": clipped.float()}
+        if self.beta > 0 and batch.ref_logp is not None:
+            kl = k3_kl(batch.logp, batch.ref_logp)
+            loss = loss + self.beta * kl
+            stats["kl"] = kl.detach()
+        return loss, stats

@@ -1,0 +1,162 @@
+"""`arena plan`: print the plan a run would use (devices, memory, step time) and start nothing.
+
+    arena plan +algo=grpo +env=gsm8k model.name_or_path=Qwen/Qwen3-30B-A3B model.lora.r=16 \
+        hardware=h100-80 hardware.count=8 [--json]
+    arena plan --calibrate        # fit the cost model to this machine (CPU, or the local GPU)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from arena_core.errors import ArenaError
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "plan",
+        help="predict memory and step time and pick the device layout (starts nothing)",
+        description="Plan a run: device split, parallelism, micro-batch, checkpointing and "
+        "offload, with predicted memory per device and step time. Takes the same overrides as "
+        "arena-run (hardware=NAME hardware.count=N; pin fields with plan.FIELD=VALUE).",
+    )
+    p.add_argument("overrides", nargs="*", help="config overrides, e.g. model.lora.r=16")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="run micro-benchmarks on this machine and store fitted coefficients",
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    overrides = normalize_overrides(list(args.overrides))
+    if args.calibrate:
+        from arena_core.planner.calibrate import describe, run_calibration
+
+        hw = _explicit_hardware(overrides)
+        _apply_threads(overrides)
+        cal, path = run_calibration(hw, progress=_progress)
+        if args.json and not _wants_plan(overrides):
+            print(
+                json.dumps(
+                    {
+                        "profile": cal.profile,
+                        "path": str(path),
+                        "coefficients": cal.coefficients.model_dump(),
+                        "measured": cal.measured,
+                    }
+                )
+            )
+            return 0
+        print(describe(cal), file=sys.stderr if args.json else sys.stdout)
+        print(f"stored {path}", file=sys.stderr if args.json else sys.stdout)
+        if not _wants_plan(overrides):
+            return 0
+
+    from arena_core.planner import NoPlanFits, plan_from_config
+
+    cfg = compose(overrides)
+    try:
+        result = plan_from_config(cfg, model_spec=embedded_model_config(cfg))
+    except NoPlanFits as exc:
+        if args.json:
+            print(
+                json.dumps(
+                    {
+                        "error": str(exc),
+                        "nearest": exc.nearest.to_dict() if exc.nearest else None,
+                        "suggestions": exc.suggestions,
+                    }
+                )
+            )
+        raise
+    if args.json:
+        print(json.dumps(result.to_dict()))
+    else:
+        result.render()
+    return 0
+
+
+def _progress(message: str) -> None:
+    print(f"calibrating: {message}", file=sys.stderr)
+
+
+def normalize_overrides(overrides: list[str]) -> list[str]:
+    """`hardware=NAME` is shorthand for `hardware.name=NAME` (hardware is a section, not a group)."""
+    out = []
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        out.append(f"hardware.name={value}" if sep and key.lstrip("+") == "hardware" else item)
+    return out
+
+
+def _apply_threads(overrides: list[str]) -> None:
+    """`runtime.threads=N`: calibrate with the torch thread count the runs will use."""
+    for item in overrides:
+        key, _, value = item.partition("=")
+        if key == "runtime.threads" and value.isdigit():
+            import torch
+
+            torch.set_num_threads(int(value))
+
+
+def _wants_plan(overrides: list[str]) -> bool:
+    return any(
+        o.partition("=")[0].lstrip("+") in ("model.name_or_path", "algo", "env") for o in overrides
+    )
+
+
+def _explicit_hardware(overrides: list[str]) -> Any:
+    for item in overrides:
+        key, _, value = item.partition("=")
+        if key == "hardware.name" and value not in ("auto", "local"):
+            from arena_core.planner.hardware import get_profile
+
+            return get_profile(value)
+    return None
+
+
+def compose(overrides: list[str]) -> dict[str, Any]:
+    """The resolved config: the lead's Hydra composition when present, else plain key=value."""
+    try:
+        from arena_core.config import compose_config
+    except ImportError:
+        return parse_overrides(overrides)
+    return compose_config(overrides)
+
+
+def parse_overrides(overrides: list[str]) -> dict[str, Any]:
+    """`a.b=1 +c=x` -> {"a": {"b": 1}, "c": "x"} (values parsed as YAML scalars)."""
+    import yaml
+
+    cfg: dict[str, Any] = {}
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise ArenaError(f"override '{item}' is not key=value")
+        node = cfg
+        parts = key.lstrip("+~").split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = yaml.safe_load(raw) if raw else None
+    return cfg
+
+
+def embedded_model_config(cfg: dict[str, Any]) -> dict[str, Any] | None:
+    """The config of an embedded `arena:` model, which has no config.json to read."""
+    name = str((cfg.get("model") or {}).get("name_or_path", ""))
+    if not name.startswith("arena:"):
+        return None
+    try:
+        from arena_core.models import tiny_config
+    except ImportError as exc:
+        raise ArenaError(
+            f"model.name_or_path={name}: the embedded models are not available in "
+            f"this build ({exc})"
+        ) from None
+    return tiny_config().to_dict()

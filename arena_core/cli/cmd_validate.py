@@ -1,0 +1,125 @@
+"""`arena validate reward|env|dataset|config`: check what you bring before you train.
+
+Each subcommand prints a table (or one JSON object with --json) and exits 0 on PASS or WARN,
+1 on FAIL. User code runs only in the sandbox.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from arena_core.errors import ArenaError
+
+EPILOG = """examples:
+  arena validate reward rewards/gsm8k.py
+  arena validate reward my_reward.py --dataset data/train.jsonl --column-mapping '{"question": "problem"}'
+  arena validate env CartPole-v1 --rollouts 5
+  arena validate env my_envs.py:GridWorld
+  arena validate dataset data/train.jsonl --category reasoning
+  arena validate config +algo=grpo +env=gsm8k"""
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "validate",
+        help="check a reward file, an environment, a dataset or a config",
+        description=__doc__.split("\n")[0],
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.set_defaults(func=run, what=None, _parser=parser)
+    sub = parser.add_subparsers(dest="what", metavar="WHAT")
+
+    reward = sub.add_parser("reward", help="a reward file (path) or a registered reward name")
+    reward.add_argument("reward", metavar="FILE", help="reward.py or a registered reward name")
+    reward.add_argument("--dataset", help="dataset name or path whose rows are scored too")
+    reward.add_argument("--column-mapping", help='JSON, e.g. \'{"question": "problem"}\'')
+    reward.add_argument("--samples", type=int, default=8, help="dataset rows to use (default 8)")
+    reward.add_argument("--timeout", type=float, default=5.0, help="seconds per call (default 5)")
+    reward.add_argument("--import-timeout", type=float, default=60.0, help="seconds to import")
+    _json_flag(reward)
+
+    env = sub.add_parser("env", help="an environment: name, package.module:Class or file.py:Class")
+    env.add_argument("target", metavar="TARGET")
+    env.add_argument("--rollouts", type=int, default=0, help="random episodes to run and time")
+    env.add_argument("--seed", type=int, default=0)
+    env.add_argument("--timeout", type=float, default=10.0, help="seconds per operation")
+    _json_flag(env)
+
+    dataset = sub.add_parser("dataset", help="a dataset file, folder or name")
+    dataset.add_argument("source", metavar="NAME|PATH")
+    dataset.add_argument("--category", default="reasoning", help="reasoning, preference or sft")
+    dataset.add_argument("--column-mapping", help='JSON, e.g. \'{"question": "problem"}\'')
+    _json_flag(dataset)
+
+    config = sub.add_parser("config", help="a run config: the checks arena-run makes")
+    config.add_argument("overrides", nargs="*", help="Hydra overrides (+algo=grpo +env=gsm8k)")
+    _json_flag(config)
+
+
+def _json_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def parse_mapping(text: str | None) -> dict[str, str] | None:
+    """--column-mapping: a JSON object of Arena column -> your column."""
+    if not text:
+        return None
+    try:
+        mapping = json.loads(text)
+    except ValueError as exc:
+        raise ArenaError(
+            f"--column-mapping is not valid JSON ({exc}): write it like "
+            '\'{"question": "problem", "answer": "solution"}\''
+        ) from None
+    if not isinstance(mapping, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in mapping.items()
+    ):
+        raise ArenaError('--column-mapping must map names to names: {"question": "problem"}')
+    return mapping
+
+
+def report_for(args: argparse.Namespace) -> Any:
+    """The Report for the parsed arguments (the SDK functions, called with the CLI's options)."""
+    if args.what == "reward":
+        from arena_core.validate.reward import validate_reward
+
+        return validate_reward(
+            args.reward,
+            dataset=args.dataset,
+            column_mapping=parse_mapping(args.column_mapping),
+            samples=args.samples,
+            timeout_s=args.timeout,
+            import_timeout_s=args.import_timeout,
+        )
+    if args.what == "env":
+        from arena_core.validate.env import validate_env
+
+        return validate_env(
+            args.target, rollouts=args.rollouts, seed=args.seed, timeout_s=args.timeout
+        )
+    if args.what == "dataset":
+        from arena_core.validate.dataset import validate_dataset
+
+        return validate_dataset(
+            args.source, category=args.category, column_mapping=parse_mapping(args.column_mapping)
+        )
+    from arena_core.validate.config import validate_run_config
+
+    return validate_run_config(list(args.overrides))[0]
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.what:
+        args._parser.print_help()
+        return 2
+    report = report_for(args)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2, default=str))
+    else:
+        from rich.console import Console
+
+        Console().print(report)
+    return report.exit_code

@@ -1,0 +1,198 @@
+"""Loading datasets into canonical columns: local CSV / JSONL / parquet files or a hub id.
+
+Every category has fixed column names (`CATEGORIES`) so the rest of Arena never sees a user's
+naming; `column_mapping` says which of the user's columns fills each canonical one. Format
+dispatch is a table of readers by extension rather than a chain of branches.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from arena_core.errors import ArenaError
+from arena_core.hub import hub_reachable, hub_unreachable_message
+
+CATEGORIES: dict[str, tuple[str, ...]] = {
+    "reasoning": ("question", "answer"),
+    "preference": ("prompt", "chosen", "rejected"),
+    "sft": ("prompt", "target"),
+}
+
+
+class DatasetError(ArenaError):
+    """A dataset that cannot be used: unreadable, empty, or missing a column."""
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    with path.open(encoding="utf-8") as f:
+        text = f.read()
+    if path.suffix == ".json" and text.lstrip().startswith("["):
+        data = json.loads(text)
+        if not all(isinstance(r, dict) for r in data):
+            raise ValueError("a .json dataset must be a list of objects or one object per line")
+        return data
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"line {lineno} is not valid JSON ({exc.msg})") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"line {lineno} is not a JSON object")
+        rows.append(row)
+    return rows
+
+
+def _read_csv(path: Path) -> list[dict[str, Any]]:
+    with path.open(encoding="utf-8", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _read_parquet(path: Path) -> list[dict[str, Any]]:
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path).to_pylist()
+
+
+READERS: dict[str, Callable[[Path], list[dict[str, Any]]]] = {
+    ".jsonl": _read_jsonl,
+    ".json": _read_jsonl,
+    ".csv": _read_csv,
+    ".parquet": _read_parquet,
+    ".pq": _read_parquet,
+}
+
+
+def looks_local(source: str) -> bool:
+    """A path (exists, or has a dataset extension, or starts like a path) rather than a hub id."""
+    p = Path(source).expanduser()
+    return p.exists() or p.suffix in READERS or source.startswith((".", "/", "~"))
+
+
+def find_split_file(directory: Path, split: str) -> Path:
+    """`<dir>/<split>.<ext>`, or the hub's parquet layout `<dir>/**/<split>-*.parquet`."""
+    for ext in READERS:
+        candidate = directory / f"{split}{ext}"
+        if candidate.is_file():
+            return candidate
+    shards = sorted(directory.glob(f"**/{split}-*.parquet"))
+    if shards:
+        return shards[0]
+    present = sorted(p.name for p in directory.iterdir())
+    raise DatasetError(
+        f"no '{split}' file in dataset directory {directory}: expected {split}.jsonl, "
+        f"{split}.csv or {split}.parquet. Found: {present or '(empty directory)'}."
+    )
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """Raw rows of one local file, with errors that name the file."""
+    if not path.is_file():
+        raise DatasetError(f"dataset file not found: {path}. Check the path (env.path / source).")
+    reader = READERS.get(path.suffix.lower())
+    if reader is None:
+        raise DatasetError(
+            f"cannot read {path}: unknown extension '{path.suffix}'. Use one of "
+            f"{', '.join(sorted(READERS))}."
+        )
+    try:
+        return reader(path)
+    except (OSError, UnicodeDecodeError, ValueError, csv.Error) as exc:
+        raise DatasetError(f"cannot read dataset file {path}: {exc}") from None
+    except Exception as exc:  # pyarrow raises its own ArrowInvalid for a corrupt parquet file
+        raise DatasetError(
+            f"cannot read dataset file {path}: {type(exc).__name__}: {exc}"
+        ) from None
+
+
+def _read_hub(source: str, split: str, config: str | None) -> list[dict[str, Any]]:
+    if not hub_reachable():
+        raise DatasetError(hub_unreachable_message("dataset", source))
+    import datasets
+
+    try:
+        ds = datasets.load_dataset(source, config, split=split)
+    except Exception as exc:  # datasets raises many types (FileNotFoundError, ValueError, ...)
+        raise DatasetError(
+            f"cannot load dataset '{source}' (config {config!r}, split {split!r}) from the "
+            f"Hugging Face hub: {type(exc).__name__}: {exc}"
+        ) from None
+    return ds.to_list()
+
+
+def canonicalize(
+    rows: list[dict[str, Any]],
+    category: str,
+    column_mapping: dict[str, str] | None,
+    where: str,
+) -> list[dict[str, str]]:
+    """Rename the user's columns to the category's canonical ones and check every row has them."""
+    columns = CATEGORIES[category]
+    mapping = dict(column_mapping or {})
+    unknown = sorted(set(mapping) - set(columns))
+    if unknown:
+        raise DatasetError(
+            f"column mapping for {where} names {unknown}, which are not {category} columns; "
+            f"the keys are the canonical names {list(columns)}, the values your column names."
+        )
+    if not rows:
+        raise DatasetError(f"dataset {where} is empty: no rows. Check the file or the split.")
+    available = list(rows[0].keys())
+    for canonical in columns:
+        source_col = mapping.get(canonical, canonical)
+        if source_col not in rows[0]:
+            example = json.dumps({canonical: available[0] if available else "your_column"})
+            raise DatasetError(
+                f"dataset {where} has no column '{source_col}' (needed for the {category} column "
+                f"'{canonical}'). Available columns: {available}. Map yours with "
+                f"--column-mapping '{example}' (or data.column_mapping in the config)."
+            )
+    out = []
+    for i, row in enumerate(rows):
+        item = {}
+        for canonical in columns:
+            value = row.get(mapping.get(canonical, canonical))
+            if value is None:
+                raise DatasetError(
+                    f"dataset {where}, row {i + 1}: column '{mapping.get(canonical, canonical)}' "
+                    "is missing or null. Fix the row or drop it."
+                )
+            item[canonical] = value if isinstance(value, str) else str(value)
+        out.append(item)
+    return out
+
+
+def load_dataset(
+    source: str,
+    category: str,
+    column_mapping: dict[str, str] | None = None,
+    split: str = "train",
+    *,
+    config: str | None = None,
+) -> list[dict[str, str]]:
+    """Rows of `source` with the canonical columns of `category`.
+
+    `source` is a local file (.csv, .jsonl/.json, .parquet), a local directory holding
+    `<split>.<ext>` files, or a Hugging Face dataset id (`config` selects its subset, e.g. "main"
+    for openai/gsm8k). A hub id fails within seconds when the hub is unreachable.
+    """
+    if category not in CATEGORIES:
+        raise DatasetError(
+            f"unknown dataset category '{category}'. Categories: {', '.join(CATEGORIES)}."
+        )
+    if looks_local(source):
+        path = Path(source).expanduser()
+        if path.is_dir():
+            path = find_split_file(path, split)
+        rows = read_rows(path)
+        where = str(path)
+    else:
+        rows = _read_hub(source, split, config)
+        where = f"'{source}' (split {split})"
+    return canonicalize(rows, category, column_mapping, where)

@@ -1,0 +1,167 @@
+"""The learner: one optimizer step from a step's samples, for any registered algorithm.
+
+Samples are packed into micro-batches by a token budget, gradients are accumulated over them
+with per-token weights computed for the whole step (so the update equals one big batch exactly,
+whatever the budget), the global grad norm is clipped and AdamW steps. Nothing here knows which
+algorithm runs: advantages and per-token losses come from the algorithm plugin.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import time
+from collections.abc import Iterator
+
+import torch
+from torch import Tensor, nn
+
+from arena_core.learn.algorithm import Algorithm, TokenBatch
+from arena_core.learn.logprobs import LogprobFn, completion_logprobs, default_logprob_fn
+from arena_core.learn.losses import token_weights, truncated_is_weight
+from arena_core.learn.packing import MicroBatch, Sample, pack, pad_batches
+
+DEFAULT_TIS_CAP = 2.0  # truncated-IS cap (Yao et al. 2025 use 2): bounds one token's weight
+
+
+class Learner:
+    """Owns the optimizer and turns `Sample`s into one policy update per `step()`."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        algorithm: Algorithm,
+        *,
+        micro_batch_tokens: int = 4096,
+        temperature: float = 1.0,
+        tis_cap: float | None = DEFAULT_TIS_CAP,
+        norm_len: int | None = None,
+        logprob_fn: LogprobFn | None = None,
+        batching: str = "pad",
+    ) -> None:
+        self.model = model
+        self.algorithm = algorithm
+        self.micro_batch_tokens = micro_batch_tokens
+        self.temperature = temperature or 1.0
+        self.tis_cap = tis_cap
+        self.norm_len = norm_len
+        if batching not in ("pad", "pack"):
+            raise ValueError(f"batching must be 'pad' or 'pack', got {batching!r}")
+        self.batching = batching
+        self.logprob_fn = logprob_fn or default_logprob_fn()
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        if not self.params:
+            raise ValueError("the model has no trainable parameters")
+        self.optimizer = torch.optim.AdamW(
+            self.params, lr=algorithm.lr, weight_decay=algorithm.weight_decay
+        )
+        self._ref_model: nn.Module | None = None
+        if algorithm.beta > 0 and not hasattr(model, "disable_adapter"):
+            # Full fine-tuning needs a frozen copy; LoRA reuses the base by disabling adapters.
+            self._ref_model = copy.deepcopy(model).eval().requires_grad_(False)
+
+    # -- reference policy ------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _reference(self) -> Iterator[nn.Module]:
+        if self._ref_model is not None:
+            yield self._ref_model
+        else:
+            with self.model.disable_adapter():  # type: ignore[operator]
+                yield self.model
+
+    def _ref_logprobs(self, mbs: list[MicroBatch]) -> list[Tensor]:
+        with torch.no_grad(), self._reference() as ref:
+            return [self._logprobs(ref, mb) for mb in mbs]
+
+    def _logprobs(self, model: nn.Module, mb: MicroBatch) -> Tensor:
+        return completion_logprobs(
+            model, mb, temperature=self.temperature, logprob_fn=self.logprob_fn
+        )
+
+    # -- the update ------------------------------------------------------------------------
+    def micro_batches(self, samples: list[Sample]) -> list[MicroBatch]:
+        """Packed rows, or length-sorted right-padded rows (faster on CPU, where attention over
+        a packed row needs a dense block-diagonal mask instead of the fused causal kernel)."""
+        if self.batching == "pack":
+            return pack(samples, self.micro_batch_tokens)
+        return pad_batches(samples, self.micro_batch_tokens)
+
+    def step(self, samples: list[Sample]) -> dict[str, float]:
+        """One policy update (num_iterations optimizer steps) from `samples`; returns metrics."""
+        t0 = time.perf_counter()
+        lengths = [len(s.completion_ids) for s in samples]
+        n_tok = sum(lengths)
+        if n_tok == 0:
+            return {"loss": 0.0, "tokens/trained": 0.0, "time/learn_s": 0.0}
+        weights = token_weights(lengths, self.algorithm.loss_agg_mode, norm_len=self.norm_len)
+        behaviour = torch.tensor(
+            [x for s in samples for x in s.behaviour_logp], dtype=torch.float32
+        )
+        if behaviour.numel() != n_tok:
+            raise ValueError("every completion token needs a behaviour logprob")
+        adv = torch.repeat_interleave(
+            torch.tensor([s.advantage for s in samples], dtype=torch.float32),
+            torch.tensor(lengths, dtype=torch.long),
+        )
+        mbs = self.micro_batches(samples)
+        refs = self._ref_logprobs(mbs) if self.algorithm.beta > 0 else None
+        old = torch.zeros(n_tok)
+        self.model.train()
+        sums: dict[str, float] = {}
+        trained = 0
+        for it in range(self.algorithm.num_iterations):
+            self.optimizer.zero_grad(set_to_none=True)
+            total_loss = 0.0
+            for k, mb in enumerate(mbs):
+                idx = mb.flat_index
+                logp = self._logprobs(self.model, mb)
+                if it == 0:
+                    old[idx] = logp.detach().float()
+                batch = TokenBatch(
+                    logp=logp,
+                    old_logp=old[idx],
+                    behaviour_logp=behaviour[idx],
+                    is_weight=truncated_is_weight(old[idx], behaviour[idx], self.tis_cap),
+                    advantages=adv[idx],
+                    ref_logp=refs[k] if refs is not None else None,
+                )
+                per_token, stats = self.algorithm.token_loss(batch)
+                w = weights[idx]
+                loss = (w * per_token).sum()
+                loss.backward()
+                total_loss += float(loss.detach())
+                trained += mb.n_tokens
+                self._accumulate(sums, w, batch, stats)
+            grad_norm = self._clip()
+            self.optimizer.step()
+            if it == 0:
+                sums["loss"] = total_loss
+                sums["grad_norm"] = grad_norm
+        self.optimizer.zero_grad(set_to_none=True)
+        passes = self.algorithm.num_iterations  # diagnostics average over every pass
+        wsum = float(weights.sum()) * passes
+        metrics = {k: (v / wsum if k.startswith("w:") else v) for k, v in sums.items()}
+        metrics = {k.removeprefix("w:"): v for k, v in metrics.items()}
+        metrics["is_weight/mean"] = sums.get("is_sum", 0.0) / (n_tok * passes)
+        metrics.pop("is_sum", None)
+        metrics["tokens/trained"] = float(trained)
+        metrics["tokens/loss"] = float(n_tok)
+        metrics["micro_batches"] = float(len(mbs))
+        metrics["time/learn_s"] = time.perf_counter() - t0
+        metrics.setdefault("kl", 0.0)
+        return metrics
+
+    def _accumulate(
+        self, sums: dict[str, float], w: Tensor, batch: TokenBatch, stats: dict[str, Tensor]
+    ) -> None:
+        """Weighted sums of per-token diagnostics (divided by the total weight at the end)."""
+        for name, value in stats.items():
+            sums[f"w:{name}"] = sums.get(f"w:{name}", 0.0) + float((w * value.float()).sum())
+        sums["is_sum"] = sums.get("is_sum", 0.0) + float(batch.is_weight.sum())
+
+    def _clip(self) -> float:
+        max_norm = self.algorithm.max_grad_norm
+        if max_norm is None:
+            grads = [p.grad.norm() for p in self.params if p.grad is not None]
+            return float(torch.stack(grads).norm()) if grads else 0.0
+        return float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))

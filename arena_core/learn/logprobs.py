@@ -1,0 +1,69 @@
+"""Per-token logprobs of packed sequences: the model body, then one swappable head function.
+
+The learner never materialises logits for prompt positions: it runs the decoder body, gathers
+the hidden states of positions that predict completion tokens and hands only those to
+`head_logprobs`. By default that is `arena_core.kernels.fused_linear_logprob` (chunked, no
+full-vocabulary logits kept for backward) when the kernels package provides it, else the plain
+torch reference below. Swap it with `Learner(logprob_fn=...)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+from arena_core.learn.packing import MicroBatch
+
+LogprobFn = Callable[[Tensor, Tensor, Tensor], Tensor]  # (hidden [N,H], weight [V,H], targets [N])
+
+
+def plain_logprobs(hidden: Tensor, weight: Tensor, targets: Tensor) -> Tensor:
+    """Reference: full logits for the selected positions, log-softmax, gather."""
+    logits = hidden.float() @ weight.float().t()
+    return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+def default_logprob_fn() -> LogprobFn:
+    """The fused kernel when available (its torch path on CPU), else the plain reference."""
+    try:
+        from arena_core.kernels import fused_linear_logprob  # type: ignore[attr-defined]
+    except ImportError:
+        return plain_logprobs
+
+    def fused(hidden: Tensor, weight: Tensor, targets: Tensor) -> Tensor:
+        return fused_linear_logprob(hidden, weight, targets)
+
+    return fused
+
+
+def causal_lm(model: nn.Module) -> nn.Module:
+    """The transformers CausalLM inside a PEFT wrapper (LoRA layers are injected in place, so
+    calling its body still applies the adapters)."""
+    get_base = getattr(model, "get_base_model", None)
+    return get_base() if callable(get_base) else model
+
+
+def completion_logprobs(
+    model: nn.Module,
+    mb: MicroBatch,
+    *,
+    temperature: float = 1.0,
+    logprob_fn: LogprobFn = plain_logprobs,
+) -> Tensor:
+    """Logprobs [N] of `mb`'s completion tokens under `model` at sampling temperature.
+
+    Dividing the hidden state by the temperature equals dividing the logits (the LM head has no
+    bias), which keeps the learner's distribution the one the backend sampled from.
+    """
+    lm = causal_lm(model)
+    body = lm.get_decoder()
+    out = body(input_ids=mb.input_ids, position_ids=mb.position_ids, use_cache=False)
+    hidden = out.last_hidden_state.flatten(0, 1)[mb.target_pos]
+    if temperature and temperature != 1.0:
+        hidden = hidden / temperature
+    head = lm.get_output_embeddings()
+    if getattr(head, "bias", None) is not None:
+        raise NotImplementedError("LM heads with a bias are not supported by the learner yet")
+    return logprob_fn(hidden, head.weight, mb.targets)

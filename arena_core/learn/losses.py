@@ -1,0 +1,134 @@
+"""Reference policy-loss pieces shared by the algorithm plugins.
+
+Every function works on flat per-token tensors (one entry per completion token of the step), so
+the learner can pack sequences freely: a loss never needs to know which row or micro-batch a
+token came from. Aggregation is expressed as per-token weights computed once for the whole step,
+which is what makes gradient accumulation over micro-batches exactly equal to one big batch.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+try:  # the kernels package's implementations are the reference when present (same maths)
+    from arena_core.kernels import policy_loss as _kernels
+except ImportError:  # pragma: no cover - a build without kernels
+    _kernels = None
+
+AggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
+
+def group_advantages(rewards: Tensor, *, scale: str = "std", eps: float = 1e-4) -> Tensor:
+    """GRPO advantages: `(r - mean_group) / (std_group + eps)`, or Dr.GRPO's `r - mean_group`.
+
+    `rewards` is [n_groups, group_size]. The std is the sample std (Bessel-corrected, as TRL
+    computes it), so a group of two rewards {0, 1} gets advantages of about +-0.707.
+    """
+    if rewards.dim() != 2:
+        raise ValueError(
+            f"rewards must be [n_groups, group_size], got shape {tuple(rewards.shape)}"
+        )
+    rewards = rewards.to(torch.float32)
+    centred = rewards - rewards.mean(dim=1, keepdim=True)
+    if scale == "none":
+        return centred
+    if scale != "std":
+        raise ValueError(f"scale must be 'std' or 'none', got {scale!r}")
+    std = rewards.std(dim=1, keepdim=True) if rewards.shape[1] > 1 else torch.zeros_like(centred)
+    return centred / (std + eps)
+
+
+def token_weights(lengths: list[int], mode: str, *, norm_len: int | None = None) -> Tensor:
+    """Per-token weights `w` such that `sum(w * per_token_loss)` is the aggregated step loss.
+
+    - token-mean: every token counts once: `w = 1 / total_tokens`.
+    - seq-mean-token-mean: mean over sequences of each sequence's token mean:
+      `w = 1 / (n_seqs * len_i)`.
+    - seq-mean-token-sum-norm (Dr.GRPO): token sums divided by a constant length (`norm_len`,
+      usually max_new_tokens), then averaged over sequences: `w = 1 / (n_seqs * norm_len)`; no
+      length bias toward short or long answers.
+    Sequences of length 0 contribute nothing.
+    """
+    lens = torch.tensor([int(n) for n in lengths], dtype=torch.float32)
+    n_seqs = int((lens > 0).sum())
+    if n_seqs == 0:
+        return torch.zeros(0)
+    if mode == "token-mean":
+        per_seq = torch.full_like(lens, 1.0 / float(lens.sum()))
+    elif mode == "seq-mean-token-mean":
+        per_seq = torch.where(lens > 0, 1.0 / (n_seqs * lens.clamp(min=1)), torch.zeros_like(lens))
+    elif mode == "seq-mean-token-sum-norm":
+        if not norm_len or norm_len <= 0:
+            raise ValueError("seq-mean-token-sum-norm needs a positive norm_len (max_new_tokens)")
+        per_seq = torch.full_like(lens, 1.0 / (n_seqs * float(norm_len)))
+    else:
+        raise ValueError(f"unknown loss aggregation {mode!r}; choose one of {', '.join(AGG_MODES)}")
+    return torch.repeat_interleave(per_seq, lens.to(torch.long))
+
+
+def aggregate(
+    per_token: Tensor, lengths: list[int], mode: str, *, norm_len: int | None = None
+) -> Tensor:
+    """The aggregated loss of a whole step's flat per-token losses (the unsplit reference)."""
+    weights = token_weights(lengths, mode, norm_len=norm_len).to(per_token)
+    return (weights * per_token).sum()
+
+
+def k3_kl(logp: Tensor, ref_logp: Tensor) -> Tensor:
+    """Per-token KL(pi || ref) estimate `exp(ref - logp) - (ref - logp) - 1` (Schulman's k3):
+    non-negative and unbiased, the estimator GRPO uses."""
+    if _kernels is not None:
+        return _kernels.k3_kl(logp, ref_logp)
+    delta = ref_logp - logp
+    return torch.expm1(delta) - delta
+
+
+def truncated_is_weight(old_logp: Tensor, behaviour_logp: Tensor, cap: float | None) -> Tensor:
+    """Truncated importance weight `min(exp(old - behaviour), cap)`, detached.
+
+    Corrects for the gap between the policy that sampled the tokens (the generation backend,
+    possibly a version behind or numerically different) and the learner's policy. `cap=None`
+    disables the correction (weight 1).
+    """
+    if cap is None:
+        return torch.ones_like(old_logp)
+    return torch.exp(old_logp - behaviour_logp).clamp(max=cap).detach()
+
+
+def grpo_token_loss(
+    logp: Tensor, old_logp: Tensor, advantages: Tensor, *, eps_low: float, eps_high: float
+) -> tuple[Tensor, Tensor]:
+    """PPO-clip surrogate per token: `-min(r A, clip(r, 1-eps_low, 1+eps_high) A)`.
+
+    Returns (loss, clipped) where `clipped` marks tokens whose clipped branch was taken (the
+    gradient is zero there), for the clip-fraction metric.
+    """
+    if _kernels is not None:
+        out = _kernels.grpo_token_loss(logp, old_logp, advantages, eps_low, eps_high)
+        return out.loss, out.clipped.bool()
+    ratio = torch.exp(logp - old_logp)
+    unclipped = ratio * advantages
+    clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * advantages
+    loss = -torch.minimum(unclipped, clipped)
+    return loss, (clipped < unclipped).detach()
+
+
+def cispo_token_loss(
+    logp: Tensor, behaviour_logp: Tensor, advantages: Tensor, *, eps_low: float, eps_high: float
+) -> tuple[Tensor, Tensor]:
+    """CISPO (MiniMax-M1) per token: `-sg(clip(r, 1-eps_low, 1+eps_high)) * A * log pi`.
+
+    The importance weight is clipped and detached, so every token keeps a gradient (PPO's clip
+    zeroes the gradient of clipped tokens instead). Returns (loss, clipped mask).
+    """
+    if _kernels is not None:
+        out = _kernels.cispo_token_loss(logp, behaviour_logp, advantages, eps_low, eps_high)
+        return out.loss, out.clipped.bool()
+    ratio = torch.exp(logp.detach() - behaviour_logp)
+    weight = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
+    loss = -(weight * advantages * logp)
+    return loss, (weight != ratio).detach()

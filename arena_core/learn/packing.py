@@ -1,0 +1,166 @@
+"""Packing a step's sequences into micro-batches by a token budget.
+
+Each micro-batch is one row: several (prompt + completion) sequences concatenated, with
+position ids restarting at 0 for each. transformers (5.x) turns restarting position ids into a
+block-diagonal causal mask when no attention mask and no KV cache are given (`use_cache=False`),
+so packed sequences never attend to each other (tests/learn check logits against unpacked runs).
+No padding token is ever computed, and only positions that predict completion tokens are
+gathered for the loss: prompt tokens are context, never targets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class Sample:
+    """One sampled completion ready for the learner."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    behaviour_logp: list[float]
+    advantage: float
+
+    @property
+    def n_input(self) -> int:
+        """Tokens the model reads: the last completion token is never an input."""
+        return len(self.prompt_ids) + len(self.completion_ids) - 1
+
+
+@dataclass
+class MicroBatch:
+    """Rows of sequences and where their completion tokens sit in the step's flat token order.
+
+    Packed: one row [1, T] with position ids restarting per sequence. Padded: [B, L] rows, one
+    sequence each, right-padded, `position_ids` None: with causal attention a real token never
+    sees the padding after it, so no attention mask is needed and torch's fast causal kernel
+    runs.
+    """
+
+    input_ids: Tensor  # [B, L]
+    position_ids: Tensor | None  # [B, L] for packed rows, None for right-padded rows
+    target_pos: Tensor  # [N] positions in the flattened [B * L] rows that predict a target
+    targets: Tensor  # [N] the completion tokens
+    flat_index: Tensor  # [N] index of each target in the step's flat completion-token order
+    real_tokens: int = 0  # tokens that are not padding
+
+    @property
+    def n_tokens(self) -> int:
+        """Real (non-padding) tokens the model reads."""
+        return self.real_tokens or int(self.input_ids.numel())
+
+
+def flat_offsets(samples: list[Sample]) -> list[int]:
+    """Start of each sample's completion tokens in the flat order (samples in given order)."""
+    offsets, total = [], 0
+    for s in samples:
+        offsets.append(total)
+        total += len(s.completion_ids)
+    return offsets
+
+
+def pad_batches(samples: list[Sample], token_budget: int, *, pad_id: int = 0) -> list[MicroBatch]:
+    """Right-padded micro-batches of length-sorted sequences, at most `token_budget` tokens
+    (rows x longest) each. Sorting keeps the padding small; a sequence longer than the budget
+    gets a micro-batch of its own. Empty completions are skipped."""
+    if token_budget < 1:
+        raise ValueError("token_budget must be >= 1")
+    offsets = flat_offsets(samples)
+    order = sorted(
+        (i for i, s in enumerate(samples) if s.completion_ids),
+        key=lambda i: samples[i].n_input,
+        reverse=True,
+    )
+    groups: list[list[int]] = []
+    for i in order:
+        if groups and (len(groups[-1]) + 1) * samples[groups[-1][0]].n_input <= token_budget:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    out = []
+    for members in groups:
+        width = samples[members[0]].n_input
+        ids = torch.full((len(members), width), pad_id, dtype=torch.long)
+        target_pos: list[int] = []
+        targets: list[int] = []
+        flat: list[int] = []
+        for row, i in enumerate(members):
+            s = samples[i]
+            seq = list(s.prompt_ids) + list(s.completion_ids[:-1])
+            ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+            first = row * width + len(s.prompt_ids) - 1
+            target_pos.extend(range(first, first + len(s.completion_ids)))
+            targets.extend(s.completion_ids)
+            flat.extend(range(offsets[i], offsets[i] + len(s.completion_ids)))
+        out.append(
+            MicroBatch(
+                ids,
+                None,
+                torch.tensor(target_pos),
+                torch.tensor(targets),
+                torch.tensor(flat),
+                sum(samples[i].n_input for i in members),
+            )
+        )
+    return out
+
+
+def pack(samples: list[Sample], token_budget: int) -> list[MicroBatch]:
+    """First-fit-decreasing packing of samples into rows of at most `token_budget` tokens.
+
+    A sequence longer than the budget gets a row of its own (it is never truncated: a dropped
+    completion token would silently change the loss). Samples with empty completions carry no
+    loss and are skipped.
+    """
+    if token_budget < 1:
+        raise ValueError("token_budget must be >= 1")
+    offsets = flat_offsets(samples)
+    order = sorted(
+        (i for i, s in enumerate(samples) if s.completion_ids),
+        key=lambda i: samples[i].n_input,
+        reverse=True,
+    )
+    bins: list[list[int]] = []
+    room: list[int] = []
+    for i in order:
+        n = samples[i].n_input
+        for b, free in enumerate(room):
+            if n <= free:
+                bins[b].append(i)
+                room[b] -= n
+                break
+        else:
+            bins.append([i])
+            room.append(token_budget - n)
+    return [_build(samples, members, offsets) for members in bins]
+
+
+def _build(samples: list[Sample], members: list[int], offsets: list[int]) -> MicroBatch:
+    ids: list[int] = []
+    pos: list[int] = []
+    target_pos: list[int] = []
+    targets: list[int] = []
+    flat: list[int] = []
+    for i in members:
+        s = samples[i]
+        seq = list(s.prompt_ids) + list(s.completion_ids[:-1])
+        start = len(ids)
+        ids.extend(seq)
+        pos.extend(range(len(seq)))
+        first = start + len(s.prompt_ids) - 1  # this position predicts completion token 0
+        target_pos.extend(range(first, first + len(s.completion_ids)))
+        targets.extend(s.completion_ids)
+        flat.extend(range(offsets[i], offsets[i] + len(s.completion_ids)))
+    as_long = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731
+    return MicroBatch(
+        input_ids=as_long(ids).unsqueeze(0),
+        position_ids=as_long(pos).unsqueeze(0),
+        target_pos=as_long(target_pos),
+        targets=as_long(targets),
+        flat_index=as_long(flat),
+        real_tokens=len(ids),
+    )

@@ -1,0 +1,236 @@
+"""Loading and saving the policy: a Hugging Face causal LM, optionally wrapped in a LoRA adapter.
+
+One entry point for every source (an embedded `arena:*` model, a local directory, a hub id, a saved
+PEFT adapter) so the runtime never branches on where weights come from. Hub loading fails within
+seconds when offline (see `hub.py`) instead of retrying for half a minute.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from arena_core.errors import ArenaError
+from arena_core.hub import hub_reachable, hub_unreachable_message
+from arena_core.models.tiny import EMBEDDED, TINY_PREFIX, build_tiny
+
+# Tokenizer classes that mean "exactly the tokenizer.json that was saved": loaded as such, because
+# AutoTokenizer would substitute the model type's class (Qwen2Tokenizer for qwen2) and its pipeline.
+_VERBATIM_TOKENIZERS = ("TokenizersBackend", "PreTrainedTokenizerFast")
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class ModelLoadError(ArenaError):
+    """The model could not be loaded or saved; the message says which and how to fix it."""
+
+
+@dataclass
+class LoadedPolicy:
+    """The policy the learner trains and the backends sample from."""
+
+    model: nn.Module  # a transformers CausalLM, or a peft PeftModel wrapping one
+    tokenizer: Any  # a transformers tokenizer (left padding, pad token set)
+    name: str  # what model.name_or_path said
+    is_lora: bool
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        """The parameters the optimizer updates: the adapter under LoRA, everything otherwise."""
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def parameter_counts(self) -> tuple[int, int]:
+        """(trainable, total) parameter counts, for logs and the planner."""
+        total = sum(p.numel() for p in self.model.parameters())
+        return sum(p.numel() for p in self.trainable_parameters()), total
+
+    @property
+    def base_model(self) -> nn.Module:
+        """The underlying transformers model (unwrapped from peft when LoRA is on)."""
+        return self.model.get_base_model() if self.is_lora else self.model
+
+
+def _as_dict(model_cfg: Any) -> dict[str, Any]:
+    if hasattr(model_cfg, "model_dump"):
+        return model_cfg.model_dump()
+    return dict(model_cfg)
+
+
+def _dtype(name: str, device: str) -> torch.dtype:
+    if name == "auto":
+        # CPU kernels are fastest and exact in float32 at the sizes that fit a CPU run.
+        if str(device).startswith("cuda") and torch.cuda.is_bf16_supported():
+            return torch.bfloat16
+        return torch.float32
+    return _DTYPES[name]
+
+
+def load_policy(model_cfg: Any, *, device: str = "cpu") -> LoadedPolicy:
+    """Build the policy from the `model` config section (a dict or a ModelConfig).
+
+    `name_or_path` is `arena:tiny` / `arena:tiny-init` (embedded), a local directory (a full model
+    or a PEFT adapter), or a hub id. `lora.r > 0` wraps the model in a fresh LoRA adapter;
+    `lora.r = 0` trains every weight. A saved adapter directory keeps training its own adapter.
+    """
+    cfg = _as_dict(model_cfg)
+    name = str(cfg.get("name_or_path") or "arena:tiny")
+    dtype = _dtype(str(cfg.get("dtype", "auto")), device)
+    trust = bool(cfg.get("trust_remote_code", False))
+    lora = _as_dict(cfg.get("lora") or {})
+    path = Path(name).expanduser()
+    if path.is_dir() and (path / "adapter_config.json").is_file():
+        model, tokenizer = _load_adapter(path, dtype=dtype, trust=trust)
+        return _finish(LoadedPolicy(model, tokenizer, name, is_lora=True), device)
+    if name.startswith(TINY_PREFIX):
+        model, tokenizer = build_tiny(name)
+        model = model.to(dtype)
+    else:
+        model, tokenizer = _load_hf(name, dtype=dtype, trust=trust)
+    _prepare_tokenizer(tokenizer, model)
+    is_lora = int(lora.get("r", 0)) > 0
+    if is_lora:
+        model = _wrap_lora(model, lora, name)
+    else:
+        model.requires_grad_(True)
+    return _finish(LoadedPolicy(model, tokenizer, name, is_lora=is_lora), device)
+
+
+def _finish(policy: LoadedPolicy, device: str) -> LoadedPolicy:
+    policy.model.to(device)
+    policy.model.eval()  # dropout off until the learner asks for train()
+    return policy
+
+
+def _load_hf(name: str, *, dtype: torch.dtype, trust: bool) -> tuple[nn.Module, Any]:
+    """A local directory or hub id; the hub is only contacted when the local cache lacks it."""
+    from transformers import AutoModelForCausalLM
+
+    is_local = Path(name).expanduser().exists()
+    if is_local:
+        name = str(Path(name).expanduser())
+        if not (Path(name) / "config.json").is_file():
+            raise ModelLoadError(
+                f"'{name}' is a local path but not a model directory (no config.json). Point "
+                "model.name_or_path at a directory written by save_pretrained, or use arena:tiny. "
+                f"Embedded models: {', '.join(EMBEDDED)}."
+            )
+
+    def load(local_only: bool) -> tuple[nn.Module, Any]:
+        kw = {"local_files_only": local_only, "trust_remote_code": trust}
+        # adapter_kwargs: transformers looks for an adapter_config.json on the hub otherwise,
+        # ignoring local_files_only (and retrying for ~25 s when offline).
+        model = AutoModelForCausalLM.from_pretrained(
+            name, dtype=dtype, adapter_kwargs={"local_files_only": local_only}, **kw
+        )
+        return model, load_tokenizer(name, **kw)
+
+    try:
+        return load(local_only=True)
+    except OSError as exc:
+        if is_local:
+            raise ModelLoadError(f"cannot load the model in '{name}': {exc}") from None
+    if not hub_reachable():
+        raise ModelLoadError(hub_unreachable_message("model", name))
+    try:
+        return load(local_only=False)
+    except OSError as exc:
+        raise ModelLoadError(
+            f"cannot load model '{name}' from the Hugging Face hub: {exc}. Check the id, or point "
+            "model.name_or_path at a local directory."
+        ) from None
+
+
+def load_tokenizer(name_or_path: str, **kwargs: Any) -> Any:
+    """The tokenizer saved with a model, exactly as saved.
+
+    A tokenizer saved as a plain `tokenizer.json` (TokenizersBackend, e.g. arena:tiny's) is loaded
+    verbatim; others go through AutoTokenizer, which picks their recorded class.
+    """
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    cfg_file = Path(name_or_path) / "tokenizer_config.json"
+    if cfg_file.is_file():
+        cls = json.loads(cfg_file.read_text()).get("tokenizer_class", "")
+        if cls in _VERBATIM_TOKENIZERS:
+            kwargs.pop("trust_remote_code", None)
+            return PreTrainedTokenizerFast.from_pretrained(name_or_path, **kwargs)
+    return AutoTokenizer.from_pretrained(name_or_path, **kwargs)
+
+
+def _prepare_tokenizer(tokenizer: Any, model: nn.Module) -> None:
+    """Left padding for batched generation, and a pad token (the EOS token when none is set)."""
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    gen = getattr(model, "generation_config", None)
+    if gen is not None and gen.pad_token_id is None:
+        gen.pad_token_id = tokenizer.pad_token_id
+
+
+def _wrap_lora(model: nn.Module, lora: dict[str, Any], name: str) -> nn.Module:
+    from peft import LoraConfig, get_peft_model
+
+    targets = list(lora.get("target_modules") or ["q_proj", "k_proj", "v_proj", "o_proj"])
+    config = LoraConfig(
+        r=int(lora["r"]),
+        lora_alpha=float(lora.get("alpha", 2 * int(lora["r"]))),
+        lora_dropout=float(lora.get("dropout", 0.0)),
+        target_modules=targets,
+        task_type="CAUSAL_LM",
+    )
+    try:
+        peft_model = get_peft_model(model, config)
+    except ValueError as exc:
+        linear = sorted(
+            {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, nn.Linear)}
+        )
+        raise ModelLoadError(
+            f"cannot apply LoRA to '{name}' with model.lora.target_modules={targets}: {exc}. "
+            f"Linear modules in this model: {linear}."
+        ) from None
+    # What the saved adapter names as its base, so load_policy(adapter_dir) can rebuild it (peft
+    # leaves it empty for models built from a config, such as arena:tiny).
+    for adapter in peft_model.peft_config.values():
+        if not adapter.base_model_name_or_path:
+            adapter.base_model_name_or_path = name
+    return peft_model
+
+
+def _load_adapter(path: Path, *, dtype: torch.dtype, trust: bool) -> tuple[nn.Module, Any]:
+    """A saved PEFT adapter: load its base (embedded, local or hub), then the adapter, trainable."""
+    from peft import PeftModel
+
+    base_name = json.loads((path / "adapter_config.json").read_text()).get(
+        "base_model_name_or_path"
+    )
+    if not base_name:
+        raise ModelLoadError(f"{path}/adapter_config.json names no base_model_name_or_path")
+    base = load_policy({"name_or_path": base_name, "dtype": "float32", "lora": {"r": 0}})
+    base.model.to(dtype)
+    model = PeftModel.from_pretrained(base.model, str(path), is_trainable=True)
+    tokenizer = (
+        load_tokenizer(str(path)) if (path / "tokenizer_config.json").is_file() else base.tokenizer
+    )
+    _prepare_tokenizer(tokenizer, base.model)
+    return model, tokenizer
+
+
+def save_policy(policy: LoadedPolicy, out_dir: str | Path, *, merged: bool = False) -> Path:
+    """Write `out_dir` so `from_pretrained` loads it, tokenizer included.
+
+    Full fine-tuning writes the weights (safetensors); LoRA writes the adapter that
+    `PeftModel.from_pretrained` (or `load_policy`) loads on its base, or with `merged=True` the
+    base with the adapter folded in (what a server without LoRA support needs).
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model = policy.model
+    if policy.is_lora and merged:
+        model = copy.deepcopy(model).merge_and_unload()
+    model.save_pretrained(str(out))
+    policy.tokenizer.save_pretrained(str(out))
+    return out

@@ -1,0 +1,74 @@
+"""The embedded tiny model's tokenizer, built deterministically in code.
+
+Byte-level with no merges: every UTF-8 byte is one token, so any text (GSM8K included) encodes
+without an unknown token, and the vocabulary is small enough (~270) that the embedding and the
+logits of a 3M-parameter model stay cheap. The reasoning tags are whole tokens so the format a
+reward checks is one decision for the model, not eight characters. Nothing is downloaded and the
+same code always builds the same vocabulary, so a saved model reloads with the tokenizer it was
+trained with.
+"""
+
+from __future__ import annotations
+
+from tokenizers import AddedToken as RustAddedToken
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+PAD = "<|endoftext|>"
+BOS_CHAT = "<|im_start|>"
+EOS = "<|im_end|>"
+SPECIAL_TOKENS = (PAD, BOS_CHAT, EOS)
+# Ordinary (not special) added tokens: kept when decoding with skip_special_tokens=True.
+TAG_TOKENS = ("<think>", "</think>", "<answer>", "</answer>")
+
+# Qwen-style ChatML, so prompts look like the ones real instruct models see.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def _byte_alphabet() -> list[str]:
+    """The 256 printable stand-ins the ByteLevel pre-tokenizer maps bytes to, in byte order."""
+    return sorted(pre_tokenizers.ByteLevel.alphabet(), key=_byte_of)
+
+
+def _byte_of(symbol: str) -> int:
+    # GPT-2's byte->unicode map: printable bytes map to themselves, the rest to 256 + n in order.
+    code = ord(symbol)
+    printable = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    if code in printable:
+        return code
+    others = [b for b in range(256) if b not in printable]
+    return others[code - 256]
+
+
+def build_tiny_tokenizer() -> PreTrainedTokenizerFast:
+    """A byte-level tokenizer with ChatML special tokens and whole-token reasoning tags."""
+    vocab = {symbol: i for i, symbol in enumerate(_byte_alphabet())}
+    raw = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    # NFC, because transformers 5's AutoTokenizer reloads any `qwen2` checkpoint as Qwen2Tokenizer,
+    # which normalizes NFC and splits with Qwen's regex. Splitting cannot change a merge-free
+    # byte encoding, so with NFC here both classes give the same ids for every text, and tools
+    # that use AutoTokenizer (vLLM, `arena deploy`) tokenize exactly as training did.
+    raw.normalizer = normalizers.NFC()
+    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    raw.decoder = decoders.ByteLevel()
+    raw.add_special_tokens(
+        [RustAddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS]
+    )
+    raw.add_tokens([RustAddedToken(t, special=False, normalized=False) for t in TAG_TOKENS])
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=raw,
+        pad_token=PAD,
+        eos_token=EOS,
+        bos_token=None,
+        unk_token=None,
+        padding_side="left",
+        model_max_length=2048,
+        clean_up_tokenization_spaces=False,
+    )
+    tok.chat_template = CHAT_TEMPLATE
+    return tok

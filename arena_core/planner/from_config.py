@@ -1,0 +1,109 @@
+"""Planning from a resolved run config (what `arena plan` and `arena-run` call).
+
+Config keys read (dotted): ``model.name_or_path``, ``model.lora.r``, ``hardware.name``,
+``hardware.count``, ``train.prompts_per_step``, ``algo.group_size``,
+``generation.max_new_tokens``, ``env.max_prompt_tokens`` (default 256), ``algo.beta`` /
+``algo.kl_coef`` (a reference model when > 0), ``runtime.mode`` (``sync`` serialises generation
+and learning), ``train.micro_batch_tokens`` (a pin when set) and the optional ``plan`` section of
+pinned fields. ``hardware.name`` ``auto`` (or ``local``) detects this machine.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from arena_core.errors import ConfigError
+from arena_core.planner.hardware import HardwareProfile, get_profile
+from arena_core.planner.model_spec import ModelSpec
+from arena_core.planner.plan import PlanResult, Workload
+
+DEFAULT_PROMPT_TOKENS = 256
+_MISSING = object()
+
+
+def lookup(cfg: dict[str, Any], dotted: str, default: Any = _MISSING) -> Any:
+    """``lookup(cfg, "model.lora.r", 0)``: nested dict access by a dotted key."""
+    node: Any = cfg
+    for part in dotted.split("."):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif hasattr(node, part) and not isinstance(node, dict):
+            node = getattr(node, part)
+        else:
+            if default is _MISSING:
+                raise ConfigError(f"{dotted}: missing; the planner needs it")
+            return default
+    return node
+
+
+def workload_from_config(cfg: dict[str, Any]) -> Workload:
+    problems = []
+    values: dict[str, int] = {}
+    for field, key, default in (
+        ("prompts_per_step", "train.prompts_per_step", _MISSING),
+        ("group_size", "algo.group_size", _MISSING),
+        ("completion_tokens", "generation.max_new_tokens", _MISSING),
+        ("prompt_tokens", "env.max_prompt_tokens", DEFAULT_PROMPT_TOKENS),
+    ):
+        try:
+            raw = lookup(cfg, key, default)
+            values[field] = int(raw if raw is not None else DEFAULT_PROMPT_TOKENS)
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+        except (TypeError, ValueError):
+            problems.append(f"{key}: expected an integer, got {lookup(cfg, key)!r}")
+    if problems:
+        raise ConfigError(problems, header="Cannot plan this configuration")
+    beta = lookup(cfg, "algo.beta", None)
+    if beta is None:
+        beta = lookup(cfg, "algo.kl_coef", 0.0)
+    mode = lookup(cfg, "runtime.mode", "async")
+    return Workload(kl_ref=bool(beta and float(beta) > 0), overlap=mode != "sync", **values)
+
+
+def hardware_from_config(cfg: dict[str, Any]) -> tuple[HardwareProfile, int]:
+    """The profile and device count; ``hardware`` may be a name or a section with ``name``."""
+    section = lookup(cfg, "hardware", None)
+    if section is None or section in ("local", "auto"):
+        from arena_core.planner.hardware import detect_local_profile
+
+        hw = detect_local_profile()
+        count = 1
+    elif isinstance(section, str):
+        hw, count = get_profile(section), 1
+    else:
+        name = str(lookup(cfg, "hardware.name", "auto"))
+        hw = get_profile("local" if name == "auto" else name)
+        count = int(lookup(cfg, "hardware.count", 1) or 1)
+    return hw, count
+
+
+def plan_from_config(
+    cfg: dict[str, Any], model_spec: ModelSpec | dict[str, Any] | None = None
+) -> PlanResult:
+    """Plan the run described by a resolved config dict.
+
+    ``model_spec`` lets the caller supply the spec (a ModelSpec or a config.json-like dict) for
+    names the planner cannot read itself, such as the embedded ``arena:tiny`` model.
+    """
+    from arena_core.planner.search import make_plan
+
+    name = str(lookup(cfg, "model.name_or_path"))
+    if isinstance(model_spec, ModelSpec):
+        spec = model_spec
+    elif isinstance(model_spec, dict):
+        spec = ModelSpec.from_dict(model_spec, name=name)
+    elif name.startswith("arena:"):
+        raise ConfigError(
+            f"model.name_or_path={name}: an embedded model; pass its config as "
+            "plan_from_config(cfg, model_spec=...)"
+        )
+    else:
+        spec = ModelSpec.from_hf_config(name)
+    lora = int(lookup(cfg, "model.lora.r", 0) or 0)
+    hw, count = hardware_from_config(cfg)
+    pinned = dict(lookup(cfg, "plan", None) or {})
+    micro = lookup(cfg, "train.micro_batch_tokens", None)
+    if micro and "micro_batch_tokens" not in pinned:
+        pinned["micro_batch_tokens"] = int(micro)
+    return make_plan(spec, hw, count, workload_from_config(cfg), lora_rank=lora, pinned=pinned)

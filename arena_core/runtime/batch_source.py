@@ -1,0 +1,170 @@
+"""Where the learner's batches come from: generated in line (sync) or in the background (async).
+
+Both sources give the loop the same three things: the batch for a step, the weight sync after
+the step, and the per-step timing metrics that show who waited for whom
+(`time/generator_idle_frac`, `time/learner_idle_frac`, `time/weight_sync_pause_s`,
+`staleness/max`, `rollouts/cancelled_stale`), so the loop itself has no mode branches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import time
+from typing import Any
+
+from torch import nn
+
+from arena_core.rollout.staleness import StalenessBudget
+from arena_core.runtime.async_rollout import (
+    AsyncControl,
+    AsyncStats,
+    BackgroundCollector,
+    ParamSwapper,
+    WeightMailbox,
+    generator_copy,
+    trainable_state,
+)
+
+
+def staleness_of(batch: Any, step: int) -> int:
+    """The largest version lag among the batch's completions when step `step` consumes it."""
+    versions = [c.policy_version for c in batch.completions if c.token_ids]
+    return max((step - v for v in versions), default=0)
+
+
+def cancelled_rows(batch: Any) -> int:
+    return sum(1 for c in batch.completions if c.finish_reason == "aborted")
+
+
+class SyncSource:
+    """Generate, then learn: the reference. The backend shares the learner's module."""
+
+    mode = "sync"
+
+    def __init__(self, collector: Any, backend: Any, model: nn.Module, n_groups: int) -> None:
+        self.collector, self.backend, self.model, self.n_groups = (
+            collector,
+            backend,
+            model,
+            n_groups,
+        )
+        self._wait = 0.0
+
+    def next_batch(self, step: int) -> Any:
+        t0 = time.perf_counter()
+        batch = self.collector.collect(self.n_groups, step)
+        self._wait = time.perf_counter() - t0
+        return batch
+
+    def after_step(self, version: int) -> float:
+        t0 = time.perf_counter()
+        self.backend.update_weights(self.model, version)
+        pause = float(getattr(self.backend, "last_sync_pause_s", time.perf_counter() - t0))
+        return pause
+
+    def step_metrics(self, batch: Any, step: int, step_s: float, pause_s: float) -> dict[str, Any]:
+        busy = min(self._wait, step_s)
+        return {
+            "staleness/max": staleness_of(batch, step),
+            "rollouts/cancelled_stale": cancelled_rows(batch),
+            # In line, the generator idles while the learner works and vice versa.
+            "time/generator_idle_frac": max(0.0, 1.0 - busy / step_s) if step_s else 0.0,
+            "time/learner_idle_frac": busy / step_s if step_s else 0.0,
+            "time/weight_sync_pause_s": pause_s,
+        }
+
+    def close(self) -> None:
+        return None
+
+
+def supports_decode_control(backend: Any) -> bool:
+    try:
+        return "control" in inspect.signature(backend.generate).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+class AsyncSource:
+    """Generate in the background, within `max_staleness`, while the learner learns."""
+
+    mode = "async"
+
+    def __init__(
+        self,
+        collector: Any,
+        learner_model: nn.Module,
+        generator_backend: Any,
+        *,
+        n_groups: int,
+        max_staleness: int,
+        first_step: int,
+        last_step: int,
+    ) -> None:
+        self.learner_model = learner_model
+        self.backend = generator_backend
+        self.budget = StalenessBudget(max_staleness=max_staleness, groups_per_step=n_groups)
+        self.mailbox = WeightMailbox()
+        self.stats = AsyncStats()
+        # The torch backend swaps weights between decode steps through the mailbox; an engine
+        # without that hook (vLLM) takes the update directly (its own pause-keep-resume).
+        self.swaps_in_engine = supports_decode_control(generator_backend)
+        replica = getattr(generator_backend, "model", None)
+        swapper = ParamSwapper(replica) if self.swaps_in_engine and replica is not None else None
+        self.producer = BackgroundCollector(
+            collector,
+            AsyncControl(
+                self.mailbox,
+                swapper,
+                self.budget,
+                lambda: self.producer.learner_version(),
+                self.stats,
+            ),  # type: ignore[arg-type]
+            generator_backend,
+            n_groups=n_groups,
+            first_step=first_step,
+            last_step=last_step,
+        )
+        if self.swaps_in_engine:
+            collector.control = self.producer.control
+        self._wait = 0.0
+        self.producer.start()
+
+    def next_batch(self, step: int) -> Any:
+        t0 = time.perf_counter()
+        batch = self.producer.next_batch(step)
+        self._wait = time.perf_counter() - t0
+        return batch
+
+    def after_step(self, version: int) -> float:
+        pause = 0.0
+        if self.swaps_in_engine:
+            self.mailbox.post(version, trainable_state(self.learner_model))
+        else:
+            t0 = time.perf_counter()
+            self.backend.update_weights(self.learner_model, version)
+            pause = float(getattr(self.backend, "last_sync_pause_s", time.perf_counter() - t0))
+        self.producer.learner_advanced(version)
+        return pause
+
+    def step_metrics(self, batch: Any, step: int, step_s: float, pause_s: float) -> dict[str, Any]:
+        stats = self.stats.take()
+        gen_wait = min(stats["generator_wait_s"], step_s)
+        return {
+            "staleness/max": staleness_of(batch, step),
+            "rollouts/cancelled_stale": cancelled_rows(batch),
+            "time/generator_idle_frac": gen_wait / step_s if step_s else 0.0,
+            "time/learner_idle_frac": min(self._wait, step_s) / step_s if step_s else 0.0,
+            "time/weight_sync_pause_s": pause_s + stats["sync_pause_s"],
+        }
+
+    def close(self) -> None:
+        self.producer.close()
+        close = getattr(self.backend, "close", None)
+        if callable(close):
+            close()
+
+
+def generator_policy(policy: Any) -> Any:
+    """The same LoadedPolicy around the generator's own replica of the module."""
+    return dataclasses.replace(policy, model=generator_copy(policy.model))

@@ -1,0 +1,71 @@
+"""Turning a resolved config into live objects: algorithm, task, reward, policy, backend.
+
+Plugins are looked up by name in the registries, so the loop never branches on which algorithm
+or environment runs. The reward contract is checked before any model loads: a broken reward
+file should cost a second, not a model download.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from arena_core.errors import ConfigError
+from arena_core.learn.algorithm import Algorithm
+from arena_core.plugins import get_plugins
+from arena_core.tasks import TextTask
+
+
+def _section(entry: Any, section: dict[str, Any]) -> Any:
+    """The validated section for a plugin's factory: its schema instance, or the raw dict."""
+    schema = entry.schema
+    if schema is None:
+        return dict(section)
+    fields = getattr(schema, "model_fields", {})
+    data = {k: v for k, v in section.items() if k != "name" or "name" in fields}
+    return schema(**data)
+
+
+def build_algorithm(algo: dict[str, Any] | None) -> Algorithm:
+    if not algo or "name" not in algo:
+        raise ConfigError("no algorithm chosen: add +algo=grpo (or another installed algorithm)")
+    entry = get_plugins().registries.algorithms.get(str(algo["name"]))
+    return entry.obj(_section(entry, algo))
+
+
+def build_task(env: dict[str, Any] | None) -> TextTask:
+    if not env or "name" not in env:
+        raise ConfigError("no environment chosen: add +env=gsm8k (or another installed one)")
+    entry = get_plugins().registries.envs.get(str(env["name"]))
+    task = entry.obj(_section(entry, env))
+    if not isinstance(task, TextTask):
+        raise ConfigError(
+            f"environment '{env['name']}' is not a text task (it has no "
+            "train_examples/eval_examples/messages): LLM training needs one"
+        )
+    return task
+
+
+def reward_path(reward: str | None, task: TextTask) -> str:
+    """The reward file: `reward=` from the config, else the environment's default; the contract
+    is checked in a sandboxed child (raises a RewardContractError naming file:line and fix)."""
+    from arena_core.sandbox import check_reward_contract, resolve_reward
+
+    path = resolve_reward(reward or task.reward)
+    check_reward_contract(path)
+    return path
+
+
+def build_backend(backend_cfg: dict[str, Any], policy: Any) -> Any:
+    """The generation backend, from the LoadedPolicy and the `backend` section. The torch backend
+    shares the learner's module, so a weight sync is free."""
+    name = str(backend_cfg.get("name", "torch"))
+    registry = get_plugins().registries.backends
+    if name in registry:
+        entry = registry.get(name)
+        return entry.obj(policy, _section(entry, backend_cfg))
+    if name == "torch":
+        from arena_core.rollout.torch_backend import TorchBackend
+
+        return TorchBackend(policy.model, policy.tokenizer)
+    registry.get(name)  # raises the unknown-name error with suggestions
+    raise AssertionError("unreachable")

@@ -1,0 +1,57 @@
+"""Held-out evaluation: greedy completions on prompts the run never trains on.
+
+Greedy decoding makes the number a property of the weights, not of the sampling seed, so the
+initial and final evaluations in `summary.json` compare like with like.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from arena_core.rollout.base import GenerationBackend, SamplingParams
+from arena_core.runtime.rewards import RewardScorer
+from arena_core.runtime.rollout import PromptEncoder
+from arena_core.tasks import Example
+
+
+def evaluate(
+    backend: GenerationBackend,
+    encoder: PromptEncoder,
+    examples: list[Example],
+    scorer: RewardScorer,
+    *,
+    max_new_tokens: int,
+    stop: list[str] | None = None,
+    batch_size: int = 64,
+) -> dict[str, Any]:
+    """Mean reward, accuracy and per-component means over `examples` (greedy)."""
+    t0 = time.perf_counter()
+    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, stop=list(stop or []))
+    texts: list[str] = []
+    n_tokens = 0
+    for i in range(0, len(examples), batch_size):
+        chunk = examples[i : i + batch_size]
+        comps = backend.generate([encoder(ex) for ex in chunk], params)
+        texts += [c.text for c in comps]
+        n_tokens += sum(len(c.token_ids) for c in comps)
+    items = [(ex.question, ex.answer, t) for ex, t in zip(examples, texts, strict=True)]
+    values, kinds, components = scorer.score_with_components(items)
+    correct = scorer.correct(values, components)
+    n = max(1, len(values))
+    out: dict[str, Any] = {
+        "eval/reward_mean": sum(values) / n,
+        "eval/accuracy": sum(correct) / n,
+        "eval/completion_tokens_mean": n_tokens / n,
+        "eval/reward_failures": sum(k != "ok" for k in kinds),
+        "eval/seconds": time.perf_counter() - t0,
+    }
+    for key, vals in components.items():
+        finite = [v for v in vals if not math.isnan(v)]
+        out[f"eval/reward/{key}"] = sum(finite) / len(finite) if finite else float("nan")
+    out["_samples"] = [
+        {"question": q, "answer": a, "completion": c, "reward": v}
+        for (q, a, c), v in list(zip(items, values, strict=True))[:8]
+    ]
+    return out

@@ -1,0 +1,348 @@
+"""The synchronous LLM training loop behind `arena-run`: generate, score, learn, repeat.
+
+`run_training(cfg)` takes the resolved config dict, builds everything through the plugin
+registries, and writes a run directory: config.yaml, metrics.csv, TensorBoard events, a reward
+curve, checkpoints (resumable) and summary.json with the held-out figures before and after.
+Ctrl-C stops after saving a checkpoint and the summary (exit code 130 via RunInterrupted).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from arena_core.config.schema import CoreConfig
+from arena_core.errors import ArenaError
+from arena_core.learn.learner import Learner
+from arena_core.rollout.base import SamplingParams
+from arena_core.runtime.build import build_algorithm, build_backend, build_task, reward_path
+from arena_core.runtime.evaluate import evaluate
+from arena_core.runtime.progress import Progress
+from arena_core.runtime.rewards import RewardScorer
+from arena_core.runtime.rollout import GroupCollector, PromptEncoder, StepBatch
+from arena_core.store.atomic import atomic_write_json
+from arena_core.store.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
+from arena_core.store.metrics import MetricsWriter, plot_reward_curve
+from arena_core.store.rundir import new_run_dir, resolve_resume, write_config
+
+DEFAULT_MICRO_BATCH_TOKENS = 2048  # until the planner picks one
+
+
+class RunInterrupted(ArenaError):
+    """Ctrl-C: the run saved a checkpoint and its summary, then stopped."""
+
+    exit_code = 130
+
+
+def run_training(cfg: dict[str, Any]) -> Path:
+    """Train as `cfg` says; returns the run directory (see the module docstring)."""
+    core = CoreConfig.model_validate(cfg)
+    threads = torch.get_num_threads()
+    if core.runtime.threads:
+        torch.set_num_threads(core.runtime.threads)
+    try:
+        return _run(core, cfg)
+    finally:
+        torch.set_num_threads(threads)  # a library call must not change the caller's threads
+
+
+def _run(core: CoreConfig, cfg: dict[str, Any]) -> Path:
+    algorithm = build_algorithm(core.algo)
+    task = build_task(core.env)
+    reward_file = reward_path(core.reward, task)  # fails fast, before any model loads
+    resuming = core.train.resume is not None
+    if resuming:
+        run_dir = resolve_resume(str(core.train.resume), core.paths.runs)
+        if not (run_dir / "config.yaml").exists():
+            write_config(run_dir, cfg)
+    else:
+        name = core.run_name or f"{core.algo['name']}-{core.env['name']}"  # type: ignore[index]
+        run_dir = new_run_dir(core.paths.runs, name)
+        write_config(run_dir, cfg)
+    print(f"run directory: {run_dir}", flush=True)
+    random.seed(core.seed)
+    np.random.seed(core.seed % (2**32))
+    torch.manual_seed(core.seed)
+
+    from arena_core.models import load_policy
+    from arena_core.sandbox import RewardPool
+
+    policy = load_policy(core.model.model_dump())
+    learner = Learner(
+        policy.model,
+        algorithm,
+        micro_batch_tokens=core.train.micro_batch_tokens or DEFAULT_MICRO_BATCH_TOKENS,
+        temperature=core.generation.temperature,
+        tis_cap=core.train.tis_cap,
+        norm_len=core.generation.max_new_tokens,
+        batching=core.train.batching,
+    )
+    state: dict[str, Any] = {}
+    if resuming:
+        ckpt = latest_checkpoint(run_dir)
+        if ckpt is None:
+            raise ArenaError(f"{run_dir} has no checkpoint to resume from")
+        state = load_checkpoint(ckpt, policy.model, learner.optimizer)
+        print(f"resumed from {ckpt} (step {state['step']})", flush=True)
+    backend = build_backend(core.backend.model_dump(), policy)
+    sb = core.sandbox
+    with RewardPool(
+        reward_file,
+        workers=sb.workers,
+        timeout_s=sb.reward_timeout_s,
+        fallback=sb.fallback,
+        memory_mb=sb.memory_mb,
+    ) as pool:
+        loop = _Loop(
+            core,
+            run_dir,
+            algorithm,
+            task,
+            policy,
+            learner,
+            backend,
+            RewardScorer(
+                pool, path=reward_file, timeout_s=sb.reward_timeout_s, memory_mb=sb.memory_mb
+            ),
+            state,
+        )
+        try:
+            loop.run()
+        finally:
+            loop.metrics.close()
+            close = getattr(backend, "close", None)
+            if callable(close):
+                close()
+    return run_dir
+
+
+class _Loop:
+    """The state of one run; methods are the loop's phases."""
+
+    def __init__(
+        self,
+        core: CoreConfig,
+        run_dir: Path,
+        algorithm: Any,
+        task: Any,
+        policy: Any,
+        learner: Learner,
+        backend: Any,
+        scorer: RewardScorer,
+        state: dict[str, Any],
+    ) -> None:
+        self.core, self.run_dir, self.policy = core, run_dir, policy
+        self.learner, self.backend, self.scorer = learner, backend, scorer
+        self.step = int(state.get("step", 0))
+        self.state = state
+        self.encoder = PromptEncoder(task, policy.tokenizer)
+        self.eval_examples = task.eval_examples(core.eval.num_prompts)
+        gen = core.generation
+        params = SamplingParams(
+            max_new_tokens=gen.max_new_tokens,
+            temperature=gen.temperature,
+            top_p=gen.top_p,
+            top_k=gen.top_k,
+            stop=list(gen.stop),
+        )
+        self.collector = GroupCollector(
+            task,
+            self.encoder,
+            backend,
+            scorer,
+            algorithm,
+            params,
+            seed=core.seed,
+            max_rounds=core.train.max_sampling_rounds,
+            position=int(state.get("data_position", 0)),
+        )
+        self.metrics = MetricsWriter(
+            run_dir,
+            tensorboard="tensorboard" in core.logger.names,
+            resume_step=self.step if state else None,
+        )
+        self.evals: list[dict[str, Any]] = list(state.get("evals", []))
+        self.totals: dict[str, float] = dict(state.get("totals", {}))
+        self.last_ckpt_step = self.step if state else -1
+
+    # -- phases ------------------------------------------------------------------------------
+    def run(self) -> None:
+        t_start = time.perf_counter()
+        wall_before = float(self.totals.get("wall_seconds", 0.0))
+        total = self.core.train.max_steps
+        progress = Progress(
+            total, start=self.step, mode=self.core.runtime.progress, every=self.core.train.log_every
+        )
+        try:
+            with progress:
+                if not self.evals:
+                    progress.note("evaluating the initial policy on held-out prompts...")
+                    self._evaluate()
+                    progress.note(_eval_line(self.evals[-1]))
+                while self.step < total:
+                    row = self._train_step()
+                    if self._due(self.core.eval.every) or self.step == total:
+                        row.update(_public(self._evaluate()))
+                        progress.note(_eval_line(self.evals[-1]))
+                    self.totals["wall_seconds"] = wall_before + time.perf_counter() - t_start
+                    row["time/elapsed_s"] = self.totals["wall_seconds"]
+                    self._log(row)
+                    progress.update(self.step, row)
+                    if self._due(self.core.train.checkpoint_every) and self.step < total:
+                        self._checkpoint()
+                if self.evals[-1]["step"] != self.step:
+                    self._evaluate()
+                    progress.note(_eval_line(self.evals[-1]))
+        except KeyboardInterrupt:
+            self.totals["wall_seconds"] = wall_before + time.perf_counter() - t_start
+            ckpt = self._finish(interrupted=True)
+            raise RunInterrupted(
+                f"interrupted at step {self.step}: checkpoint {ckpt}, summary in "
+                f"{self.run_dir / 'summary.json'}. Resume with train.resume={self.run_dir}"
+            ) from None
+        self.totals["wall_seconds"] = wall_before + time.perf_counter() - t_start
+        self._finish(interrupted=False)
+
+    def _due(self, every: int) -> bool:
+        return every > 0 and self.step % every == 0
+
+    def _train_step(self) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        batch = self.collector.collect(self.core.train.prompts_per_step, self.step)
+        learn = self.learner.step(batch.samples) if batch.samples else {}
+        self.step += 1
+        self.backend.update_weights(self.policy.model, self.step)
+        row = _step_row(batch, learn, time.perf_counter() - t0)
+        for key in ("tokens/generated", "tokens/trained", "time/generate_s", "time/learn_s"):
+            self.totals[key] = self.totals.get(key, 0.0) + float(row.get(key) or 0.0)
+        return row
+
+    def _evaluate(self) -> dict[str, Any]:
+        ev = self.core.eval
+        result = evaluate(
+            self.backend,
+            self.encoder,
+            self.eval_examples,
+            self.scorer,
+            max_new_tokens=ev.max_new_tokens or self.core.generation.max_new_tokens,
+            stop=list(self.core.generation.stop),
+        )
+        record = {"step": self.step, **_public(result), "samples": result["_samples"]}
+        self.evals.append(record)
+        return result
+
+    def _log(self, row: dict[str, Any]) -> None:
+        # every eval column exists from the first row on (the CSV's columns are fixed then),
+        # filled on the steps that evaluated
+        last = self.evals[-1] if self.evals and self.evals[-1]["step"] == self.step else {}
+        keys = [k for k in (self.evals[0] if self.evals else {}) if k.startswith("eval/")]
+        for key in keys or ["eval/reward_mean", "eval/accuracy"]:
+            row.setdefault(key, last.get(key))
+        self.metrics.log(self.step, row)
+
+    def _checkpoint(self) -> Path:
+        state = {
+            "data_position": self.collector.position,
+            "policy_version": self.step,
+            "evals": self.evals,
+            "totals": self.totals,
+        }
+        path = save_checkpoint(
+            self.run_dir,
+            self.step,
+            self.policy.model,
+            self.learner.optimizer,
+            state,
+            tokenizer=self.policy.tokenizer,
+            keep=self.core.train.keep_checkpoints,
+        )
+        self.last_ckpt_step = self.step
+        plot_reward_curve(
+            self.run_dir, evals=[(e["step"], e["eval/reward_mean"]) for e in self.evals]
+        )
+        return path
+
+    def _finish(self, *, interrupted: bool) -> Path:
+        ckpt = self._checkpoint()
+        empty = {"step": None, "eval/reward_mean": None, "eval/accuracy": None}
+        first = self.evals[0] if self.evals else empty
+        last = self.evals[-1] if self.evals else empty
+        t = self.totals
+        summary = {
+            "run_dir": str(self.run_dir),
+            "steps": self.step,
+            "interrupted": interrupted,
+            "eval_reward_initial": first["eval/reward_mean"],
+            "eval_reward_final": last["eval/reward_mean"],
+            "eval_accuracy_initial": first["eval/accuracy"],
+            "eval_accuracy_final": last["eval/accuracy"],
+            "eval_prompts": len(self.eval_examples),
+            "eval_final_step": last["step"],
+            "wall_seconds": t.get("wall_seconds", 0.0),
+            "tokens_per_s/generated": _rate(t.get("tokens/generated"), t.get("time/generate_s")),
+            "tokens_per_s/trained": _rate(t.get("tokens/trained"), t.get("time/learn_s")),
+            "tokens/generated": t.get("tokens/generated", 0.0),
+            "tokens/trained": t.get("tokens/trained", 0.0),
+            "final_checkpoint": str(ckpt),
+            "evals": [{k: v for k, v in e.items() if k != "samples"} for e in self.evals],
+            "eval_samples_final": last.get("samples", []),
+        }
+        atomic_write_json(self.run_dir / "summary.json", summary)
+        return ckpt
+
+
+def _step_row(batch: StepBatch, learn: dict[str, float], step_s: float) -> dict[str, Any]:
+    r = batch.rewards
+    gen_tokens = batch.generated_tokens
+    row: dict[str, Any] = {
+        "reward/mean": statistics.fmean(r) if r else float("nan"),
+        "reward/std": statistics.pstdev(r) if len(r) > 1 else 0.0,
+    }
+    for key, vals in sorted(batch.components.items()):
+        finite = [v for v in vals if not math.isnan(v)]
+        row[f"reward/{key}"] = statistics.fmean(finite) if finite else float("nan")
+    row.update(
+        {
+            "loss": learn.get("loss", 0.0),
+            "kl": learn.get("kl", 0.0),
+            "clip_frac": learn.get("clip_frac", 0.0),
+            "grad_norm": learn.get("grad_norm", 0.0),
+            "is_weight/mean": learn.get("is_weight/mean", 1.0),
+            "tokens/generated": float(gen_tokens),
+            "tokens/trained": learn.get("tokens/trained", 0.0),
+            "completion_len/mean": gen_tokens / max(1, len(batch.completions)),
+            "groups/kept": batch.groups_kept,
+            "groups/dropped_zero_adv": batch.groups_dropped,
+            "sampling/rounds": batch.rounds,
+            "reward/failures": sum(v for k, v in batch.outcome_kinds.items() if k != "ok"),
+            "time/generate_s": batch.generate_s,
+            "time/reward_s": batch.reward_s,
+            "time/learn_s": learn.get("time/learn_s", 0.0),
+            "time/step_s": step_s,
+            "tokens_per_s/generated": _rate(gen_tokens, batch.generate_s),
+            "tokens_per_s/trained": _rate(learn.get("tokens/trained"), learn.get("time/learn_s")),
+        }
+    )
+    return row
+
+
+def _rate(tokens: float | None, seconds: float | None) -> float:
+    return float(tokens) / seconds if tokens and seconds else 0.0
+
+
+def _public(result: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in result.items() if not k.startswith("_")}
+
+
+def _eval_line(record: dict[str, Any]) -> str:
+    return (
+        f"eval @ step {record['step']}: reward {record['eval/reward_mean']:.3f}, "
+        f"accuracy {100 * record['eval/accuracy']:.1f}% ({record['eval/seconds']:.1f}s)"
+    )

@@ -1,0 +1,73 @@
+"""Scoring completions through the sandboxed reward pool.
+
+Every reward call, training or evaluation, goes through `arena_core.sandbox.RewardPool`: a reward
+that raises, hangs or returns garbage costs its fallback value and a counted outcome kind, never
+the run. Per-component values (a reward file's optional `components(q, a, c) -> dict`) come from
+the pool when it can return them, else from one sandboxed call per batch (`components.py`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+from arena_core.runtime.components import defines_components, sandboxed_components
+
+# Component names that mean "the answer is right": accuracy uses the first one the reward reports.
+CORRECT_KEYS = ("correctness", "correct", "accuracy")
+
+
+class RewardScorer:
+    """`scorer(items) -> (values, kinds)`; `score_with_components` adds per-component values."""
+
+    def __init__(
+        self,
+        pool: Any,
+        *,
+        path: str | None = None,
+        timeout_s: float = 5.0,
+        memory_mb: int = 1024,
+        correct_threshold: float | None = None,
+    ) -> None:
+        self.pool = pool
+        self.correct_threshold = correct_threshold
+        self._pool_components = "components" in inspect.signature(pool.score).parameters
+        self._path = path if path and defines_components(path) else None
+        self._timeout_s, self._memory_mb = timeout_s, memory_mb
+
+    def __call__(self, items: Sequence[tuple[str, str, str]]) -> tuple[list[float], list[str]]:
+        outcomes = self.pool.score(list(items))
+        return [float(o.value) for o in outcomes], [o.kind for o in outcomes]
+
+    def score_with_components(
+        self, items: Sequence[tuple[str, str, str]]
+    ) -> tuple[list[float], list[str], dict[str, list[float]]]:
+        """Values, kinds and {component: values} ({} when the reward has no components)."""
+        if self._pool_components:
+            outcomes = self.pool.score(list(items), components=True)
+            comps: dict[str, list[float]] = {}
+            for i, o in enumerate(outcomes):
+                for key, val in (getattr(o, "components", None) or {}).items():
+                    comps.setdefault(key, [float("nan")] * len(outcomes))[i] = float(val)
+            return [float(o.value) for o in outcomes], [o.kind for o in outcomes], comps
+        values, kinds = self(items)
+        if self._path is None or not items:
+            return values, kinds, {}
+        timeout = self._timeout_s * max(2.0, len(items) / 50)
+        comps = sandboxed_components(
+            self._path, list(items), timeout_s=timeout, memory_mb=self._memory_mb
+        )
+        return values, kinds, comps
+
+    def correct(self, values: Sequence[float], comps: dict[str, list[float]]) -> list[bool]:
+        """Which completions count as correct, for the accuracy metric.
+
+        The reward's correctness component when it reports one (gsm8k: `correctness`); else a
+        reward of at least `correct_threshold` (default 1.0: a 0/1 reward's success).
+        """
+        for key in CORRECT_KEYS:
+            if key in comps:
+                return [v == v and v > 0 for v in comps[key]]  # v == v: not NaN
+        threshold = self.correct_threshold if self.correct_threshold is not None else 1.0
+        return [v >= threshold for v in values]

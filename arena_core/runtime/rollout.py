@@ -1,0 +1,159 @@
+"""Collecting a step's training groups: prompts -> completions -> rewards -> advantages.
+
+A group whose advantages are all zero (every completion got the same reward) carries no
+gradient, so it is dropped before the learner and counted (`groups/dropped_zero_adv`); more
+prompts are then sampled, a bounded number of rounds, so each step trains on
+`train.prompts_per_step` informative groups whenever the policy can produce them.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+
+from arena_core.learn.algorithm import Algorithm
+from arena_core.learn.packing import Sample
+from arena_core.rollout.base import Completion, GenerationBackend, SamplingParams
+from arena_core.tasks import Example, TextTask
+
+
+class PromptEncoder:
+    """Chat-template encoding of a task's examples, cached (the same prompts recur in eval)."""
+
+    def __init__(self, task: TextTask, tokenizer: Any) -> None:
+        self.task, self.tokenizer = task, tokenizer
+        self._cache: dict[tuple[str, str], list[int]] = {}
+
+    def __call__(self, example: Example) -> list[int]:
+        key = (example.question, example.answer)
+        ids = self._cache.get(key)
+        if ids is None:
+            messages = self.task.messages(example)
+            out = self.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=True, return_dict=False
+            )
+            ids = list(out["input_ids"] if isinstance(out, dict) else out)
+            if len(self._cache) < 100_000:
+                self._cache[key] = ids
+        return ids
+
+
+@dataclass
+class StepBatch:
+    """What one step generated, and the informative part the learner trains on."""
+
+    samples: list[Sample] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)  # every scored completion
+    completions: list[Completion] = field(default_factory=list)  # every completion
+    groups_sampled: int = 0
+    groups_kept: int = 0
+    groups_dropped: int = 0
+    groups_cancelled: int = 0
+    rounds: int = 0
+    generate_s: float = 0.0
+    reward_s: float = 0.0
+    outcome_kinds: Counter = field(default_factory=Counter)
+    components: dict[str, list[float]] = field(default_factory=dict)
+
+    @property
+    def generated_tokens(self) -> int:
+        return sum(len(c.token_ids) for c in self.completions)
+
+
+class GroupCollector:
+    """Samples groups from an endless seeded example stream; `position` is the resume point."""
+
+    def __init__(
+        self,
+        task: TextTask,
+        encoder: PromptEncoder,
+        backend: GenerationBackend,
+        scorer: Any,
+        algorithm: Algorithm,
+        params: SamplingParams,
+        *,
+        seed: int,
+        max_rounds: int = 4,
+        position: int = 0,
+    ) -> None:
+        self.task, self.encoder, self.backend = task, encoder, backend
+        self.scorer, self.algorithm, self.params = scorer, algorithm, params
+        self.seed, self.max_rounds = seed, max_rounds
+        self.control: Any = None  # the async runtime's DecodeControl (weight swaps, early cancel)
+        self.position = 0
+        self._stream: Iterator[Example] = task.train_examples(seed)
+        for _ in range(position):  # deterministic stream: skipping replays the data position
+            self._next()
+
+    def _next(self) -> Example:
+        self.position += 1
+        return next(self._stream)
+
+    def collect(self, n_groups: int, step: int) -> StepBatch:
+        g = self.algorithm.group_size
+        out = StepBatch()
+        for rnd in range(self.max_rounds):
+            need = n_groups - out.groups_kept
+            if need <= 0:
+                break
+            # after the first round, oversample by the observed informative rate (at most 2x):
+            # enough to fill the step usually, bounded when the policy gives no signal at all
+            rate = out.groups_kept / out.groups_sampled if out.groups_sampled else 1.0
+            n_try = need if rnd == 0 else min(2 * need, math.ceil(need / max(rate, 0.5)))
+            examples = [self._next() for _ in range(n_try)]
+            prompts = [self.encoder(ex) for ex in examples for _ in range(g)]
+            params = replace(self.params, seed=_seed(self.seed, step, rnd))
+            t0 = time.perf_counter()
+            extra = {"control": self.control} if self.control is not None else {}
+            comps = self.backend.generate(prompts, params, **extra)
+            out.generate_s += time.perf_counter() - t0
+            items = [
+                (ex.question, ex.answer, c.text)
+                for ex, c in zip((ex for ex in examples for _ in range(g)), comps, strict=True)
+            ]
+            t0 = time.perf_counter()
+            values, kinds, comps_by_key = self.scorer.score_with_components(items)
+            out.reward_s += time.perf_counter() - t0
+            for key, vals in comps_by_key.items():
+                out.components.setdefault(key, []).extend(vals)
+            out.outcome_kinds.update(kinds)
+            out.rewards.extend(values)
+            out.completions.extend(comps)
+            out.rounds += 1
+            self._assemble(out, comps, values, n_try, need)
+        return out
+
+    def _assemble(
+        self, out: StepBatch, comps: list[Completion], values: list[float], n_try: int, need: int
+    ) -> None:
+        g = self.algorithm.group_size
+        rewards = torch.tensor(values, dtype=torch.float32).view(n_try, g)
+        adv = self.algorithm.advantages(rewards)
+        out.groups_sampled += n_try
+        for i in range(n_try):
+            if any(c.finish_reason == "aborted" for c in comps[i * g : (i + 1) * g]):
+                out.groups_cancelled += 1  # cancelled as too stale: an incomplete group
+                continue
+            if adv[i].abs().max() <= 1e-8:
+                out.groups_dropped += 1
+                continue
+            if need <= 0:
+                continue  # a surplus informative group: not trained on, not counted as dropped
+            need -= 1
+            out.groups_kept += 1
+            for j in range(g):
+                c = comps[i * g + j]
+                out.samples.append(
+                    Sample(c.prompt_ids, list(c.token_ids), list(c.logprobs), float(adv[i, j]))
+                )
+
+
+def _seed(seed: int, step: int, rnd: int) -> int:
+    """A distinct, reproducible sampling seed per (run seed, step, round)."""
+    return (seed * 1_000_003 + step * 101 + rnd) % (2**31 - 1)

@@ -1,0 +1,207 @@
+"""Child-side plumbing shared by the sandbox workers.
+
+Standard library only, and importable as a plain module (`import _child`) from a worker started by
+file path: a reward worker must start in tens of milliseconds and must not import arena_core (whose
+package __init__ may grow heavy), so nothing here may import it either.
+
+What it does in the child: caps address space, CPU time, file size and core dumps; makes the worker
+the subreaper of its descendants (so a grandchild that detaches is still found and killed); kills
+the whole process group when the parent goes away; captures the user's prints in a file the parent
+can also read (after a crash); and turns exceptions into "type, message, the user's line".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import numbers
+import os
+import resource
+import signal
+import sys
+import threading
+import traceback
+from typing import Any
+
+OUTPUT_FILE_LIMIT = 128 * 1024 * 1024  # RLIMIT_FSIZE: an endless print loop cannot fill the disk
+OUTPUT_KEEP = 4096  # bytes of the user's output kept per call
+
+
+def apply_limits(memory_mb: int | None, cpu_seconds: int | None) -> None:
+    """RLIMIT_AS, RLIMIT_CORE=0 and RLIMIT_FSIZE now; RLIMIT_CPU is armed per call (cpu_budget)."""
+    if memory_mb:
+        cap = int(memory_mb) * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_FILE_LIMIT, OUTPUT_FILE_LIMIT))
+    # Past RLIMIT_FSIZE, write() fails with EFBIG instead of the process dying of SIGXFSZ.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    if cpu_seconds:
+        cpu_budget(cpu_seconds)
+
+
+def cpu_budget(cpu_seconds: int) -> None:
+    """Allow `cpu_seconds` more CPU from now: the kernel sends SIGXCPU past it.
+
+    RLIMIT_CPU counts the process's whole life, so a warm worker re-arms it before every call;
+    otherwise a long training run would exhaust the budget of a perfectly good worker.
+    """
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    soft = int(math.ceil(usage.ru_utime + usage.ru_stime)) + int(cpu_seconds)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, resource.RLIM_INFINITY))
+
+
+def become_subreaper() -> None:
+    """Orphaned descendants are re-parented to this worker, so the parent can still find them."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+
+
+def reap_orphans() -> None:
+    """Collect exited descendants (a subreaper inherits zombies it must wait for)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def start_lifeline(fd: int) -> None:
+    """Kill the process group when the parent dies (its end of the lifeline pipe closes)."""
+
+    def watch() -> None:
+        with contextlib.suppress(OSError):
+            while os.read(fd, 1):
+                pass
+        os.killpg(0, signal.SIGKILL)
+
+    threading.Thread(target=watch, name="arena-lifeline", daemon=True).start()
+
+
+def enable_tracebacks() -> None:
+    """Fatal signals and SIGUSR1 dump the Python stack to stderr (the capture file).
+
+    The parent sends SIGUSR1 to a worker that timed out before killing it: the dump works even
+    while C code (a backtracking regex) holds the GIL, and names the user's line that hung.
+    """
+    import faulthandler
+
+    faulthandler.enable(file=sys.stderr, all_threads=False)
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=False)
+    # past RLIMIT_CPU: dump the stack, then die of SIGXCPU as before (chain to the default)
+    faulthandler.register(signal.SIGXCPU, file=sys.stderr, all_threads=False, chain=True)
+
+
+class Output:
+    """The user's stdout/stderr: fd 1 and 2 point at one O_APPEND file shared with the parent."""
+
+    def __init__(self) -> None:
+        self.fd = 1
+
+    def take(self) -> tuple[str, int]:
+        """(first OUTPUT_KEEP bytes as text, total bytes) printed since the last take; then empty."""
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        try:
+            size = os.fstat(self.fd).st_size
+        except OSError:
+            return "", 0
+        if size == 0:
+            return "", 0
+        head = os.pread(self.fd, OUTPUT_KEEP, 0)
+        os.ftruncate(self.fd, 0)
+        return head.decode("utf-8", "replace"), size
+
+
+def send(fd: int, obj: Any) -> None:
+    """One JSON line to the parent (loops over partial writes of large messages)."""
+    data = memoryview((json.dumps(obj, separators=(",", ":")) + "\n").encode())
+    while data:
+        written = os.write(fd, data)
+        data = data[written:]
+
+
+def same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.abspath(a) == os.path.abspath(b)
+
+
+_ARENA_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_STDLIB_DIR = os.path.dirname(os.path.abspath(os.__file__))
+
+
+def is_user_file(filename: str) -> bool:
+    """Not the standard library, an installed package or Arena itself: the user's own code."""
+    name = os.path.abspath(filename)
+    if filename.startswith("<") or "site-packages" in name or "dist-packages" in name:
+        return False
+    return not name.startswith((_STDLIB_DIR + os.sep, _ARENA_DIR + os.sep))
+
+
+def user_frame(exc: BaseException, path: str | None) -> tuple[str | None, int | None, str]:
+    """(file, line, source) of the deepest frame in `path` (or, without a path, in the user's
+    code, else the deepest frame): the line a user should look at, not a library's internals."""
+    if isinstance(exc, SyntaxError) and exc.filename and exc.lineno:
+        if not path or same_file(exc.filename, path):
+            return exc.filename, exc.lineno, (exc.text or "").strip()
+    frames = traceback.extract_tb(exc.__traceback__)
+    if path:
+        chosen = [f for f in frames if f.filename and same_file(f.filename, path)]
+    else:
+        chosen = [f for f in frames if is_user_file(f.filename)]
+    if not chosen:
+        return None, None, ""
+    frame = chosen[-1]
+    return frame.filename, frame.lineno, (frame.line or "").strip()
+
+
+def describe_exception(exc: BaseException, path: str | None) -> dict[str, Any]:
+    """The facts a user needs: exception type, message, and where in their file it was raised."""
+    filename, line, text = user_frame(exc, path)
+    message = str(exc)
+    if isinstance(exc, SyntaxError):
+        message = exc.msg or message
+    if isinstance(exc, MemoryError) and not message:
+        message = "an allocation failed: over the sandbox's memory limit (RLIMIT_AS)"
+    where = ""
+    if filename and line:
+        where = f" ({os.path.basename(filename)}:{line}" + (f": `{text}`)" if text else ")")
+    return {
+        "error_type": type(exc).__name__,
+        "message": message[:2000],
+        "file": filename,
+        "line": line,
+        "detail": f"{type(exc).__name__}: {message[:2000]}{where}",
+    }
+
+
+def check_value(value: Any) -> tuple[float | None, str]:
+    """(float, "") for a usable reward, else (None, why it is not one and how to fix it)."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return None, f"returned bool {value}: return a float (1.0 / 0.0), not a bool"
+    if isinstance(value, numbers.Real):
+        f = float(value)
+        if math.isnan(f):
+            return None, "returned NaN: guard the division or missing value that produces it"
+        if math.isinf(f):
+            return None, f"returned {f}: clip the reward to a finite range"
+        return f, ""
+    kind = type(value).__name__
+    if value is None:
+        return None, "returned None: a code path of reward() ends without `return <float>`"
+    if isinstance(value, str):
+        return None, f"returned str {value[:40]!r}: convert it with float(...)"
+    if isinstance(value, list | tuple | dict | set):
+        return None, f"returned {kind} of length {len(value)}: return one float per completion"
+    if hasattr(value, "item"):
+        return None, f"returned {kind}: return a plain float (value.item())"
+    return None, f"returned {kind}: return a float"

@@ -1,0 +1,148 @@
+"""A warm reward worker: imports the user's reward file once, then scores batches of items.
+
+Started by file path (`python _reward_worker.py CONFIG`) in its own session, so it imports only
+the standard library and starts fast. Protocol, one JSON line per message:
+  parent -> worker  {"items": [[index, question, answer, completion], ...]}
+  worker -> parent  {"ready": ...} or {"fatal": ...} once after import, then per item
+                    [index, kind, value, seconds, detail, error_type, line, output, output_bytes],
+                    and {"exit": reason} before leaving on its own (after a MemoryError).
+Results stream item by item so the parent can time out a single item, not the whole batch.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import _child  # noqa: I001 - found next to this file, see below
+
+if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+    sys.path.pop(0)  # the sandbox folder must not shadow the user's own modules
+
+
+def load_reward(path: str) -> tuple[Any, dict[str, Any]]:
+    """Import the file and check the contract; (reward function, ready message) or a fatal one."""
+    started = time.perf_counter()
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    stem = os.path.splitext(os.path.basename(path))[0]
+    name = "arena_reward_" + "".join(c if c.isalnum() else "_" for c in stem)
+    try:
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            return None, {"fatal": "import", "detail": f"cannot import {path}: not a Python file"}
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        info = _child.describe_exception(exc, path)
+        return None, {"fatal": "syntax", **info, "text": (exc.text or "").rstrip()}
+    except BaseException as exc:  # noqa: BLE001 - user code may raise anything, even SystemExit
+        return None, {"fatal": "import", **_child.describe_exception(exc, path)}
+    import_s = time.perf_counter() - started
+    fn = getattr(module, "reward", None)
+    if fn is None:
+        found = sorted(
+            n for n, v in vars(module).items() if inspect.isfunction(v) and v.__module__ == name
+        )
+        return None, {"fatal": "missing", "functions": found}
+    if not callable(fn):
+        return None, {"fatal": "not_callable", "type": type(fn).__name__}
+    line = getattr(getattr(fn, "__code__", None), "co_firstlineno", None)
+    if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+        return None, {"fatal": "async", "line": line}
+    try:
+        sig = inspect.signature(fn)
+        params = [p.name for p in sig.parameters.values()]
+    except (TypeError, ValueError):
+        sig, params = None, []
+    if sig is not None:
+        try:
+            sig.bind("q", "a", "c")
+        except TypeError as exc:
+            return None, {
+                "fatal": "signature",
+                "signature": str(sig),
+                "line": line,
+                "why": str(exc),
+            }
+    if sig is not None:  # shown without annotations: `from __future__` turns them into quotes
+        plain = [p.replace(annotation=p.empty) for p in sig.parameters.values()]
+        sig = sig.replace(parameters=plain, return_annotation=sig.empty)
+    return fn, {
+        "ready": True,
+        "signature": str(sig) if sig is not None else "(...)",
+        "params": params,
+        "line": line,
+        "import_s": import_s,
+    }
+
+
+def score_one(fn: Any, path: str, item: list[Any], output: _child.Output, cpu: int | None) -> list:
+    index, question, answer, completion = item
+    if cpu:
+        _child.cpu_budget(cpu)
+    kind, value, detail, etype, line = "ok", None, "", None, None
+    started = time.perf_counter()
+    try:
+        result = fn(question, answer, completion)
+    except MemoryError as exc:
+        info = _child.describe_exception(exc, path)
+        kind, detail, etype, line = "memory", info["detail"], "MemoryError", info["line"]
+    except SystemExit as exc:
+        info = _child.describe_exception(exc, path)
+        kind, etype, line = "crashed", "SystemExit", info["line"]
+        at = f" at {os.path.basename(path)}:{line}" if line else ""
+        detail = f"reward() called sys.exit({exc.code!r}){at}: return a float instead"
+    except BaseException as exc:  # noqa: BLE001
+        info = _child.describe_exception(exc, path)
+        kind, detail, etype, line = "error", info["detail"], info["error_type"], info["line"]
+    else:
+        value, why = _child.check_value(result)
+        if value is None:
+            kind, detail = "bad_return", why
+    seconds = time.perf_counter() - started
+    text, nbytes = output.take()
+    _child.reap_orphans()
+    return [index, kind, value, seconds, detail, etype, line, text, nbytes]
+
+
+def main() -> None:
+    cfg = json.loads(sys.argv[1])
+    path, resp = cfg["path"], cfg["resp"]
+    _child.apply_limits(cfg.get("memory_mb"), cfg.get("cpu_seconds"))
+    _child.become_subreaper()
+    _child.start_lifeline(cfg["life"])
+    _child.enable_tracebacks()
+    fn, hello = load_reward(path)
+    hello["import_output"] = import_output()
+    _child.send(resp, hello)
+    if fn is None or cfg.get("contract_only"):
+        return
+    output = _child.Output()
+    cpu = cfg.get("cpu_seconds")
+    with os.fdopen(cfg["req"], "rb") as requests:
+        for raw in requests:
+            message = json.loads(raw)
+            for item in message["items"]:
+                result = score_one(fn, path, item, output, cpu)
+                _child.send(resp, result)
+                if result[1] == "memory":  # the heap may be fragmented or full: start afresh
+                    _child.send(resp, {"exit": "memory"})
+                    os._exit(0)
+
+
+def import_output() -> str:
+    """What the import printed (first bytes), so the parent can show it with an import error."""
+    try:
+        return _child.Output().take()[0]
+    except Exception:  # noqa: BLE001
+        return ""
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,302 @@
+"""RewardPool: warm, sandboxed reward workers that score a training step's completions.
+
+Each worker imports the reward file once and scores chunks of items (one write per chunk, one
+short JSON line back per item), so the cost per item stays in the tens of microseconds. Results
+stream back item by item: the timeout applies to each item, a hung item costs its own timeout
+only, the worker is then killed with its process group and replaced, and the rest of its chunk
+is scored by the others. A bad sample never raises: it gets the fallback value and a typed kind.
+"""
+
+from __future__ import annotations
+
+import atexit
+import linecache
+import os
+import select
+import threading
+import time
+import weakref
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from arena_core.sandbox.contract import (
+    WORKER,
+    await_hello,
+    contract_error,
+    resolve_reward,
+    worker_config,
+)
+from arena_core.sandbox.outcome import CRASHED, FATAL, OK, SKIPPED, TIMEOUT, RewardOutcome
+from arena_core.sandbox.process import Child, describe_exit, stack_line
+
+_LIVE_POOLS: weakref.WeakSet[RewardPool] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live_pools() -> None:
+    for pool in list(_LIVE_POOLS):
+        pool.close()
+
+
+@dataclass
+class _Slot:
+    child: Child
+    ready: bool = False
+    job: list[int] | None = None
+    pos: int = 0
+    last: float = field(default_factory=time.monotonic)
+    leaving: bool = False  # the worker announced it exits on its own (after a MemoryError)
+
+
+class RewardPool:
+    """Score (question, answer, completion) items with a reward file in sandboxed workers.
+
+    Raises a RewardContractError (an ArenaError) at construction when the file does not import or
+    breaks the contract; after that, `score` never raises for anything the reward does.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        workers: int = 2,
+        timeout_s: float = 5.0,
+        fallback: float = 0.0,
+        memory_mb: int = 1024,
+        cpu_seconds: int = 60,
+        import_timeout_s: float = 60.0,
+        max_chunk: int = 64,
+    ) -> None:
+        self.path = resolve_reward(path)
+        self.timeout_s = float(timeout_s)
+        self.fallback = float(fallback)
+        self.memory_mb = memory_mb
+        self.cpu_seconds = cpu_seconds
+        self.import_timeout_s = float(import_timeout_s)
+        self.max_chunk = max(1, int(max_chunk))
+        self.stats: dict[str, int] = {
+            "items": 0, "timeouts": 0, "replaced": 0, "stray_processes": 0
+        }  # fmt: skip
+        self.contract: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        self._restart_error: str = ""
+        self._slots: list[_Slot | None] = [self._spawn() for _ in range(max(1, int(workers)))]
+        _LIVE_POOLS.add(self)
+        try:
+            self._await_ready()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def _spawn(self) -> _Slot:
+        cfg = worker_config(self.path, self.memory_mb, self.cpu_seconds)
+        return _Slot(child=Child([WORKER], cfg))
+
+    def _await_ready(self) -> None:
+        for slot in self._slots:
+            assert slot is not None
+            hello = await_hello(slot.child, self.path, self.import_timeout_s, self.cpu_seconds)
+            if "fatal" in hello:
+                raise contract_error(hello, self.path)
+            slot.ready = True
+            self.contract = hello
+
+    def close(self) -> None:
+        """Kill every worker with its process group (idempotent; also runs at interpreter exit)."""
+        self._closed = True
+        for i, slot in enumerate(getattr(self, "_slots", [])):
+            if slot is not None:
+                self.stats["stray_processes"] += slot.child.kill()
+                self._slots[i] = None
+
+    def __enter__(self) -> RewardPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True):
+            self.close()
+
+    @property
+    def worker_pids(self) -> list[int]:
+        return [s.child.pid for s in self._slots if s is not None]
+
+    # -- scoring -----------------------------------------------------------------------------
+    def score(
+        self, items: list[tuple[str, str, str]], *, stop_after_failures: int | None = None
+    ) -> list[RewardOutcome]:
+        """One outcome per item, in order. `stop_after_failures` (validation) stops after that many
+        timeouts/memory/crashes and marks the rest `skipped`, so a hostile file costs one timeout.
+        """
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("RewardPool.score() called after close()")
+            return _Scoring(self, items, stop_after_failures).run()
+
+    def _outcome(self, kind: str, detail: str = "", **extra: Any) -> RewardOutcome:
+        return RewardOutcome(kind=kind, value=self.fallback, detail=detail, **extra)
+
+    def _retire(self, index: int) -> None:
+        slot = self._slots[index]
+        if slot is not None:
+            self.stats["stray_processes"] += slot.child.kill()
+            self.stats["replaced"] += 1
+            self._slots[index] = None
+
+
+class _Scoring:
+    """The event loop of one `score` call (kept apart so RewardPool reads as its lifecycle)."""
+
+    def __init__(self, pool: RewardPool, items: list[tuple[str, str, str]], stop: int | None):
+        self.pool = pool
+        self.items = items
+        self.stop = stop
+        self.failures = 0
+        self.results: list[RewardOutcome | None] = [None] * len(items)
+        size = -(-len(items) // max(1, len(pool._slots)))
+        size = max(1, min(pool.max_chunk, size))
+        self.pending: deque[list[int]] = deque(
+            list(range(s, min(len(items), s + size))) for s in range(0, len(items), size)
+        )
+        self.broken: set[int] = set()  # slots whose replacement failed to start during this call
+
+    def run(self) -> list[RewardOutcome]:
+        pool = self.pool
+        while not self._stopping():
+            self._dispatch()
+            busy = [s for s in pool._slots if s is not None and (s.job is not None or not s.ready)]
+            if not busy:
+                if self.pending:  # every slot is broken: the reward no longer starts
+                    why = pool._restart_error or "no reward worker could be started"
+                    for job in self.pending:
+                        for i in job:
+                            self.results[i] = pool._outcome(CRASHED, why)
+                    self.pending.clear()
+                break
+            now = time.monotonic()
+            deadlines = [
+                s.last + (pool.timeout_s if s.ready else pool.import_timeout_s) for s in busy
+            ]
+            wait = max(0.0, min(deadlines) - now)
+            select.select([s.child.resp for s in busy], [], [], wait)
+            for index, slot in enumerate(pool._slots):
+                if slot is not None and (slot.job is not None or not slot.ready):
+                    self._service(index, slot)
+        if self._stopping():
+            self._skip_rest()
+        pool.stats["items"] += len(self.items)
+        return [r if r is not None else pool._outcome(SKIPPED, "not scored") for r in self.results]
+
+    def _stopping(self) -> bool:
+        return self.stop is not None and self.failures >= self.stop
+
+    def _dispatch(self) -> None:
+        pool = self.pool
+        for index, slot in enumerate(pool._slots):
+            if slot is None and self.pending and index not in self.broken:
+                slot = pool._slots[index] = pool._spawn()
+            if slot is None or not slot.ready or slot.job is not None or not self.pending:
+                continue
+            job = self.pending.popleft()
+            batch = [[i, *self.items[i]] for i in job]
+            slot.job, slot.pos, slot.last = job, 0, time.monotonic()
+            if not slot.child.send({"items": batch}):
+                self._died(index, slot)
+
+    def _service(self, index: int, slot: _Slot) -> None:
+        pool = self.pool
+        for message in slot.child.read():
+            if isinstance(message, list) and slot.job is not None:
+                self._record(slot, message)
+            elif isinstance(message, dict):
+                if "exit" in message:
+                    slot.leaving = True
+                elif "ready" in message:
+                    slot.ready, slot.last = True, time.monotonic()
+                elif "fatal" in message:
+                    pool._restart_error = str(contract_error(message, pool.path))
+                    self.broken.add(index)
+                    pool._retire(index)
+                    return
+        if slot.child.eof:
+            self._died(index, slot)
+        elif time.monotonic() >= slot.last + (
+            pool.timeout_s if slot.ready else pool.import_timeout_s
+        ):
+            self._timed_out(index, slot)
+
+    def _record(self, slot: _Slot, msg: list[Any]) -> None:
+        i, kind, value, seconds, detail, etype, line, output, nbytes = msg
+        value = float(value) if kind == OK else self.pool.fallback
+        self.results[i] = RewardOutcome(kind, value, detail, seconds, etype, line, output, nbytes)
+        if kind in FATAL:
+            self.failures += 1
+        slot.pos += 1
+        slot.last = time.monotonic()
+        if slot.job is not None and slot.pos >= len(slot.job):
+            slot.job, slot.pos = None, 0
+
+    def _died(self, index: int, slot: _Slot) -> None:
+        """The worker closed its pipe: blame the item it was running unless it left on purpose."""
+        pool = self.pool
+        code = slot.child.wait_exit()
+        rest = list(slot.job[slot.pos :]) if slot.job else []
+        if not slot.ready:
+            message = {"fatal": "died", "detail": describe_exit(code or -9)[1]}
+            pool._restart_error = str(contract_error(message, pool.path))
+            self.broken.add(index)
+        elif rest and not slot.leaving:
+            current = rest.pop(0)
+            kind, detail = describe_exit(code if code is not None else -9, pool.cpu_seconds)
+            line = stack_line(slot.child.output_tail(), pool.path)
+            detail = f"reward() {detail}{_where(pool.path, line)}"
+            self.results[current] = pool._outcome(kind, detail, line=line)
+            self.failures += 1
+        if rest:
+            self.pending.appendleft(rest)
+        pool._retire(index)
+
+    def _timed_out(self, index: int, slot: _Slot) -> None:
+        pool = self.pool
+        if not slot.ready:
+            message = {"fatal": "timeout", "seconds": pool.import_timeout_s}
+            pool._restart_error = str(contract_error(message, pool.path))
+            self.broken.add(index)
+            pool._retire(index)
+            if slot.job:
+                self.pending.appendleft(list(slot.job))
+            return
+        assert slot.job is not None
+        current, rest = slot.job[slot.pos], list(slot.job[slot.pos + 1 :])
+        line = stack_line(slot.child.dump_stack(), pool.path)
+        detail = f"reward() did not return within {pool.timeout_s:g} s{_where(pool.path, line)}"
+        self.results[current] = pool._outcome(TIMEOUT, detail, duration_s=pool.timeout_s, line=line)
+        pool.stats["timeouts"] += 1
+        self.failures += 1
+        if rest:
+            self.pending.appendleft(rest)
+        pool._retire(index)
+
+    def _skip_rest(self) -> None:
+        pool = self.pool
+        for index, slot in enumerate(pool._slots):
+            if slot is not None and slot.job is not None:
+                pool._retire(index)  # it is running an item nobody will wait for
+        why = "not run: stopped after the failures above"
+        for i, result in enumerate(self.results):
+            if result is None:
+                self.results[i] = pool._outcome(SKIPPED, why)
+        self.pending.clear()
+
+
+def _where(path: str, line: int | None) -> str:
+    """` at reward.py:7: `source``, or empty when the line is unknown."""
+    if not line:
+        return ""
+    source = linecache.getline(path, line).strip()
+    return f" at {os.path.basename(path)}:{line}" + (f": `{source}`" if source else "")

@@ -1,0 +1,180 @@
+"""Checkpoints: model weights, optimizer and training state, written so a crash never corrupts one.
+
+Layout of `<run>/checkpoints/`:
+  index.json            {"latest": "step_000010", "checkpoints": [{"step", "dir", "kind", ...}]}
+  step_000010/
+    adapter/            LoRA: PEFT format (`PeftModel.from_pretrained(base, this_dir)` loads it)
+    model/              full fine-tuning: safetensors + config (`from_pretrained(this_dir)`)
+    optimizer.pt        optimizer state (torch.save; loaded with weights_only=True)
+    rng.safetensors     torch RNG state
+    state.json          step, data position, python/numpy RNG, anything else JSON
+A checkpoint is assembled in a temporary directory and renamed into place; the index is replaced
+atomically afterwards, so the index only ever names complete checkpoints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from arena_core.errors import ArenaError
+from arena_core.store.atomic import atomic_write_json, read_json
+
+INDEX = "index.json"
+
+
+def checkpoints_dir(run_dir: Path) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def read_index(run_dir: Path) -> dict[str, Any]:
+    path = checkpoints_dir(run_dir) / INDEX
+    return read_json(path) if path.is_file() else {"latest": None, "checkpoints": []}
+
+
+def is_lora(model: nn.Module) -> bool:
+    return hasattr(model, "peft_config")
+
+
+def rng_state() -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """(JSON part, tensor part) of every RNG a run draws from."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    py = random.getstate()
+    json_part = {
+        "python": [py[0], list(py[1]), py[2]],
+        "numpy": [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)],
+    }
+    return json_part, {"torch": torch.get_rng_state()}
+
+
+def set_rng_state(json_part: dict[str, Any], tensors: dict[str, torch.Tensor]) -> None:
+    py = json_part["python"]
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    kind, keys, pos, has_gauss, cached = json_part["numpy"]
+    np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(tensors["torch"])
+
+
+def save_checkpoint(
+    run_dir: Path,
+    step: int,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    state: dict[str, Any],
+    *,
+    tokenizer: Any = None,
+    keep: int | None = None,
+) -> Path:
+    """Write checkpoint `step` atomically and record it in the index; returns its directory."""
+    root = checkpoints_dir(run_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    name = f"step_{step:06d}"
+    final = root / name
+    index = read_index(run_dir)
+    if final.is_dir() and any(c["dir"] == name for c in index["checkpoints"]):
+        return final  # this step is already saved (e.g. interrupt right after a periodic save)
+    tmp = root / f".tmp-{name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    kind = "lora" if is_lora(model) else "full"
+    with _quiet_progress():  # a shard-writing bar per checkpoint would break the run's display
+        if kind == "lora":
+            model.save_pretrained(str(tmp / "adapter"))  # type: ignore[operator]
+        else:
+            model.save_pretrained(
+                str(tmp / "model"),  # type: ignore[operator]
+                max_shard_size="100GB",
+            )
+            if tokenizer is not None:
+                tokenizer.save_pretrained(str(tmp / "model"))
+    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    rng_json, rng_tensors = rng_state()
+    save_file(rng_tensors, str(tmp / "rng.safetensors"))
+    atomic_write_json(tmp / "state.json", {**state, "step": step, "rng": rng_json})
+    if final.exists():
+        shutil.rmtree(final)  # a leftover not named by the index (crash before the index update)
+    os.replace(tmp, final)
+    entries = [c for c in index["checkpoints"] if c["dir"] != name]
+    entries.append({"step": step, "dir": name, "kind": kind, "time": time.time()})
+    entries.sort(key=lambda c: c["step"])
+    removed: list[dict[str, Any]] = []
+    if keep is not None and len(entries) > keep:
+        removed, entries = entries[:-keep], entries[-keep:]
+    atomic_write_json(root / INDEX, {"latest": name, "checkpoints": entries})
+    for old in removed:  # delete only after the index stopped naming them
+        shutil.rmtree(root / old["dir"], ignore_errors=True)
+    return final
+
+
+@contextlib.contextmanager
+def _quiet_progress() -> Iterator[None]:
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:  # pragma: no cover
+        yield
+        return
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    index = read_index(run_dir)
+    return checkpoints_dir(run_dir) / index["latest"] if index.get("latest") else None
+
+
+def load_checkpoint(
+    ckpt: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None
+) -> dict[str, Any]:
+    """Restore weights, optimizer and RNGs from `ckpt` into live objects; returns state.json."""
+    ckpt = Path(ckpt)
+    if (ckpt / "adapter").is_dir():
+        if not is_lora(model):
+            raise ArenaError(
+                f"{ckpt} holds a LoRA adapter but the model has no LoRA: keep "
+                "model.lora.r as in the checkpointed run to resume it."
+            )
+        from peft import set_peft_model_state_dict
+
+        set_peft_model_state_dict(
+            model, load_file(str(ckpt / "adapter" / "adapter_model.safetensors"))
+        )
+    elif (ckpt / "model").is_dir():
+        if is_lora(model):
+            raise ArenaError(
+                f"{ckpt} holds full weights but the model uses LoRA: set "
+                "model.lora.r=0 to resume it."
+            )
+        weights = load_file(str(ckpt / "model" / "model.safetensors"))
+        missing, unexpected = model.load_state_dict(weights, strict=False)
+        tied = {k for k in missing if "lm_head" in k or "embed_tokens" in k}
+        if unexpected or set(missing) - tied:
+            raise ArenaError(
+                f"{ckpt}: weights do not match the model (missing "
+                f"{sorted(set(missing) - tied)[:5]}, unexpected {unexpected[:5]})"
+            )
+        if hasattr(model, "tie_weights"):
+            model.tie_weights()
+    else:
+        raise ArenaError(f"{ckpt} is not a checkpoint (no adapter/ or model/ directory)")
+    if optimizer is not None and (ckpt / "optimizer.pt").is_file():
+        optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=True))
+    state = read_json(ckpt / "state.json")
+    if "rng" in state and (ckpt / "rng.safetensors").is_file():
+        set_rng_state(state["rng"], load_file(str(ckpt / "rng.safetensors")))
+    return state

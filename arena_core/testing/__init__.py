@@ -1,0 +1,24 @@
+"""Testing helpers for Arena and for plugin authors.
+
+- `arena_core.testing.pytest_plugin` (auto-loaded through the `pytest11` entry point) provides the
+  fixtures `arena_plugins`, `register_arena_plugin` and `arena_isolated_plugins`.
+- `EnvConformance`, `RewardConformance` and `AlgorithmConformance` are suites to subclass in a
+  plugin's own tests (`class TestMyEnv(EnvConformance): env_name = "my_env"`).
+
+The suites are imported lazily: pytest imports this package for every session of every project in
+an environment where Arena is installed, and that must stay cheap.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["AlgorithmConformance", "EnvConformance", "RewardConformance", "load_reward_file"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from arena_core.testing import conformance
+
+        return getattr(conformance, name)
+    raise AttributeError(f"module 'arena_core.testing' has no attribute {name!r}")

@@ -1,0 +1,277 @@
+"""Environment checks, run inside the sandbox child: resolve, construct, detect, dispatch.
+
+The parent (validate/env.py) calls `run` through run_in_sandbox with an `emit` callback. Before
+each operation the child emits {"phase": name}; after it, {"check": name, "status", "detail"}.
+A hang is therefore blamed on the phase that never finished, and the checks already done survive.
+Checks never use bare asserts: each failure is a Fail with a message that says what and the fix.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from arena_core.sandbox._child import describe_exception
+
+PASS, WARN, FAIL, SKIP = "PASS", "WARN", "FAIL", "SKIP"
+
+
+class Fail(Exception):
+    """A failed check; the message is the report's detail."""
+
+
+@dataclass
+class Result:
+    status: str
+    detail: str
+    value: Any = None
+
+
+def ok(detail: str, value: Any = None) -> Result:
+    return Result(PASS, detail, value)
+
+
+def warn(detail: str, value: Any = None) -> Result:
+    return Result(WARN, detail, value)
+
+
+class Harness:
+    """Runs named checks, emits phase and result events, and skips checks whose inputs failed."""
+
+    def __init__(self, emit: Callable[[dict[str, Any]], None]) -> None:
+        self.emit = emit
+        self.failed: set[str] = set()
+        self.info: dict[str, Any] = {}
+        self._last_beat = time.monotonic()
+
+    def record(self, name: str, status: str, detail: str = "", **data: Any) -> None:
+        if status == FAIL:
+            self.failed.add(name)
+        self.emit({"check": name, "status": status, "detail": detail, "data": data})
+
+    def beat(self, name: str) -> None:
+        """A heartbeat during a long phase: the parent's timeout restarts at each event, so a
+        slow but progressing episode is not mistaken for a hang (at most ~5 events a second)."""
+        now = time.monotonic()
+        if now - self._last_beat > 0.2:
+            self._last_beat = now
+            self.emit({"phase": name})
+
+    def run(self, name: str, fn: Callable[[], Result], requires: tuple[str, ...] = ()) -> Any:
+        blocked = [r for r in requires if r in self.failed]
+        if blocked:
+            self.record(name, SKIP, f"not run: {blocked[0]} failed")
+            self.failed.add(name)
+            return None
+        self.emit({"phase": name})
+        try:
+            result = fn()
+        except Fail as exc:
+            self.record(name, FAIL, str(exc))
+            return None
+        except Exception as exc:  # noqa: BLE001 - the environment's own error is the finding
+            self.record(name, FAIL, f"raised {describe_exception(exc, None)['detail']}")
+            return None
+        self.record(name, result.status, result.detail)
+        return result.value
+
+
+def _import_file(path: str) -> Any:
+    if not os.path.isfile(path):
+        raise Fail(f"file {path} not found (working directory {os.getcwd()})")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    name = "arena_env_" + "".join(c if c.isalnum() else "_" for c in os.path.basename(path))
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise Fail(f"{path} is not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def locate(target: str) -> Result:
+    """class_path: import the module or file of `pkg.mod:Class` / `file.py:Class`, or look a
+    registered name up. The value is (module, attribute) or, for a name, (None, factory)."""
+    if ":" not in target:
+        factory, where = _registered(target)
+        return ok(f"{where}", (None, factory))
+    where, _, attr = target.rpartition(":")
+    if where.endswith(".py") or os.sep in where:
+        module = _import_file(where)
+    else:
+        try:
+            module = importlib.import_module(where)
+        except ModuleNotFoundError as exc:
+            if exc.name and where.startswith(exc.name):
+                raise Fail(f"module {where} not found: is its package installed?") from None
+            raise Fail(
+                f"importing {where} failed: {exc}; install it (pip install {exc.name})"
+            ) from None
+    return ok(f"{where} imports", (module, attr))
+
+
+def find_class(target: str, located: tuple[Any, Any]) -> Result:
+    """class_exists: the attribute is there and callable; the value is a no-argument factory."""
+    module, attr = located
+    if module is None:
+        return ok("registered factory", attr)
+    obj = getattr(module, attr, None)
+    if obj is None:
+        from arena_core.errors import did_you_mean
+
+        classes = [
+            n for n, v in vars(module).items() if inspect.isclass(v) and not n.startswith("_")
+        ]
+        guess = did_you_mean(attr, classes) or "."
+        raise Fail(
+            f"{target.rpartition(':')[0]} has no attribute '{attr}'{guess} "
+            f"Classes there: {', '.join(sorted(classes)) or 'none'}."
+        )
+    if not callable(obj):
+        raise Fail(f"{target} is a {type(obj).__name__}, not a class or factory")
+    return ok(
+        f"{attr} is a {'class' if inspect.isclass(obj) else 'factory'}",
+        _no_arg_factory(obj, target),
+    )
+
+
+def _no_arg_factory(obj: Any, target: str) -> Callable[[], Any]:
+    """`obj` itself, or a factory that fails (in the construction check) for required args."""
+    try:
+        sig = inspect.signature(obj)
+    except (TypeError, ValueError):
+        return obj
+    required = [
+        p.name
+        for p in sig.parameters.values()
+        if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    if not required:
+        return obj
+    name = target.rpartition(":")[2] or target
+
+    def needs_arguments() -> Any:
+        raise Fail(
+            f"{name}({', '.join(required)}) needs arguments; validation constructs it with none: "
+            "give them defaults or register a factory"
+        )
+
+    return needs_arguments
+
+
+def _registered(name: str) -> tuple[Callable[[], Any], str]:
+    from arena_core.errors import UnknownNameError
+    from arena_core.plugins import get_plugins
+
+    registry = get_plugins().registries.envs
+    if name in registry:
+        entry = registry.get(name)
+        factory = entry.obj
+        if isinstance(factory, str):
+            from arena_core.plugins import import_object
+
+            factory = import_object(factory)
+        if inspect.isclass(factory):
+            return _no_arg_factory(factory, name), f"{name} (from {entry.origin})"
+        config = entry.schema().model_dump() if entry.schema is not None else {}
+        return (lambda: factory(config)), f"{name} (from {entry.origin})"
+    try:
+        import gymnasium
+
+        if name in gymnasium.envs.registry:
+            return (lambda: gymnasium.make(name, disable_env_checker=True)), f"gymnasium id {name}"
+    except ImportError:
+        pass
+    try:
+        registry.get(name)
+    except UnknownNameError as exc:
+        raise Fail(f"{exc} Or give package.module:Class or path/to/file.py:Class.") from None
+    raise Fail(f"unknown environment {name}")
+
+
+def detect(env: Any) -> str:
+    """gymnasium, aec, parallel, mcp or text; Fail when it is none of them."""
+    try:
+        import gymnasium
+
+        if isinstance(env, gymnasium.Env):
+            return "gymnasium"
+    except ImportError:
+        pass
+    try:
+        from pettingzoo import AECEnv, ParallelEnv
+
+        if isinstance(env, AECEnv):
+            return "aec"
+        if isinstance(env, ParallelEnv):
+            return "parallel"
+    except ImportError:
+        pass
+    module = type(env).__module__ or ""
+    if "mcp" in module.lower() or "mcp" in type(env).__name__.lower() or hasattr(env, "list_tools"):
+        return "mcp"
+    if callable(getattr(env, "reset", None)) and callable(getattr(env, "step", None)):
+        return "text"
+    raise Fail(
+        f"{type(env).__name__} is not an environment Arena knows: subclass gymnasium.Env, "
+        "pettingzoo.AECEnv or pettingzoo.ParallelEnv (or give reset() and step() for a text env)"
+    )
+
+
+def run(
+    target: str, rollouts: int = 0, seed: int = 0, emit: Callable[[Any], None] = print
+) -> dict[str, Any]:
+    """Every check for `target`; the results travel as events, the return value is the info."""
+    h = Harness(emit)
+    located = h.run("class_path", lambda: locate(target))
+    if located is None:
+        return h.info
+    obj = h.run("class_exists", lambda: find_class(target, located))
+    if obj is None:
+        return h.info
+    factory = _no_arg_factory(obj, target) if located[0] is not None else obj
+    env = h.run("construction", lambda: ok("constructed with no arguments", factory()))
+    if env is None:
+        return h.info
+    kind = h.run("kind", lambda: _kind(env))
+    h.info["kind"] = kind
+    if kind == "gymnasium":
+        from arena_core.validate.env_gym import check_gym
+
+        check_gym(h, env, factory, rollouts, seed)
+    elif kind in ("aec", "parallel"):
+        from arena_core.validate.env_pz import check_pettingzoo
+
+        check_pettingzoo(h, env, factory, kind, seed)
+    elif kind == "mcp":
+        h.record(
+            "mcp",
+            WARN,
+            "MCP environments are recognised but not validated yet (a later issue): nothing "
+            "beyond construction was checked",
+        )
+    elif kind == "text":
+        from arena_core.validate.env_text import check_text
+
+        check_text(h, env)
+    return h.info
+
+
+def _kind(env: Any) -> Result:
+    kind = detect(env)
+    names = {
+        "gymnasium": "Gymnasium Env",
+        "aec": "PettingZoo AEC env",
+        "parallel": "PettingZoo Parallel env",
+        "mcp": "MCP environment",
+        "text": "text environment (reset/step)",
+    }
+    return ok(f"{type(env).__qualname__}: {names[kind]}", kind)

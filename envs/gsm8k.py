@@ -1,0 +1,83 @@
+"""GSM8K: grade-school math word problems, from the hub (`openai/gsm8k`) or a local copy.
+
+Held-out evaluation uses the test split; with a single local file (`env.path=file.jsonl`) a
+seeded slice of `eval_size` rows is held out instead, and training never sees it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+from arena_envs.common import PromptConfig, PromptedTask
+from pydantic import Field
+
+from arena_core.data import load_dataset
+from arena_core.tasks import Example
+
+
+class Gsm8kConfig(PromptConfig):
+    """The `env` section for `env=gsm8k`."""
+
+    name: str = "gsm8k"
+    path: str | None = Field(
+        None,
+        description="Local GSM8K-format data: a directory with train/test files, or one "
+        "JSONL/CSV/parquet file (a held-out slice is cut from it). None = the hub id.",
+    )
+    hf_id: str = Field("openai/gsm8k", description="Hugging Face dataset id when path is unset.")
+    hf_config: str | None = Field("main", description="Subset of the hub dataset.")
+    train_split: str = "train"
+    eval_split: str = "test"
+    column_mapping: dict[str, str] | None = Field(
+        None, description='Your column names: {"question": "...", "answer": "..."}.'
+    )
+
+
+def _examples(rows: list[dict[str, str]]) -> list[Example]:
+    return [Example(question=r["question"], answer=r["answer"]) for r in rows]
+
+
+class Gsm8kTask(PromptedTask):
+    """A TextTask over GSM8K rows; training is an endless, per-epoch reshuffled stream."""
+
+    def __init__(self, cfg: Gsm8kConfig) -> None:
+        super().__init__(cfg)
+        self.name = cfg.name
+        self.train, self.held_out = self._load(cfg)
+
+    @staticmethod
+    def _load(cfg: Gsm8kConfig) -> tuple[list[Example], list[Example]]:
+        load = dict(category="reasoning", column_mapping=cfg.column_mapping)
+        if cfg.path is not None and Path(cfg.path).expanduser().is_file():
+            rows = _examples(load_dataset(cfg.path, **load))
+            order = list(range(len(rows)))
+            random.Random(cfg.seed).shuffle(order)
+            n_eval = min(cfg.eval_size, len(rows) // 2)
+            held = {*order[:n_eval]}
+            return [r for i, r in enumerate(rows) if i not in held], [
+                rows[i] for i in order[:n_eval]
+            ]
+        source = cfg.path if cfg.path is not None else cfg.hf_id
+        extra = {} if cfg.path is not None else {"config": cfg.hf_config}
+        train = _examples(load_dataset(source, split=cfg.train_split, **load, **extra))
+        test = _examples(load_dataset(source, split=cfg.eval_split, **load, **extra))
+        return train, test[: cfg.eval_size]
+
+    def train_examples(self, seed: int) -> Iterator[Example]:
+        rng = random.Random(seed)
+        order = list(range(len(self.train)))
+        while True:
+            rng.shuffle(order)
+            for i in order:
+                yield self.train[i]
+
+    def eval_examples(self, n: int) -> list[Example]:
+        """The first `n` held-out rows (all of them when fewer are held out)."""
+        return self.held_out[:n]
+
+
+def make_gsm8k(env_cfg: dict) -> Gsm8kTask:
+    """Registered factory: the validated `env` section -> the task."""
+    return Gsm8kTask(env_cfg if isinstance(env_cfg, Gsm8kConfig) else Gsm8kConfig(**env_cfg))

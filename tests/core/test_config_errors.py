@@ -1,0 +1,131 @@
+"""Config composition and validation errors: every problem at once, each with the dotted key, the
+value, the plugin and the fix; exit code 2 and no traceback (unless ARENA_DEBUG=1).
+
+Composition runs in-process against the installed plugins (the built-in grpo/cispo); one test
+goes through the `arena-run` script to see what a user sees.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from arena_core import hookimpl
+from arena_core.cli import main as arena_main
+from arena_core.cli import run as arena_run
+from arena_core.config import compose_config
+from arena_core.errors import ConfigError
+
+from .conftest import load_test_plugin, run_cli
+
+
+def _problems(overrides: list[str], plugins=None) -> list[str]:  # noqa: ANN001
+    with pytest.raises(ConfigError) as err:
+        compose_config(overrides, plugins)
+    assert err.value.exit_code == 2
+    return err.value.problems
+
+
+def test_unknown_algo_option_suggests_and_lists() -> None:
+    (problem,) = _problems(["+algo=grpoo"])
+    assert "unknown algo option 'grpoo', did you mean 'grpo'?" in problem
+    assert "Available:" in problem and "cispo" in problem and "grpo" in problem
+
+
+def test_unknown_algorithm_name_suggests_and_lists_installed() -> None:
+    (problem,) = _problems(["+algo=grpo", "algo.name=grpoo"])
+    assert problem.startswith("algo.name: unknown algorithm 'grpoo', did you mean 'grpo'?")
+    assert "Installed:" in problem and "cispo" in problem
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    problems = _problems(
+        ["+algo=grpo", "algo.lr=abc", "algo.learnin_rate=0.1", "train.max_step=3", "seed=x"]
+    )
+    assert len(problems) == 4, problems
+    text = "\n".join(problems)
+    assert "algo.lr: 'abc' is not a number (plugin arena_algorithms (arena-rl))" in text
+    assert "algo.learnin_rate: unknown key, did you mean 'lr'? (plugin arena_algorithms" in text
+    assert "train.max_step: unknown key, did you mean 'max_steps'? (plugin arena_core)" in text
+    assert "seed: 'x' is not an integer (plugin arena_core)" in text
+
+
+def test_unknown_key_without_a_close_match_lists_valid_keys() -> None:
+    (problem,) = _problems(["+algo=grpo", "algo.zzz=1"])
+    assert problem.startswith("algo.zzz: unknown key (plugin arena_algorithms")
+    assert "Valid keys:" in problem and "group_size" in problem
+
+
+def test_unknown_group_names_the_group() -> None:
+    with pytest.raises(ConfigError) as err:
+        compose_config(["+nosuchgroup=x"])
+    assert "nosuchgroup" in str(err.value)
+
+
+def test_wrong_type_in_a_nested_core_section() -> None:
+    (problem,) = _problems(["model.lora.r=many"])
+    assert problem == "model.lora.r: 'many' is not an integer (plugin arena_core)"
+
+
+def _conf_dir(root: Path, option: str) -> Path:
+    (root / "env").mkdir(parents=True)
+    (root / "env" / f"{option}.yaml").write_text("name: hooks_env\nsize: 1\n", encoding="utf-8")
+    return root
+
+
+def test_a_config_option_shipped_twice_names_both_providers(
+    tmp_path: Path, arena_isolated_plugins, register_arena_plugin
+) -> None:
+    register_arena_plugin(load_test_plugin("all_hooks"), "all_hooks")
+    for provider in ("conf_a", "conf_b"):
+        folder = _conf_dir(tmp_path / provider, "clash")
+
+        class Ships:
+            @hookimpl
+            def config_searchpath(self, _folder: Path = folder) -> list[str]:
+                return [f"file://{_folder}"]
+
+        register_arena_plugin(Ships(), provider)
+    (problem,) = _problems(["+env=clash"], arena_isolated_plugins)
+    assert "config option 'env/clash' is provided twice: by conf_a" in problem
+    assert "and by conf_b" in problem and "uninstall one plugin or rename its option" in problem
+    # `arena plugins` refuses the same way (exit 2, both named) instead of guessing a winner
+    assert arena_main.main(["plugins", "--json"]) == 2
+
+
+def test_a_plugin_section_is_validated_by_its_schema(
+    arena_isolated_plugins, register_arena_plugin
+) -> None:
+    register_arena_plugin(load_test_plugin("all_hooks"), "all_hooks")
+    # only all_hooks is installed here, so the core's default logger and backend must be its own
+    base = ["+algo=hooks_algo", "+env=hooks_env", "logger.names=[hooks_logger]"]
+    cfg = compose_config([*base, "backend.name=hooks_backend", "backend.batch=2", "env.size=5"])
+    assert cfg["env"] == {"name": "hooks_env", "size": 5}
+    assert cfg["algo"] == {"name": "hooks_algo", "lr": 0.001, "group_size": 4}
+    assert cfg["backend"] == {"name": "hooks_backend", "batch": 2}
+    problems = _problems([*base, "backend.name=hooks_backend", "env.sise=5", "algo.lr=[1]"])
+    assert "env.sise: unknown key, did you mean 'size'? (plugin all_hooks)" in problems
+    assert "algo.lr: [1] is not a number (plugin all_hooks)" in problems
+
+
+def test_cli_exit_code_2_and_no_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    assert arena_run.main(["+algo=grpo", "algo.lr=abc", "train.max_step=3"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: Invalid configuration (2 problems):")
+    assert "Traceback" not in err
+
+
+def test_arena_debug_shows_the_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ARENA_DEBUG=1 the error propagates out of main(): Python prints its traceback."""
+    monkeypatch.setenv("ARENA_DEBUG", "1")
+    with pytest.raises(ConfigError, match="algo.lr: 'abc' is not a number"):
+        arena_run.main(["+algo=grpo", "algo.lr=abc"])
+
+
+def test_arena_run_script_reports_config_errors_cleanly() -> None:
+    result = run_cli(["arena-run", "+algo=grpo", "algo.lr=abc", "algo.learnin_rate=1", "seed=x"])
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == ""
+    assert "Invalid configuration (3 problems)" in result.stderr
+    assert "algo.learnin_rate: unknown key, did you mean 'lr'?" in result.stderr

@@ -1,0 +1,105 @@
+"""load_dataset: every format, the column mapping, and errors that name the file and column."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from arena_core.data import DatasetError, load_dataset
+
+ROWS = [{"q": "1+1?", "a": "#### 2", "extra": 1}, {"q": "2+3?", "a": "#### 5", "extra": 2}]
+MAP = {"question": "q", "answer": "a"}
+
+
+def _write(tmp_path, fmt: str, rows=ROWS):
+    path = tmp_path / f"train.{fmt}"
+    if fmt == "jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    elif fmt == "csv":
+        header = list(rows[0]) if rows else ["q", "a"]
+        lines = [",".join(header)] + [",".join(str(r[k]) for k in header) for r in rows]
+        path.write_text("\n".join(lines) + "\n")
+    else:
+        pq.write_table(pa.Table.from_pylist(rows) if rows else pa.table({"q": [], "a": []}), path)
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
+def test_each_format_with_mapping(tmp_path, fmt) -> None:
+    rows = load_dataset(str(_write(tmp_path, fmt)), "reasoning", MAP)
+    assert rows == [
+        {"question": "1+1?", "answer": "#### 2"},
+        {"question": "2+3?", "answer": "#### 5"},
+    ]
+
+
+def test_directory_split_and_canonical_names(tmp_path) -> None:
+    (tmp_path / "test.jsonl").write_text(json.dumps({"prompt": "p", "target": "t"}) + "\n")
+    assert load_dataset(str(tmp_path), "sft", split="test") == [{"prompt": "p", "target": "t"}]
+    with pytest.raises(DatasetError, match="no 'train' file"):
+        load_dataset(str(tmp_path), "sft")
+
+
+def test_preference_category_and_non_string_values(tmp_path) -> None:
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps({"prompt": "x", "chosen": 1, "rejected": 2.5}) + "\n")
+    assert load_dataset(str(path), "preference") == [
+        {"prompt": "x", "chosen": "1", "rejected": "2.5"}
+    ]
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
+def test_missing_column_names_file_column_and_fix(tmp_path, fmt) -> None:
+    path = _write(tmp_path, fmt)
+    with pytest.raises(DatasetError) as err:
+        load_dataset(str(path), "reasoning")
+    msg = str(err.value)
+    assert str(path) in msg and "'question'" in msg and "'q'" in msg and "--column-mapping" in msg
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
+def test_empty_dataset(tmp_path, fmt) -> None:
+    path = _write(tmp_path, fmt, rows=[])
+    with pytest.raises(DatasetError, match="empty") as err:
+        load_dataset(str(path), "reasoning", MAP)
+    assert str(path) in str(err.value)
+
+
+def test_unreadable_files_name_the_path(tmp_path) -> None:
+    bad_json = tmp_path / "bad.jsonl"
+    bad_json.write_text('{"q": 1}\n{not json\n')
+    with pytest.raises(DatasetError, match=r"bad\.jsonl.*line 2"):
+        load_dataset(str(bad_json), "reasoning")
+    bad_parquet = tmp_path / "bad.parquet"
+    bad_parquet.write_bytes(b"not parquet at all")
+    with pytest.raises(DatasetError, match=r"bad\.parquet"):
+        load_dataset(str(bad_parquet), "reasoning")
+    with pytest.raises(DatasetError, match="not found"):
+        load_dataset(str(tmp_path / "missing.csv"), "reasoning")
+    odd = tmp_path / "data.xlsx"
+    odd.write_text("x")
+    with pytest.raises(DatasetError, match="unknown extension"):
+        load_dataset(str(odd), "reasoning")
+
+
+def test_null_value_and_bad_mapping_and_category(tmp_path) -> None:
+    path = tmp_path / "n.jsonl"
+    path.write_text(json.dumps({"question": "q", "answer": None}) + "\n")
+    with pytest.raises(DatasetError, match="row 1"):
+        load_dataset(str(path), "reasoning")
+    with pytest.raises(DatasetError, match="canonical"):
+        load_dataset(str(path), "reasoning", {"quest": "q"})
+    with pytest.raises(DatasetError, match="Categories"):
+        load_dataset(str(path), "chat")
+
+
+def test_hub_id_fails_fast_offline(monkeypatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    start = time.perf_counter()
+    with pytest.raises(DatasetError, match=r"\+experiment=quickstart"):
+        load_dataset("openai/gsm8k", "reasoning", config="main")
+    assert time.perf_counter() - start < 10

@@ -1,0 +1,86 @@
+"""A plugin that implements every Arena hook once: the hookspec coverage test loads it.
+
+`CALLED` records which hooks the loader actually called, so a hookspec that the loader forgot to
+call, or that no test implements, fails tests/core/test_hookspecs.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from arena_core import hookimpl
+from arena_core.hookspecs import Register
+
+HERE = Path(__file__).resolve().parent
+CALLED: set[str] = set()
+
+
+class HooksEnvConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    size: int = 3
+
+
+class HooksAlgoConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    lr: float = 1e-3
+    group_size: int = 4
+
+
+class HooksBackendConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = "hooks_backend"
+    batch: int = 8
+
+
+def make_env(section: dict[str, Any]) -> dict[str, Any]:
+    return dict(section)
+
+
+class HooksAlgo:
+    def __init__(self, config: Any) -> None:
+        self.config = config
+
+
+@hookimpl
+def register_envs(register: Register) -> None:
+    CALLED.add("register_envs")
+    register("hooks_env", make_env, schema=HooksEnvConfig, description="test env")
+
+
+@hookimpl
+def register_rewards(register: Register) -> None:
+    CALLED.add("register_rewards")
+    register("hooks_reward", str(HERE / "reward_half.py"), description="test reward")
+
+
+@hookimpl
+def register_algorithms(register: Register) -> None:
+    CALLED.add("register_algorithms")
+    register("hooks_algo", HooksAlgo, schema=HooksAlgoConfig)
+
+
+@hookimpl
+def register_hardware(register: Register) -> None:
+    CALLED.add("register_hardware")
+    register("hooks_hw", {"name": "hooks_hw", "memory_gb": 1.0}, description="test hardware")
+
+
+@hookimpl
+def register_backends(register: Register) -> None:
+    CALLED.add("register_backends")
+    register("hooks_backend", dict, schema=HooksBackendConfig)
+
+
+@hookimpl
+def register_loggers(register: Register) -> None:
+    CALLED.add("register_loggers")
+    register("hooks_logger", list)
+
+
+@hookimpl
+def config_searchpath() -> list[str]:
+    CALLED.add("config_searchpath")
+    return [f"file://{HERE / 'all_hooks_conf'}"]

@@ -1,0 +1,106 @@
+"""`arena validate ...` through its argparse wiring: exit codes, --json, messages."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from arena_core.cli import cmd_validate
+from arena_core.errors import ArenaError
+
+
+def run_cli(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="arena")
+    cmd_validate.add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["validate", *argv])
+    return args.func(args)
+
+
+def test_reward_pass_prints_a_table(fixtures, capsys):
+    assert run_cli("reward", str(fixtures / "hostile_rewards" / "good.py"), "--timeout", "5") == 0
+    out = capsys.readouterr().out
+    assert "gold_vs_garbage" in out and "Verdict: PASS" in out
+
+
+def test_reward_fail_json_and_exit_code(fixtures, capsys):
+    path = fixtures / "hostile_rewards" / "constant.py"
+    assert run_cli("reward", str(path), "--json") == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["verdict"] == "FAIL"
+    checks = {c["name"]: c for c in data["checks"]}
+    assert checks["signal"]["status"] == "FAIL"
+    assert "0.5 on every input" in checks["signal"]["detail"]
+
+
+def test_reward_warn_exits_zero(fixtures, capsys):
+    path = fixtures / "hostile_rewards" / "raises_sometimes.py"
+    assert run_cli("reward", str(path), "--json") == 0
+    assert json.loads(capsys.readouterr().out)["verdict"] == "WARN"
+
+
+def test_reward_with_a_dataset_and_mapping(tmp_path, fixtures, capsys):
+    data = tmp_path / "d.jsonl"
+    rows = [{"problem": f"What is {i} + {i}?", "solution": f"#### {2 * i}"} for i in range(1, 6)]
+    data.write_text("\n".join(json.dumps(r) for r in rows))
+    mapping = json.dumps({"question": "problem", "answer": "solution"})
+    path = str(fixtures / "hostile_rewards" / "good.py")
+    code = run_cli("reward", path, "--dataset", str(data), "--column-mapping", mapping, "--json")
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0, report
+    assert report["info"]["rows"] == 5
+
+
+def test_bad_column_mapping_is_a_user_error(fixtures):
+    path = str(fixtures / "hostile_rewards" / "good.py")
+    with pytest.raises(ArenaError, match="not valid JSON"):
+        run_cli("reward", path, "--dataset", "x.jsonl", "--column-mapping", "{question")
+
+
+def test_missing_reward_file(capsys):
+    assert run_cli("reward", "no/such/reward.py", "--json") == 1
+    detail = json.loads(capsys.readouterr().out)["checks"][0]["detail"]
+    assert "does not exist" in detail
+
+
+def test_env_json(fixtures, capsys):
+    target = f"{fixtures / 'broken_envs' / 'envs.py'}:GoodEnv"
+    assert run_cli("env", target, "--rollouts", "2", "--json") == 0
+    data = json.loads(capsys.readouterr().out)
+    names = [c["name"] for c in data["checks"]]
+    for name in ("class_path", "construction", "action_space", "observation_space",
+                 "reset_return", "reset_seed_options", "step_return", "episode_lifecycle",
+                 "determinism", "close_twice", "rollouts"):  # fmt: skip
+        assert name in names
+    assert data["info"]["kind"] == "gymnasium"
+    assert data["info"]["steps_per_s"] > 0
+
+
+def test_env_fail_exit_code(fixtures, capsys):
+    target = f"{fixtures / 'broken_envs' / 'envs.py'}:WrongDtype"
+    assert run_cli("env", target, "--json") == 1
+    assert "observation dtype int64, expected float32" in capsys.readouterr().out
+
+
+def test_mcp_env_says_not_validated_yet(tmp_path, capsys):
+    path = tmp_path / "mcp_env.py"
+    path.write_text("class McpServerEnv:\n    def list_tools(self):\n        return []\n")
+    assert run_cli("env", f"{path}:McpServerEnv", "--json") == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["verdict"] == "WARN"
+    assert "later issue" in data["checks"][-1]["detail"]
+
+
+def test_dataset_subcommand(tmp_path, capsys):
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"question": "q", "answer": "a"}\n{"question": "q", "answer": "b"}\n')
+    assert run_cli("dataset", str(data), "--json") == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["verdict"] == "WARN"
+    assert {c["name"]: c["status"] for c in report["checks"]}["duplicates"] == "WARN"
+
+
+def test_no_subcommand_prints_help(capsys):
+    assert run_cli() == 2
+    assert "reward" in capsys.readouterr().out

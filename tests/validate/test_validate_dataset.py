@@ -1,0 +1,63 @@
+"""Dataset checks: columns per category and mapping, types, empties, duplicates."""
+
+from __future__ import annotations
+
+import json
+
+from arena_core.validate import validate_dataset
+
+
+def write(tmp_path, rows, name="d.jsonl"):
+    path = tmp_path / name
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    return str(path)
+
+
+def statuses(report):
+    return {c.name: c.status for c in report.checks}
+
+
+def test_clean_dataset_passes(tmp_path):
+    path = write(tmp_path, [{"question": f"q{i}", "answer": str(i)} for i in range(10)])
+    report = validate_dataset(path)
+    assert report.verdict == "PASS", report.summary()
+    assert report.info["rows"] == 10
+
+
+def test_missing_column_names_what_was_found(tmp_path):
+    path = write(tmp_path, [{"problem": "q", "answer": "1"}])
+    report = validate_dataset(path)
+    assert report.verdict == "FAIL"
+    detail = report.check("columns").detail
+    assert "question" in detail and "problem" in detail and "--column-mapping" in detail
+
+
+def test_mapping_fixes_columns_and_bad_mapping_is_reported(tmp_path):
+    path = write(tmp_path, [{"problem": f"q{i}", "answer": "1"} for i in range(3)])
+    assert validate_dataset(path, column_mapping={"question": "problem"}).verdict == "PASS"
+    bad = validate_dataset(path, column_mapping={"question": "problme"})
+    assert bad.verdict == "FAIL"
+    assert "problme" in bad.check("columns").detail
+
+
+def test_types_empties_duplicates(tmp_path):
+    rows = [{"question": "same", "answer": "1"}, {"question": "same", "answer": ""}]
+    rows += [{"question": f"q{i}", "answer": i} for i in range(3)]
+    report = validate_dataset(write(tmp_path, rows))
+    got = statuses(report)
+    assert got["types"] == "FAIL" and "answer: 3 rows" in report.check("types").detail
+    assert got["empties"] == "WARN"
+    assert got["duplicates"] == "WARN"
+
+
+def test_csv_and_other_categories(tmp_path):
+    path = tmp_path / "p.csv"
+    path.write_text("prompt,chosen,rejected\nhi,a,b\nho,c,d\n")
+    assert validate_dataset(str(path), category="preference").verdict == "PASS"
+    assert validate_dataset(str(path), category="reasoning").verdict == "FAIL"
+
+
+def test_missing_file_fails_with_a_message(tmp_path):
+    report = validate_dataset(str(tmp_path / "nope.jsonl"))
+    assert report.verdict == "FAIL"
+    assert report.check("load").detail
