@@ -62,6 +62,32 @@ class ArithmeticConfig(PromptConfig):
     eval_size: int = Field(500, ge=1)
 
 
+def column_trace(a: int, op: str, b: int) -> str:
+    """School column arithmetic, units first: `47+38` -> `7+8=15, 4+3+1=8`.
+
+    Each step is a one-digit fact plus a carry (or borrow), so a tiny model that learns the ~200
+    facts can solve any problem, and the answer is the last step's result followed by the earlier
+    steps' units digits. A bare answer must be computed in one go, which the tiny model mostly
+    cannot: thinking first is what makes answers right, and GRPO can discover that.
+    """
+    columns = max(len(str(a)), len(str(b)))
+    steps, carry = [], 0
+    for i in range(columns):
+        x, y = a // 10**i % 10, b // 10**i % 10
+        if op == "+":
+            total = x + y + carry
+            steps.append(f"{x}+{y}={total}" if i == 0 else f"{x}+{y}+{carry}={total}")
+            carry = total // 10
+        else:
+            borrow = int(x - carry < y)
+            top = x - carry + 10 * borrow
+            left = f"{x}-{carry}" if i else f"{x}"
+            shown = f"1{left}" if borrow and i == 0 else (f"({left}+10)" if borrow else left)
+            steps.append(f"{shown}-{y}={top - y}")
+            carry = borrow
+    return ", ".join(steps)
+
+
 def _hash(text: str) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
 
@@ -88,7 +114,7 @@ class ArithmeticTask(PromptedTask):
         full, answer_only, _ = DEMO_MIX[style]
         draw = rng.random()
         if draw < full:
-            demo = f"<think>{a}{op}{b}={result}</think><answer>{result}</answer>"
+            demo = f"<think>{column_trace(a, op, b)}</think><answer>{result}</answer>"
         elif draw < full + answer_only:
             demo = f"<answer>{result}</answer>"
         else:

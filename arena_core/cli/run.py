@@ -83,6 +83,11 @@ def execute(overrides: list[str]) -> int:
     from arena_core.cli.preflight import preflight
 
     preflight(cfg)
+    from arena_core.cli.plan_summary import run_plan
+
+    plan = run_plan(cfg)
+    if plan is not None:
+        print(plan.summary_line(), flush=True)
     try:
         from arena_core.runtime import run_training
     except ImportError:
@@ -92,7 +97,7 @@ def execute(overrides: list[str]) -> int:
             file=sys.stderr,
         )
         return 1
-    run_dir = run_training(cfg)
+    run_dir = run_training(cfg, plan=plan.to_dict() if plan is not None else None)
     print(f"run directory: {run_dir}")
     return 0
 

@@ -88,6 +88,12 @@ class RuntimeConfig(Strict):
         "auto", description="Progress display: a bar on a terminal, log lines otherwise."
     )
     threads: int | None = Field(None, ge=1, description="torch CPU threads; null = torch default.")
+    generation_timeout_s: float | None = Field(
+        1800.0,
+        gt=0,
+        description="Async: longest wait for one step's batch before the run stops (a stuck "
+        "engine); null waits forever.",
+    )
 
 
 class SandboxConfig(Strict):

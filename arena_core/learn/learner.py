@@ -10,16 +10,23 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 import time
 from collections.abc import Iterator
 
 import torch
 from torch import Tensor, nn
 
+from arena_core.errors import ArenaError
 from arena_core.learn.algorithm import Algorithm, TokenBatch
 from arena_core.learn.logprobs import LogprobFn, completion_logprobs, default_logprob_fn
 from arena_core.learn.losses import token_weights, truncated_is_weight
 from arena_core.learn.packing import MicroBatch, Sample, pack, pad_batches
+
+
+class NonFiniteLossError(ArenaError):
+    """The step's loss or gradient was NaN/inf: the update was skipped, weights are unchanged."""
+
 
 DEFAULT_TIS_CAP = 2.0  # truncated-IS cap (Yao et al. 2025 use 2): bounds one token's weight
 
@@ -133,6 +140,13 @@ class Learner:
                 trained += mb.n_tokens
                 self._accumulate(sums, w, batch, stats)
             grad_norm = self._clip()
+            if not (math.isfinite(total_loss) and math.isfinite(grad_norm)):
+                self.optimizer.zero_grad(set_to_none=True)  # never apply a poisoned update
+                raise NonFiniteLossError(
+                    f"non-finite loss ({total_loss}) or gradient norm ({grad_norm}): the update "
+                    "was skipped and the weights are unchanged. Common causes: a learning rate "
+                    "too high for the model, or fp16 overflow (use bfloat16 or float32)."
+                )
             self.optimizer.step()
             if it == 0:
                 sums["loss"] = total_loss

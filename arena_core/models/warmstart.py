@@ -108,6 +108,8 @@ def train(
     log: Callable[[str], None],
     probe: Callable[[Any, Any], str] | None = None,
     probe_every: int = 0,
+    save_every: int = 0,
+    save: Callable[[Any, int], None] | None = None,
 ) -> Any:
     """Supervised fine-tuning of arena:tiny-init; returns (model, tokenizer)."""
     model, tokenizer = build_tiny("arena:tiny-init")
@@ -127,6 +129,8 @@ def train(
         opt.zero_grad(set_to_none=True)
         if step % 25 == 0 or step == steps - 1:
             log(f"step {step:4d} loss {loss.item():.4f} ({time.perf_counter() - start:.0f}s)")
+        if save is not None and save_every and (step + 1) % save_every == 0:
+            save(model, step + 1)
         if probe is not None and probe_every and (step + 1) % probe_every == 0:
             model.eval()
             log(f"after {step + 1} steps: {probe(model, tokenizer)}")
@@ -158,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         metavar="KEY=YAML",
         help="Override an env option, e.g. --env-set 'operations=[\"+\"]' (repeatable).",
     )
-    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--seed", type=int, default=0)
@@ -166,6 +170,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval", type=int, default=300, help="Held-out examples to report on.")
     parser.add_argument(
         "--probe-every", type=int, default=0, help="Report held-out greedy metrics every N steps."
+    )
+    parser.add_argument(
+        "--save-every",
+        type=int,
+        default=0,
+        help="Also save OUT.stepN.safetensors every N steps (to pick a stopping point).",
     )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -201,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
         log=log,
         probe=probe,
         probe_every=args.probe_every,
+        save_every=args.save_every,
+        save=lambda m, n: save_weights(m, args.out.with_suffix(f".step{n}.safetensors")),
     )
     sha = save_weights(model, args.out)
     from arena_core.models.tiny import load_warm_weights

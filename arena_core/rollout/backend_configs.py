@@ -20,6 +20,12 @@ class TorchBackendConfig(BaseModel):
     max_batch_size: int | None = Field(
         None, ge=1, description="Rows decoded together; None = all prompts of a call at once."
     )
+    decode_delay_s: float = Field(
+        0.0,
+        ge=0,
+        description="Sleep after each decode step: emulates a slower engine (a remote GPU) so a "
+        "benchmark can show generation/learning overlap; 0 in real runs.",
+    )
 
 
 class VLLMBackendConfig(BaseModel):

@@ -81,11 +81,13 @@ class TorchBackend:
         *,
         device: str = "cpu",
         max_batch_size: int | None = None,
+        decode_delay_s: float = 0.0,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.device = torch.device(device)
         self.max_batch_size = max_batch_size
+        self.decode_delay_s = decode_delay_s
         self.policy_version = 0
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.eos_ids = self._eos_ids()
@@ -245,6 +247,8 @@ class TorchBackend:
             mask = torch.cat([mask, mask.new_ones((len(alive), 1))], dim=-1)
             logits = self._forward(tokens[:, None], mask, next_pos[:, None], cache)
             logits_version = self.policy_version
+            if self.decode_delay_s:
+                time.sleep(self.decode_delay_s)  # releases the GIL, like waiting on a device
             next_pos = next_pos + 1
         return [self._completion(p, rows, i, params) for i, p in enumerate(prompts)]
 
@@ -298,7 +302,11 @@ def _factory(policy: Any, cfg: Mapping[str, Any] | BaseModel) -> TorchBackend:
     data = cfg.model_dump() if isinstance(cfg, BaseModel) else dict(cfg)
     conf = TorchBackendConfig(**data)
     return TorchBackend(
-        policy.model, policy.tokenizer, device=conf.device, max_batch_size=conf.max_batch_size
+        policy.model,
+        policy.tokenizer,
+        device=conf.device,
+        max_batch_size=conf.max_batch_size,
+        decode_delay_s=conf.decode_delay_s,
     )
 
 

@@ -160,6 +160,7 @@ class BackgroundCollector:
         self._cond = threading.Condition()
         self._ready: queue.Queue[tuple[int, Any]] = queue.Queue()
         self._stop = threading.Event()
+        self._threads = torch.get_num_threads()  # OpenMP settings are per thread: carry it over
         self._thread = threading.Thread(target=self._run, name="arena-generator", daemon=True)
 
     # -- learner side ----------------------------------------------------------------------------
@@ -206,6 +207,7 @@ class BackgroundCollector:
         return step - self._version <= self.control.budget.max_staleness
 
     def _run(self) -> None:
+        torch.set_num_threads(self._threads)
         try:
             for step in range(self.first_step, self.last_step):
                 t0 = time.perf_counter()

@@ -15,6 +15,7 @@ from typing import Any
 
 from torch import nn
 
+from arena_core.errors import ArenaError
 from arena_core.rollout.staleness import StalenessBudget
 from arena_core.runtime.async_rollout import (
     AsyncControl,
@@ -25,6 +26,10 @@ from arena_core.runtime.async_rollout import (
     generator_copy,
     trainable_state,
 )
+
+
+class GenerationFailed(ArenaError):
+    """The generator could not deliver a batch: it raised, died or timed out."""
 
 
 def staleness_of(batch: Any, step: int) -> int:
@@ -100,8 +105,12 @@ class AsyncSource:
         max_staleness: int,
         first_step: int,
         last_step: int,
+        eval_backend: Any = None,
+        timeout_s: float | None = None,
     ) -> None:
+        self.timeout_s = timeout_s
         self.learner_model = learner_model
+        self.eval_backend = eval_backend  # the learner-side backend (evaluation), same module
         self.backend = generator_backend
         self.budget = StalenessBudget(max_staleness=max_staleness, groups_per_step=n_groups)
         self.mailbox = WeightMailbox()
@@ -132,7 +141,17 @@ class AsyncSource:
 
     def next_batch(self, step: int) -> Any:
         t0 = time.perf_counter()
-        batch = self.producer.next_batch(step)
+        try:
+            batch = self.producer.next_batch(step, timeout_s=self.timeout_s)
+        except TimeoutError:
+            raise GenerationFailed(
+                f"no batch for step {step} within runtime.generation_timeout_s="
+                f"{self.timeout_s} s: the generation engine is stuck or far too slow"
+            ) from None
+        except ArenaError:
+            raise
+        except Exception as exc:
+            raise GenerationFailed(f"the generator failed: {type(exc).__name__}: {exc}") from exc
         self._wait = time.perf_counter() - t0
         return batch
 
@@ -145,6 +164,8 @@ class AsyncSource:
             self.backend.update_weights(self.learner_model, version)
             pause = float(getattr(self.backend, "last_sync_pause_s", time.perf_counter() - t0))
         self.producer.learner_advanced(version)
+        if self.eval_backend is not None:
+            self.eval_backend.update_weights(self.learner_model, version)
         return pause
 
     def step_metrics(self, batch: Any, step: int, step_s: float, pause_s: float) -> dict[str, Any]:

@@ -20,8 +20,14 @@ import torch
 
 from arena_core.config.schema import CoreConfig
 from arena_core.errors import ArenaError
-from arena_core.learn.learner import Learner
+from arena_core.learn.learner import Learner, NonFiniteLossError
 from arena_core.rollout.base import SamplingParams
+from arena_core.runtime.batch_source import (
+    AsyncSource,
+    GenerationFailed,
+    SyncSource,
+    generator_policy,
+)
 from arena_core.runtime.build import build_algorithm, build_backend, build_task, reward_path
 from arena_core.runtime.evaluate import evaluate
 from arena_core.runtime.progress import Progress
@@ -35,25 +41,34 @@ from arena_core.store.rundir import new_run_dir, resolve_resume, write_config
 DEFAULT_MICRO_BATCH_TOKENS = 2048  # until the planner picks one
 
 
+class RunFailed(ArenaError):
+    """A step failed (non-finite loss, the generator died or timed out): the run stopped after
+    saving its summary and a checkpoint of the last good weights."""
+
+
 class RunInterrupted(ArenaError):
     """Ctrl-C: the run saved a checkpoint and its summary, then stopped."""
 
     exit_code = 130
 
 
-def run_training(cfg: dict[str, Any]) -> Path:
-    """Train as `cfg` says; returns the run directory (see the module docstring)."""
+def run_training(cfg: dict[str, Any], plan: dict[str, Any] | None = None) -> Path:
+    """Train as `cfg` says; returns the run directory (see the module docstring).
+
+    `plan` is the planner's result (`arena-run` passes it): it is saved as plan.json and supplies
+    the micro-batch token budget when `train.micro_batch_tokens` is not pinned.
+    """
     core = CoreConfig.model_validate(cfg)
     threads = torch.get_num_threads()
     if core.runtime.threads:
         torch.set_num_threads(core.runtime.threads)
     try:
-        return _run(core, cfg)
+        return _run(core, cfg, plan)
     finally:
         torch.set_num_threads(threads)  # a library call must not change the caller's threads
 
 
-def _run(core: CoreConfig, cfg: dict[str, Any]) -> Path:
+def _run(core: CoreConfig, cfg: dict[str, Any], plan: dict[str, Any] | None) -> Path:
     algorithm = build_algorithm(core.algo)
     task = build_task(core.env)
     reward_file = reward_path(core.reward, task)  # fails fast, before any model loads
@@ -67,6 +82,8 @@ def _run(core: CoreConfig, cfg: dict[str, Any]) -> Path:
         run_dir = new_run_dir(core.paths.runs, name)
         write_config(run_dir, cfg)
     print(f"run directory: {run_dir}", flush=True)
+    if plan is not None:
+        atomic_write_json(run_dir / "plan.json", plan)
     random.seed(core.seed)
     np.random.seed(core.seed % (2**32))
     torch.manual_seed(core.seed)
@@ -78,7 +95,8 @@ def _run(core: CoreConfig, cfg: dict[str, Any]) -> Path:
     learner = Learner(
         policy.model,
         algorithm,
-        micro_batch_tokens=core.train.micro_batch_tokens or DEFAULT_MICRO_BATCH_TOKENS,
+        micro_batch_tokens=core.train.micro_batch_tokens
+        or int((plan or {}).get("micro_batch_tokens") or DEFAULT_MICRO_BATCH_TOKENS),
         temperature=core.generation.temperature,
         tis_cap=core.train.tis_cap,
         norm_len=core.generation.max_new_tokens,
@@ -116,6 +134,7 @@ def _run(core: CoreConfig, cfg: dict[str, Any]) -> Path:
         try:
             loop.run()
         finally:
+            loop.source.close()
             loop.metrics.close()
             close = getattr(backend, "close", None)
             if callable(close):
@@ -163,6 +182,8 @@ class _Loop:
             max_rounds=core.train.max_sampling_rounds,
             position=int(state.get("data_position", 0)),
         )
+        self.data_position = self.collector.position  # of the last batch the learner consumed
+        self.source = self._batch_source(core, policy, backend)
         self.metrics = MetricsWriter(
             run_dir,
             tensorboard="tensorboard" in core.logger.names,
@@ -171,6 +192,28 @@ class _Loop:
         self.evals: list[dict[str, Any]] = list(state.get("evals", []))
         self.totals: dict[str, float] = dict(state.get("totals", {}))
         self.last_ckpt_step = self.step if state else -1
+
+    def _batch_source(self, core: CoreConfig, policy: Any, backend: Any) -> Any:
+        """Sync: generate then learn on one module. Async: a generator thread with its own
+        replica of the policy and its own backend, `runtime.max_staleness` versions ahead."""
+        backend.policy_version = self.step
+        n_groups = core.train.prompts_per_step
+        if core.runtime.mode == "sync":
+            return SyncSource(self.collector, backend, policy.model, n_groups)
+        generator = build_backend(core.backend.model_dump(), generator_policy(policy))
+        generator.policy_version = self.step
+        self.collector.backend = generator
+        return AsyncSource(
+            self.collector,
+            policy.model,
+            generator,
+            n_groups=n_groups,
+            max_staleness=core.runtime.max_staleness,
+            first_step=self.step,
+            last_step=core.train.max_steps,
+            eval_backend=backend,
+            timeout_s=core.runtime.generation_timeout_s,
+        )
 
     # -- phases ------------------------------------------------------------------------------
     def run(self) -> None:
@@ -200,6 +243,14 @@ class _Loop:
                 if self.evals[-1]["step"] != self.step:
                     self._evaluate()
                     progress.note(_eval_line(self.evals[-1]))
+        except (NonFiniteLossError, GenerationFailed) as exc:
+            self.totals["wall_seconds"] = wall_before + time.perf_counter() - t_start
+            ckpt = self._finish(interrupted=True)
+            raise RunFailed(
+                f"step {self.step + 1} failed: {exc}\nThe last good weights are in {ckpt} "
+                f"(summary in {self.run_dir / 'summary.json'}). Resume with "
+                f"train.resume={self.run_dir}"
+            ) from None
         except KeyboardInterrupt:
             self.totals["wall_seconds"] = wall_before + time.perf_counter() - t_start
             ckpt = self._finish(interrupted=True)
@@ -215,11 +266,14 @@ class _Loop:
 
     def _train_step(self) -> dict[str, Any]:
         t0 = time.perf_counter()
-        batch = self.collector.collect(self.core.train.prompts_per_step, self.step)
+        batch = self.source.next_batch(self.step)
+        self.data_position = batch.position
         learn = self.learner.step(batch.samples) if batch.samples else {}
         self.step += 1
-        self.backend.update_weights(self.policy.model, self.step)
-        row = _step_row(batch, learn, time.perf_counter() - t0)
+        pause = self.source.after_step(self.step)
+        step_s = time.perf_counter() - t0
+        row = _step_row(batch, learn, step_s)
+        row.update(self.source.step_metrics(batch, self.step - 1, step_s, pause))
         for key in ("tokens/generated", "tokens/trained", "time/generate_s", "time/learn_s"):
             self.totals[key] = self.totals.get(key, 0.0) + float(row.get(key) or 0.0)
         return row
@@ -249,7 +303,7 @@ class _Loop:
 
     def _checkpoint(self) -> Path:
         state = {
-            "data_position": self.collector.position,
+            "data_position": self.data_position,
             "policy_version": self.step,
             "evals": self.evals,
             "totals": self.totals,

@@ -55,6 +55,7 @@ class StepBatch:
     groups_kept: int = 0
     groups_dropped: int = 0
     groups_cancelled: int = 0
+    position: int = 0  # the example stream's position after this batch (the resume point)
     rounds: int = 0
     generate_s: float = 0.0
     reward_s: float = 0.0
@@ -127,6 +128,7 @@ class GroupCollector:
             out.completions.extend(comps)
             out.rounds += 1
             self._assemble(out, comps, values, n_try, need)
+        out.position = self.position
         return out
 
     def _assemble(

@@ -1,0 +1,90 @@
+"""The same job and steps in `runtime.mode=sync` and `runtime.mode=async`, side by side.
+
+Two jobs, each run in both modes as a user would start them (`arena-run +experiment=quickstart`
+in a child process), comparing the summed step time from metrics.csv (evaluation excluded):
+
+- `ratio_cpu_default`: the plain quickstart on this CPU. Generation and learning compete for the
+  same two cores here, so overlap can only help as far as one side leaves a core idle; the ratio
+  is reported as measured, whatever it is.
+- `ratio_generation_bound`: the same job with the torch engine slowed on purpose
+  (`backend.decode_delay_s`, a sleep after each decode step that releases the GIL, as waiting on a
+  remote GPU engine would), so that generation takes longer than learning. Sync pays
+  generation + learning per step, async about max(generation, learning): the ratio shows the
+  overlap. Goal <= 0.6.
+
+With `--learning` it also runs the full quickstart in sync and in async (max_staleness 1) and
+reports both held-out rewards (the "learning is not hurt" check; ~2 x 5 minutes).
+Last line: one JSON object.
+
+Usage: python bench/async_vs_sync.py [--steps 8] [--delay 0.03] [--learning]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+
+def run(overrides: list[str], runs: Path) -> Path:
+    cmd = [sys.executable, "-m", "arena_core.cli.run", "+experiment=quickstart",
+           f"paths.runs={runs}", "runtime.progress=lines", *overrides]
+    print("$", " ".join(cmd[2:]), flush=True)
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        print(out.stdout[-3000:], out.stderr[-3000:], file=sys.stderr)
+        raise SystemExit(f"run failed ({out.returncode})")
+    match = re.findall(r"run directory: (.+)", out.stdout)
+    return Path(match[-1].strip())
+
+
+def step_seconds(run_dir: Path) -> dict[str, float]:
+    with open(run_dir / "metrics.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    total = sum(float(r["time/step_s"]) for r in rows)
+    gen = sum(float(r["time/generate_s"]) for r in rows)
+    learn = sum(float(r["time/learn_s"]) for r in rows)
+    return {"steps": len(rows), "step_s": total, "generate_s": gen, "learn_s": learn}
+
+
+def compare(name: str, overrides: list[str], runs: Path) -> dict[str, float]:
+    sync = step_seconds(run(["runtime.mode=sync", *overrides], runs))
+    asyn = step_seconds(run(["runtime.mode=async", "runtime.max_staleness=1", *overrides], runs))
+    ratio = asyn["step_s"] / sync["step_s"]
+    print(f"{name}: sync {sync['step_s']:.1f} s (generate {sync['generate_s']:.1f}, learn "
+          f"{sync['learn_s']:.1f}) vs async {asyn['step_s']:.1f} s -> ratio {ratio:.3f}")
+    return {f"{name}_sync_s": round(sync["step_s"], 2), f"{name}_async_s": round(asyn["step_s"], 2),
+            f"{name}_sync_generate_s": round(sync["generate_s"], 2),
+            f"{name}_sync_learn_s": round(sync["learn_s"], 2), f"ratio_{name}": round(ratio, 4)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--delay", type=float, default=0.03, help="decode_delay_s of the slowed job")
+    ap.add_argument("--learning", action="store_true", help="also compare full quickstart runs")
+    args = ap.parse_args()
+    runs = Path(tempfile.mkdtemp(prefix="arena-bench-async-"))
+    short = [f"train.max_steps={args.steps}", "eval.num_prompts=8", "train.checkpoint_every=0"]
+    result: dict[str, object] = {"steps": args.steps, "decode_delay_s": args.delay}
+    result.update(compare("cpu_default", short, runs))
+    slowed = [*short, f"++backend.decode_delay_s={args.delay}"]
+    result.update(compare("generation_bound", slowed, runs))
+    if args.learning:
+        for mode in ("sync", "async"):
+            run_dir = run([f"runtime.mode={mode}", "runtime.max_staleness=1"], runs)
+            summary = json.loads((run_dir / "summary.json").read_text())
+            result[f"{mode}_eval_reward_final"] = summary["eval_reward_final"]
+            result[f"{mode}_eval_accuracy_final"] = summary["eval_accuracy_final"]
+    result["goal_ratio_generation_bound"] = 0.6
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
