@@ -1,189 +1,136 @@
-"""Planner calibration check: predicted vs measured step time of the quickstart on this CPU.
+"""Planner calibration check: predicted vs measured step time of the real quickstart on this CPU.
 
-1. Calibrate the CPU profile (the same micro-benchmarks as `arena plan --calibrate`), into a
-   temporary cache unless ``--store`` is given.
-2. Plan the quickstart shape with the fitted coefficients.
-3. Measure that step: the quickstart loop (``arena_core.runtime``) was being written alongside
-   this bench, so the step is run by a minimal stand-in with the same shape and work: HF
-   ``generate`` with KV cache for ``prompts x group`` completions, a reference forward (beta > 0),
-   forward+backward of the completion logprob loss in the plan's micro-batches, one AdamW step.
+1. Calibrate the CPU profile with the same micro-benchmarks as `arena plan --calibrate`, on the
+   quickstart's one torch thread, into a temporary cache (unless ``--store``).
+2. Run the quickstart itself (`arena-run +experiment=quickstart`, a child process, short) and read
+   its metrics.csv: per step, how many completions were generated (zero-advantage groups make the
+   runtime sample more), how many sequences were trained on, and their mean lengths.
+3. Plan that measured workload with the fitted coefficients: generation for every sampled
+   completion up to the `max_new_tokens` cap (a batch decodes until its longest row stops),
+   learning for the kept ones at their measured lengths, and compare with the measured times (warm-up step
+   excluded). Reward scoring runs in the sandbox and is not part of the planner's model; it is
+   shown separately.
 
-Prints both, their ratio, and (last line) one JSON object.
+Prints both, their ratio, and (last line) one JSON object. Goal: |total ratio - 1| <= 0.25.
 
-    python bench/planner_calibration.py [--threads N] [--steps 3] [--store]
+    python bench/planner_calibration.py [--steps 12] [--store]
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
-import math
 import os
+import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-# Quickstart shape (conf defaults: train.prompts_per_step 8, grpo group_size 8 and beta 0.001,
-# runtime.mode sync); arithmetic prompts are short, so 32 prompt and 32 new tokens.
-QUICKSTART = {
-    "prompts_per_step": 8,
-    "group_size": 8,
-    "prompt_tokens": 32,
-    "completion_tokens": 32,
-    "kl_ref": True,
-    "overlap": False,
-}
-
-
-def tiny_config_dict() -> dict:
-    """The embedded tiny model's config when its module is there, else the same shape."""
-    try:
-        from arena_core.models import tiny_config
-
-        return tiny_config().to_dict()
-    except Exception:  # noqa: BLE001 - the models package may be absent in this build
-        return {
-            "model_type": "qwen2",
-            "hidden_size": 256,
-            "intermediate_size": 768,
-            "num_hidden_layers": 4,
-            "num_attention_heads": 4,
-            "num_key_value_heads": 2,
-            "vocab_size": 264,
-            "tie_word_embeddings": True,
-            "max_position_embeddings": 1024,
-        }
+def run_quickstart(steps: int, env: dict[str, str]) -> Path:
+    runs = tempfile.mkdtemp(prefix="arena-bench-plan-")
+    cmd = [sys.executable, "-m", "arena_core.cli.run", "+experiment=quickstart",
+           f"train.max_steps={steps}", "eval.num_prompts=8", "eval.every=0",
+           "train.checkpoint_every=0", "runtime.progress=lines", f"paths.runs={runs}"]
+    print("$", " ".join(cmd[2:]), flush=True)
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if out.returncode != 0:
+        print(out.stdout[-2000:], out.stderr[-2000:], file=sys.stderr)
+        raise SystemExit("the quickstart failed")
+    return Path(re.findall(r"run directory: (.+)", out.stdout)[-1].strip())
 
 
-def build_model(cfg: dict):
-    import torch
-    from transformers import AutoModelForCausalLM, Qwen2Config
-
-    torch.manual_seed(0)
-    keys = (
-        "hidden_size",
-        "intermediate_size",
-        "num_hidden_layers",
-        "num_attention_heads",
-        "num_key_value_heads",
-        "vocab_size",
-        "tie_word_embeddings",
-        "max_position_embeddings",
-    )
-    qcfg = Qwen2Config(**{k: cfg[k] for k in keys if k in cfg}, use_cache=True)
-    return AutoModelForCausalLM.from_config(qcfg, attn_implementation="sdpa")
-
-
-def measured_step(model, ref, opt, w: dict, micro_batch_tokens: int) -> dict[str, float]:
-    """One quickstart-shaped step: generate, reference forward, learn in micro-batches, step."""
-    import torch
-
-    vocab = model.config.vocab_size
-    n = w["prompts_per_step"] * w["group_size"]
-    prompts = torch.randint(1, vocab, (w["prompts_per_step"], w["prompt_tokens"]))
-    ids = prompts.repeat_interleave(w["group_size"], dim=0)
-    t0 = time.perf_counter()
-    model.eval()
-    with torch.no_grad():
-        seqs = model.generate(
-            input_ids=ids,
-            attention_mask=torch.ones_like(ids),
-            max_new_tokens=w["completion_tokens"],
-            min_new_tokens=w["completion_tokens"],
-            do_sample=True,
-            temperature=1.0,
-            top_k=0,
-            pad_token_id=0,
-            eos_token_id=None,
-        )
-    t1 = time.perf_counter()
-    model.train()
-    seq_len = seqs.shape[1]
-    per_mb = max(1, micro_batch_tokens // seq_len)
-    adv = torch.randn(n)
-    p = w["prompt_tokens"]
-    for start in range(0, n, per_mb):
-        chunk = seqs[start : start + per_mb]
-        with torch.no_grad():
-            ref_logits = ref(input_ids=chunk).logits[:, p - 1 : -1]
-            ref_lp = (
-                torch.log_softmax(ref_logits.float(), -1).gather(-1, chunk[:, p:, None]).squeeze(-1)
-            )
-        logits = model(input_ids=chunk).logits[:, p - 1 : -1]
-        lp = torch.log_softmax(logits.float(), -1).gather(-1, chunk[:, p:, None]).squeeze(-1)
-        kl = torch.exp(ref_lp - lp) - (ref_lp - lp) - 1
-        loss = (-(adv[start : start + per_mb, None] * lp) + 0.001 * kl).mean()
-        loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1)
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    t2 = time.perf_counter()
-    return {"generate": t1 - t0, "learn": t2 - t1, "total": t2 - t0}
+def measured_workload(run_dir: Path, group_size: int) -> tuple[dict, list[dict]]:
+    with open(run_dir / "metrics.csv") as fh:
+        rows = [{k: float(v) for k, v in r.items() if v not in ("", None)}
+                for r in csv.DictReader(fh)][1:]  # the first step warms up allocators
+    gen_tokens = statistics.fmean(r["tokens/generated"] for r in rows)
+    comp_len = statistics.fmean(r["completion_len/mean"] for r in rows)
+    completions = gen_tokens / comp_len
+    kept = statistics.fmean(r["groups/kept"] for r in rows)
+    trained = statistics.fmean(r["tokens/trained"] for r in rows)
+    prompt_len = max(1.0, trained / (kept * group_size) - comp_len)
+    return {
+        "sampled_prompts": completions / group_size,
+        "kept_prompts": kept,
+        "prompt_tokens": prompt_len,
+        "completion_tokens": comp_len,
+    }, rows
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    ap.add_argument("--steps", type=int, default=3, help="measured steps (after one warm-up)")
+    ap.add_argument("--steps", type=int, default=12, help="quickstart steps (first is warm-up)")
     ap.add_argument("--store", action="store_true", help="keep the calibration in the cache")
     args = ap.parse_args()
     import torch
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(1)  # the quickstart's runtime.threads
     if not args.store:
         os.environ["ARENA_CACHE_DIR"] = tempfile.mkdtemp(prefix="arena-bench-cal-")
+    from arena_core.models import tiny_config
     from arena_core.planner import ModelSpec, Workload, make_plan
     from arena_core.planner.calibrate import run_calibration
     from arena_core.planner.hardware import cpu_profile
 
     t = time.perf_counter()
-    cal, path = run_calibration(progress=lambda m: print(f"calibrating: {m}", flush=True))
-    cal_s = time.perf_counter() - t
-    print(f"calibration: {cal_s:.1f} s -> {path}")
+    _, path = run_calibration(progress=lambda m: print(f"calibrating: {m}", flush=True))
+    print(f"calibration: {time.perf_counter() - t:.1f} s -> {path}")
 
-    cfg = tiny_config_dict()
-    spec = ModelSpec.from_dict(cfg, name="arena:tiny")
-    workload = Workload(**QUICKSTART)
-    result = make_plan(spec, cpu_profile(), 1, workload, lora_rank=0)
-    pred = result.prediction
-    print(f"plan: {result.plan.describe()}")
+    group_size = 8
+    run_dir = run_quickstart(args.steps, dict(os.environ))
+    w, rows = measured_workload(run_dir, group_size)
+    spec = ModelSpec.from_dict(tiny_config().to_dict(), name="arena:tiny")
 
-    model = build_model(cfg)
-    ref = build_model(cfg).eval()
-    opt = torch.optim.AdamW(model.parameters(), lr=5e-6)
-    mb = result.plan.micro_batch_tokens
-    measured_step(model, ref, opt, QUICKSTART, mb)  # warm-up
-    runs = [measured_step(model, ref, opt, QUICKSTART, mb) for _ in range(args.steps)]
-    measured = {k: statistics.median(r[k] for r in runs) for k in ("generate", "learn", "total")}
-    predicted = {
-        "generate": pred.generate_s,
-        "learn": pred.learn_s + pred.sync_s,
-        "total": pred.total_s,
+    import yaml
+
+    cap = int(yaml.safe_load((run_dir / "config.yaml").read_text())["generation"]["max_new_tokens"])
+
+    def plan(prompts: float, completion_tokens: float):
+        workload = Workload(
+            prompts_per_step=max(1, round(prompts)), group_size=group_size,
+            prompt_tokens=max(1, round(w["prompt_tokens"])),
+            completion_tokens=max(1, round(completion_tokens)), kl_ref=False, overlap=False,
+        )
+        return make_plan(spec, cpu_profile(), 1, workload, lora_rank=0).prediction
+
+    # A batch decodes until its longest row stops: generation is sized by the cap (as the planner
+    # documents), learning by the tokens actually trained on.
+    gen_pred = plan(w["sampled_prompts"], cap).generate_s
+    learn_pred_p = plan(w["kept_prompts"], w["completion_tokens"])
+    learn_pred = learn_pred_p.learn_s + learn_pred_p.sync_s
+    measured = {
+        "generate": statistics.fmean(r["time/generate_s"] for r in rows),
+        "learn": statistics.fmean(r["time/learn_s"] for r in rows),
+        "reward": statistics.fmean(r.get("time/reward_s", 0.0) for r in rows),
+        "step": statistics.fmean(r["time/step_s"] for r in rows),
     }
+    predicted = {"generate": gen_pred, "learn": learn_pred, "step": gen_pred + learn_pred}
+    print(f"workload per step: {json.dumps({k: round(v, 1) for k, v in w.items()})}")
     print(f"{'':10s}{'predicted s':>12s}{'measured s':>12s}{'pred/meas':>10s}")
-    for k in ("generate", "learn", "total"):
-        print(f"{k:10s}{predicted[k]:12.3f}{measured[k]:12.3f}{predicted[k] / measured[k]:10.2f}")
-    ratio = predicted["total"] / measured["total"]
-    out = {
-        "bench": "planner_calibration",
-        "threads": torch.get_num_threads(),
-        "calibration_seconds": round(cal_s, 1),
-        "workload": QUICKSTART,
-        "model_params": spec.total_params,
-        "micro_batch_tokens": mb,
-        "predicted_s": {k: round(v, 4) for k, v in predicted.items()},
-        "measured_s": {k: round(v, 4) for k, v in measured.items()},
-        "measured_runs_total_s": [round(r["total"], 4) for r in runs],
-        "ratio_total": round(ratio, 3),
-        "within_25pct": bool(abs(math.log(ratio)) <= math.log(1.25)),
-        "step_runner": "bench stand-in (HF generate + logprob loss), not arena_core.runtime",
+    for key in ("generate", "learn", "step"):
+        print(f"{key:10s}{predicted[key]:12.3f}{measured[key]:12.3f}"
+              f"{predicted[key] / measured[key]:10.2f}")
+    print(f"(reward scoring, not modelled: {measured['reward']:.3f} s per step)")
+    ratio = predicted["step"] / measured["step"]
+    result = {
+        "predicted_step_s": round(predicted["step"], 3),
+        "measured_step_s": round(measured["step"], 3),
+        "ratio": round(ratio, 3),
+        "within_25pct": abs(ratio - 1) <= 0.25,
+        "predicted_generate_s": round(gen_pred, 3),
+        "measured_generate_s": round(measured["generate"], 3),
+        "predicted_learn_s": round(learn_pred, 3),
+        "measured_learn_s": round(measured["learn"], 3),
+        "measured_reward_s": round(measured["reward"], 3),
+        "steps_measured": len(rows),
+        "loadavg_1m": round(os.getloadavg()[0], 2),
     }
-    print(json.dumps(out))
+    print(json.dumps(result))
     return 0
 
 

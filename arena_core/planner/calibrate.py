@@ -190,26 +190,32 @@ def measure_learn(layers: int, tokens: int, seq: int = 64) -> tuple[float, float
     return fwd_bwd, opt_s
 
 
+class _IdsOnly:
+    """The little a decode loop needs from a tokenizer when it is fed ids and never stops early."""
+
+    pad_token_id = 0
+    eos_token_id = None
+
+    def decode(self, ids: list[int], **_: object) -> str:
+        return ""
+
+
 def measure_decode(layers: int, batch: int, new_tokens: int, prompt: int = 32) -> float:
-    """Seconds for ``generate`` to produce ``new_tokens`` for ``batch`` sequences (KV cache on)."""
+    """Seconds for Arena's own torch engine to produce ``new_tokens`` for ``batch`` sequences
+    (KV cache on, no early stop): the loop a CPU run really uses, Python overhead included."""
     import torch
 
+    from arena_core.rollout.base import SamplingParams
+    from arena_core.rollout.torch_backend import TorchBackend
+
     model = tiny_qwen2(layers)
-    ids = torch.randint(1, CAL_VOCAB, (batch, prompt))
-    mask = torch.ones_like(ids)
+    model.generation_config.eos_token_id = None
+    backend = TorchBackend(model, _IdsOnly())
+    prompts = torch.randint(1, CAL_VOCAB, (batch, prompt)).tolist()
+    params = SamplingParams(max_new_tokens=new_tokens, temperature=1.0, seed=0)
 
     def gen() -> None:
-        with torch.no_grad():
-            model.generate(
-                input_ids=ids,
-                attention_mask=mask,
-                max_new_tokens=new_tokens,
-                min_new_tokens=new_tokens,
-                do_sample=False,
-                pad_token_id=0,
-                eos_token_id=None,
-                use_cache=True,
-            )
+        backend.generate(prompts, params)
 
     return _timed(gen, repeats=3)
 
