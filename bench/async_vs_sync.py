@@ -16,7 +16,7 @@ With `--learning` it also runs the full quickstart in sync and in async (max_sta
 reports both held-out rewards (the "learning is not hurt" check; ~2 x 5 minutes).
 Last line: one JSON object.
 
-Usage: python bench/async_vs_sync.py [--steps 8] [--delay 0.03] [--learning]
+Usage: python bench/async_vs_sync.py [--steps 8] [--delay 0.015] [--learning]
 """
 
 from __future__ import annotations
@@ -32,8 +32,15 @@ from pathlib import Path
 
 
 def run(overrides: list[str], runs: Path) -> Path:
-    cmd = [sys.executable, "-m", "arena_core.cli.run", "+experiment=quickstart",
-           f"paths.runs={runs}", "runtime.progress=lines", *overrides]
+    cmd = [
+        sys.executable,
+        "-m",
+        "arena_core.cli.run",
+        "+experiment=quickstart",
+        f"paths.runs={runs}",
+        "runtime.progress=lines",
+        *overrides,
+    ]
     print("$", " ".join(cmd[2:]), flush=True)
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if out.returncode != 0:
@@ -56,17 +63,23 @@ def compare(name: str, overrides: list[str], runs: Path) -> dict[str, float]:
     sync = step_seconds(run(["runtime.mode=sync", *overrides], runs))
     asyn = step_seconds(run(["runtime.mode=async", "runtime.max_staleness=1", *overrides], runs))
     ratio = asyn["step_s"] / sync["step_s"]
-    print(f"{name}: sync {sync['step_s']:.1f} s (generate {sync['generate_s']:.1f}, learn "
-          f"{sync['learn_s']:.1f}) vs async {asyn['step_s']:.1f} s -> ratio {ratio:.3f}")
-    return {f"{name}_sync_s": round(sync["step_s"], 2), f"{name}_async_s": round(asyn["step_s"], 2),
-            f"{name}_sync_generate_s": round(sync["generate_s"], 2),
-            f"{name}_sync_learn_s": round(sync["learn_s"], 2), f"ratio_{name}": round(ratio, 4)}
+    print(
+        f"{name}: sync {sync['step_s']:.1f} s (generate {sync['generate_s']:.1f}, learn "
+        f"{sync['learn_s']:.1f}) vs async {asyn['step_s']:.1f} s -> ratio {ratio:.3f}"
+    )
+    return {
+        f"{name}_sync_s": round(sync["step_s"], 2),
+        f"{name}_async_s": round(asyn["step_s"], 2),
+        f"{name}_sync_generate_s": round(sync["generate_s"], 2),
+        f"{name}_sync_learn_s": round(sync["learn_s"], 2),
+        f"ratio_{name}": round(ratio, 4),
+    }
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--delay", type=float, default=0.03, help="decode_delay_s of the slowed job")
+    ap.add_argument("--delay", type=float, default=0.015, help="decode_delay_s of the slowed job")
     ap.add_argument("--learning", action="store_true", help="also compare full quickstart runs")
     args = ap.parse_args()
     runs = Path(tempfile.mkdtemp(prefix="arena-bench-async-"))

@@ -33,9 +33,18 @@ from pathlib import Path
 
 def run_quickstart(steps: int, env: dict[str, str]) -> Path:
     runs = tempfile.mkdtemp(prefix="arena-bench-plan-")
-    cmd = [sys.executable, "-m", "arena_core.cli.run", "+experiment=quickstart",
-           f"train.max_steps={steps}", "eval.num_prompts=8", "eval.every=0",
-           "train.checkpoint_every=0", "runtime.progress=lines", f"paths.runs={runs}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "arena_core.cli.run",
+        "+experiment=quickstart",
+        f"train.max_steps={steps}",
+        "eval.num_prompts=8",
+        "eval.every=0",
+        "train.checkpoint_every=0",
+        "runtime.progress=lines",
+        f"paths.runs={runs}",
+    ]
     print("$", " ".join(cmd[2:]), flush=True)
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if out.returncode != 0:
@@ -46,8 +55,9 @@ def run_quickstart(steps: int, env: dict[str, str]) -> Path:
 
 def measured_workload(run_dir: Path, group_size: int) -> tuple[dict, list[dict]]:
     with open(run_dir / "metrics.csv") as fh:
-        rows = [{k: float(v) for k, v in r.items() if v not in ("", None)}
-                for r in csv.DictReader(fh)][1:]  # the first step warms up allocators
+        rows = [
+            {k: float(v) for k, v in r.items() if v not in ("", None)} for r in csv.DictReader(fh)
+        ][1:]  # the first step warms up allocators
     gen_tokens = statistics.fmean(r["tokens/generated"] for r in rows)
     comp_len = statistics.fmean(r["completion_len/mean"] for r in rows)
     completions = gen_tokens / comp_len
@@ -92,9 +102,12 @@ def main() -> int:
 
     def plan(prompts: float, completion_tokens: float):
         workload = Workload(
-            prompts_per_step=max(1, round(prompts)), group_size=group_size,
+            prompts_per_step=max(1, round(prompts)),
+            group_size=group_size,
             prompt_tokens=max(1, round(w["prompt_tokens"])),
-            completion_tokens=max(1, round(completion_tokens)), kl_ref=False, overlap=False,
+            completion_tokens=max(1, round(completion_tokens)),
+            kl_ref=False,
+            overlap=False,
         )
         return make_plan(spec, cpu_profile(), 1, workload, lora_rank=0).prediction
 
@@ -113,8 +126,10 @@ def main() -> int:
     print(f"workload per step: {json.dumps({k: round(v, 1) for k, v in w.items()})}")
     print(f"{'':10s}{'predicted s':>12s}{'measured s':>12s}{'pred/meas':>10s}")
     for key in ("generate", "learn", "step"):
-        print(f"{key:10s}{predicted[key]:12.3f}{measured[key]:12.3f}"
-              f"{predicted[key] / measured[key]:10.2f}")
+        print(
+            f"{key:10s}{predicted[key]:12.3f}{measured[key]:12.3f}"
+            f"{predicted[key] / measured[key]:10.2f}"
+        )
     print(f"(reward scoring, not modelled: {measured['reward']:.3f} s per step)")
     ratio = predicted["step"] / measured["step"]
     result = {
