@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
+from arena_algorithms.group_relative import GroupRelativeAlgorithm
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:  # torch is imported when an algorithm runs, not when plugins load
@@ -41,41 +42,19 @@ class CISPOConfig(BaseModel):
     num_iterations: int = Field(1, ge=1, description="Optimizer passes over each step's samples.")
 
 
-class CISPO:
+class CISPO(GroupRelativeAlgorithm):
     """Clipped IS-weight policy optimisation (see module docstring)."""
 
     config_class = CISPOConfig
 
-    def __init__(self, config: CISPOConfig | dict | None = None) -> None:
-        if not isinstance(config, CISPOConfig):
-            config = CISPOConfig(**(config or {}))
-        self.config = config
-        self.group_size = config.group_size
-        self.lr = config.lr
-        self.weight_decay = config.weight_decay
-        self.max_grad_norm = config.max_grad_norm
-        self.beta = config.beta
-        self.loss_agg_mode = config.loss_agg_mode
-        self.num_iterations = config.num_iterations
+    def surrogate(self, batch: TokenBatch) -> tuple[Tensor, Tensor]:
+        from arena_core.learn.losses import cispo_token_loss
 
-    def advantages(self, rewards: Tensor) -> Tensor:
-        from arena_core.learn.losses import group_advantages
-
-        return group_advantages(rewards, scale=self.config.scale_rewards, eps=self.config.adv_eps)
-
-    def token_loss(self, batch: TokenBatch) -> tuple[Tensor, dict[str, Tensor]]:
-        from arena_core.learn.losses import cispo_token_loss, k3_kl
-
-        loss, clipped = cispo_token_loss(
+        # The ratio is taken against the generator's logprobs directly: no extra IS weight.
+        return cispo_token_loss(
             batch.logp,
             batch.behaviour_logp,
             batch.advantages,
             eps_low=self.config.eps_low,
             eps_high=self.config.eps_high,
         )
-        stats = {"clip_frac": clipped.float()}
-        if self.beta > 0 and batch.ref_logp is not None:
-            kl = k3_kl(batch.logp, batch.ref_logp)
-            loss = loss + self.beta * kl
-            stats["kl"] = kl.detach()
-        return loss, stats

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
+from arena_algorithms.group_relative import GroupRelativeAlgorithm
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:  # torch is imported when an algorithm runs, not when plugins load
@@ -43,30 +44,13 @@ class GRPOConfig(BaseModel):
     )
 
 
-class GRPO:
+class GRPO(GroupRelativeAlgorithm):
     """Group-relative policy optimisation with PPO clipping (see module docstring)."""
 
     config_class = GRPOConfig
 
-    def __init__(self, config: GRPOConfig | dict | None = None) -> None:
-        if not isinstance(config, GRPOConfig):
-            config = GRPOConfig(**(config or {}))
-        self.config = config
-        self.group_size = config.group_size
-        self.lr = config.lr
-        self.weight_decay = config.weight_decay
-        self.max_grad_norm = config.max_grad_norm
-        self.beta = config.beta
-        self.loss_agg_mode = config.loss_agg_mode
-        self.num_iterations = config.num_iterations
-
-    def advantages(self, rewards: Tensor) -> Tensor:
-        from arena_core.learn.losses import group_advantages
-
-        return group_advantages(rewards, scale=self.config.scale_rewards, eps=self.config.adv_eps)
-
-    def token_loss(self, batch: TokenBatch) -> tuple[Tensor, dict[str, Tensor]]:
-        from arena_core.learn.losses import grpo_token_loss, k3_kl
+    def surrogate(self, batch: TokenBatch) -> tuple[Tensor, Tensor]:
+        from arena_core.learn.losses import grpo_token_loss
 
         loss, clipped = grpo_token_loss(
             batch.logp,
@@ -75,10 +59,4 @@ class GRPO:
             eps_low=self.config.eps_low,
             eps_high=self.config.eps_high,
         )
-        loss = loss * batch.is_weight
-        stats = {"clip_frac": clipped.float()}
-        if self.beta > 0 and batch.ref_logp is not None:
-            kl = k3_kl(batch.logp, batch.ref_logp)
-            loss = loss + self.beta * kl
-            stats["kl"] = kl.detach()
-        return loss, stats
+        return loss * batch.is_weight, clipped  # truncated IS against the generator
