@@ -301,6 +301,13 @@ class _Loop:
             row.setdefault(key, last.get(key))
         self.metrics.log(self.step, row)
 
+    def _scores_now(self) -> dict[str, float | None] | None:
+        """The held-out scores of the current weights, when they were evaluated at this step."""
+        last = self.evals[-1] if self.evals else None
+        if last is None or last["step"] != self.step:
+            return None
+        return {k: last.get(k) for k in ("eval/reward_mean", "eval/accuracy")}
+
     def _checkpoint(self) -> Path:
         state = {
             "data_position": self.data_position,
@@ -316,6 +323,7 @@ class _Loop:
             state,
             tokenizer=self.policy.tokenizer,
             keep=self.core.train.keep_checkpoints,
+            scores=self._scores_now(),
         )
         self.last_ckpt_step = self.step
         plot_reward_curve(

@@ -75,8 +75,10 @@ def save_checkpoint(
     *,
     tokenizer: Any = None,
     keep: int | None = None,
+    scores: dict[str, float | None] | None = None,
 ) -> Path:
-    """Write checkpoint `step` atomically and record it in the index; returns its directory."""
+    """Write checkpoint `step` atomically and record it in the index with its `scores` (the
+    held-out evaluation at that step, when there was one); returns its directory."""
     root = checkpoints_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     name = f"step_{step:06d}"
@@ -106,7 +108,10 @@ def save_checkpoint(
         shutil.rmtree(final)  # a leftover not named by the index (crash before the index update)
     os.replace(tmp, final)
     entries = [c for c in index["checkpoints"] if c["dir"] != name]
-    entries.append({"step": step, "dir": name, "kind": kind, "time": time.time()})
+    entry = {"step": step, "dir": name, "kind": kind, "time": time.time()}
+    if scores:
+        entry["scores"] = scores
+    entries.append(entry)
     entries.sort(key=lambda c: c["step"])
     removed: list[dict[str, Any]] = []
     if keep is not None and len(entries) > keep:

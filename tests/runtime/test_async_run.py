@@ -48,10 +48,18 @@ def test_async_run_stays_within_the_staleness_bound(
 
 
 def test_sync_run_reports_the_same_columns(tmp_path, digits_env, run_config) -> None:
+    import json
+
     run_dir = run_training(run_config(tmp_path))
     rows = _rows(run_dir)
     assert ASYNC_COLUMNS <= set(rows[0])
     assert all(int(float(r["staleness/max"])) == 0 for r in rows)  # on-policy
+    # Every checkpoint is kept with the held-out scores of its weights (eval.every=1 here).
+    index = json.loads((run_dir / "checkpoints" / "index.json").read_text())
+    assert [c["step"] for c in index["checkpoints"]] == [1, 2]
+    for entry in index["checkpoints"]:
+        assert set(entry["scores"]) == {"eval/reward_mean", "eval/accuracy"}
+        assert 0.0 <= entry["scores"]["eval/accuracy"] <= 1.0
 
 
 def test_non_finite_loss_stops_the_run_and_keeps_good_weights(
