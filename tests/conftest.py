@@ -32,3 +32,58 @@ def gsm8k_dir() -> Path:
     if not (GSM8K_DIR / "train.jsonl").is_file():
         pytest.skip(f"GSM8K data not found at {GSM8K_DIR}")
     return GSM8K_DIR
+
+
+@pytest.fixture
+def one_torch_thread():
+    """One torch thread for the test: tiny matrices run fastest on one, and two OpenMP threads
+    on a busy 2-core machine make them several times slower (measured)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _live_children() -> list:
+    import psutil
+
+    alive = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                alive.append(proc)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def _pid_alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.fixture
+def no_leftover_children():
+    """Fails the test if it leaves a child process behind (waits up to 5 s for exits)."""
+    import time
+
+    before = {p.pid for p in _live_children()}
+    yield
+    deadline = time.monotonic() + 5.0
+    left = [p for p in _live_children() if p.pid not in before]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = [p for p in _live_children() if p.pid not in before]
+    assert not left, f"child processes left behind: {[(p.pid, p.cmdline()) for p in left]}"
+
+
+@pytest.fixture(name="pid_alive")
+def pid_alive_fixture():
+    """`pid_alive(pid)`: whether a process exists and is not a zombie."""
+    return _pid_alive

@@ -34,9 +34,5 @@ def make_model():
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny matrices: one thread is faster, and immune to a busy machine's oversubscription."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _one_thread(one_torch_thread):
     yield
-    torch.set_num_threads(before)

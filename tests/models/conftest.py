@@ -4,12 +4,8 @@ processes and make small matmuls ~10x slower (measured); one thread is also dete
 from __future__ import annotations
 
 import pytest
-import torch
 
 
-@pytest.fixture(autouse=True, scope="package")
-def _one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
+@pytest.fixture(autouse=True)
+def _one_thread(one_torch_thread):
     yield
-    torch.set_num_threads(before)

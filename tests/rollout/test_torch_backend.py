@@ -14,13 +14,9 @@ from arena_core.rollout.torch_backend import (
 )
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Two OpenMP threads on a busy 2-core machine make small matmuls ~10x slower (measured)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
+@pytest.fixture(autouse=True)
+def _one_thread(one_torch_thread):
     yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -23,12 +23,9 @@ from arena_core.runtime.async_rollout import (
 )
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
+@pytest.fixture(autouse=True)
+def _one_thread(one_torch_thread):
     yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -4,37 +4,17 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
 
 
-def _live_children() -> list[psutil.Process]:
-    alive = []
-    for proc in psutil.Process().children(recursive=True):
-        try:
-            if proc.status() != psutil.STATUS_ZOMBIE:
-                alive.append(proc)
-        except psutil.NoSuchProcess:
-            pass
-    return alive
-
-
 @pytest.fixture(autouse=True)
-def no_leftover_children():
-    before = {p.pid for p in _live_children()}
+def _no_leftover_children(no_leftover_children):
     yield
-    deadline = time.monotonic() + 5.0
-    left = [p for p in _live_children() if p.pid not in before]
-    while left and time.monotonic() < deadline:
-        time.sleep(0.05)
-        left = [p for p in _live_children() if p.pid not in before]
-    assert not left, f"child processes left behind: {[p.pid for p in left]}"
 
 
 @pytest.fixture
