@@ -3,14 +3,38 @@ and the optional KL penalty. Each algorithm supplies only its clipped per-token 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:  # torch is imported when an algorithm runs, not when plugins load
     from torch import Tensor
 
     from arena_core.learn.algorithm import TokenBatch
+
+
+class GroupRelativeConfig(BaseModel):
+    """The `algo` fields every group-relative algorithm has; subclasses add their clip bounds
+    and may change defaults."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    group_size: int = Field(8, ge=2, description="Completions sampled per prompt.")
+    lr: float = Field(5e-6, gt=0, description="AdamW learning rate.")
+    weight_decay: float = Field(0.0, ge=0)
+    max_grad_norm: float | None = Field(0.1, gt=0, description="Global grad-norm clip; None = off.")
+    beta: float = Field(0.0, ge=0, description="KL-to-reference coefficient (k3 estimator).")
+    scale_rewards: Literal["std", "none"] = Field(
+        "std", description="'std' divides by the group std (GRPO); 'none' is Dr.GRPO."
+    )
+    adv_eps: float = Field(1e-4, gt=0, description="Added to the group std before dividing.")
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = Field(
+        "token-mean", description="How per-token losses become the step loss."
+    )
+    num_iterations: int = Field(
+        1, ge=1, description="Optimizer passes over each step's samples (PPO epochs)."
+    )
 
 
 class GroupRelativeAlgorithm:

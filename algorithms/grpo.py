@@ -8,10 +8,10 @@ unnecessary for verifiable rewards and it costs a reference forward).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
-from arena_algorithms.group_relative import GroupRelativeAlgorithm
-from pydantic import BaseModel, ConfigDict, Field
+from arena_algorithms.group_relative import GroupRelativeAlgorithm, GroupRelativeConfig
+from pydantic import Field
 
 if TYPE_CHECKING:  # torch is imported when an algorithm runs, not when plugins load
     from torch import Tensor
@@ -19,29 +19,13 @@ if TYPE_CHECKING:  # torch is imported when an algorithm runs, not when plugins 
     from arena_core.learn.algorithm import TokenBatch
 
 
-class GRPOConfig(BaseModel):
+class GRPOConfig(GroupRelativeConfig):
     """The `algo` section for GRPO. Defaults are the AgileRL GSM8K tutorial's values."""
 
-    model_config = ConfigDict(extra="forbid")
-
     name: str = "grpo"
-    group_size: int = Field(8, ge=2, description="Completions sampled per prompt.")
-    lr: float = Field(5e-6, gt=0, description="AdamW learning rate.")
-    weight_decay: float = Field(0.0, ge=0)
-    max_grad_norm: float | None = Field(0.1, gt=0, description="Global grad-norm clip; None = off.")
     beta: float = Field(0.001, ge=0, description="KL-to-reference coefficient (k3 estimator).")
     eps_low: float = Field(0.2, ge=0, description="Lower clip: ratio >= 1 - eps_low.")
     eps_high: float = Field(0.2, ge=0, description="Upper clip: ratio <= 1 + eps_high.")
-    scale_rewards: Literal["std", "none"] = Field(
-        "std", description="'std' divides by the group std (GRPO); 'none' is Dr.GRPO."
-    )
-    adv_eps: float = Field(1e-4, gt=0, description="Added to the group std before dividing.")
-    loss_agg_mode: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = Field(
-        "token-mean", description="How per-token losses become the step loss."
-    )
-    num_iterations: int = Field(
-        1, ge=1, description="Optimizer passes over each step's samples (PPO epochs)."
-    )
 
 
 class GRPO(GroupRelativeAlgorithm):

@@ -54,6 +54,15 @@ class MicroBatch:
         return self.real_tokens or int(self.input_ids.numel())
 
 
+def _longest_first(samples: list[Sample]) -> list[int]:
+    """Indices of the samples that carry loss (non-empty completions), longest input first."""
+    return sorted(
+        (i for i, s in enumerate(samples) if s.completion_ids),
+        key=lambda i: samples[i].n_input,
+        reverse=True,
+    )
+
+
 def flat_offsets(samples: list[Sample]) -> list[int]:
     """Start of each sample's completion tokens in the flat order (samples in given order)."""
     offsets, total = [], 0
@@ -70,11 +79,7 @@ def pad_batches(samples: list[Sample], token_budget: int, *, pad_id: int = 0) ->
     if token_budget < 1:
         raise ValueError("token_budget must be >= 1")
     offsets = flat_offsets(samples)
-    order = sorted(
-        (i for i, s in enumerate(samples) if s.completion_ids),
-        key=lambda i: samples[i].n_input,
-        reverse=True,
-    )
+    order = _longest_first(samples)
     groups: list[list[int]] = []
     for i in order:
         if groups and (len(groups[-1]) + 1) * samples[groups[-1][0]].n_input <= token_budget:
@@ -119,11 +124,7 @@ def pack(samples: list[Sample], token_budget: int) -> list[MicroBatch]:
     if token_budget < 1:
         raise ValueError("token_budget must be >= 1")
     offsets = flat_offsets(samples)
-    order = sorted(
-        (i for i, s in enumerate(samples) if s.completion_ids),
-        key=lambda i: samples[i].n_input,
-        reverse=True,
-    )
+    order = _longest_first(samples)
     bins: list[list[int]] = []
     room: list[int] = []
     for i in order:
