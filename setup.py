@@ -16,7 +16,7 @@ MAPPED = {
 
 
 def _packages() -> list[str]:
-    packages = find_packages(include=["arena_core", "arena_core.*"])
+    packages = find_packages(include=["arena_core", "arena_core.*", "arena", "arena.*"])
     for name, folder in MAPPED.items():
         packages.append(name)
         packages += [f"{name}.{sub}" for sub in find_packages(where=folder)]

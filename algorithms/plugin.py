@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 from arena_algorithms.cispo import CISPO, CISPOConfig
+from arena_algorithms.dpo import DPO, DPOConfig
 from arena_algorithms.grpo import GRPO, GRPOConfig
+from arena_algorithms.ippo import IPPO, IPPOConfig
+from arena_algorithms.ppo import PPO, PPOConfig
+from arena_algorithms.sft import SFT, SFTConfig
 
 from arena_core.hookspecs import Register, hookimpl
 
@@ -22,6 +26,34 @@ def register_algorithms(register: Register) -> None:
         CISPO,
         schema=CISPOConfig,
         description="CISPO (MiniMax-M1): clipped, detached IS weight times log-prob",
+    )
+    register(
+        "sft",
+        SFT,
+        schema=SFTConfig,
+        description="Supervised fine-tuning on sft datasets or a task's demonstrations "
+        "(completion-only loss by default)",
+    )
+    register(
+        "dpo",
+        DPO,
+        schema=DPOConfig,
+        description="DPO on preference datasets: sigmoid or IPO loss, optional NLL term, "
+        "reference = LoRA base or precomputed",
+    )
+    register(
+        "ppo",
+        PPO,
+        schema=PPOConfig,
+        description="PPO for Gymnasium envs (CleanRL defaults): vector envs, GAE, clipped "
+        "policy/value losses, MLP or CNN",
+    )
+    register(
+        "ippo",
+        IPPO,
+        schema=IPPOConfig,
+        description="Independent PPO for PettingZoo parallel envs: shared or per-agent "
+        "networks per agent group",
     )
 
 

@@ -48,3 +48,10 @@ def register_backends(register: Register) -> None:
         description="vLLM engine (in-process AsyncLLM) with in-place weight sync checked layer "
         "by layer. Needs `pip install 'arena-rl[vllm]'` (docs/vllm.md).",
     )
+
+
+@hookimpl
+def register_loggers(register: Register) -> None:
+    from arena_core.loggers.builtin import register_builtin_loggers
+
+    register_builtin_loggers(register)

@@ -59,6 +59,11 @@ def closest(name: str, candidates: Iterable[str], n: int = 1) -> list[str]:
     """
     name = str(name)
     pool = sorted(set(map(str, candidates)))
+    # `h100` for `h100-80`: a name that is a whole dash/underscore-separated prefix of a valid one
+    # is that one with its suffix left off, whatever difflib's ratio prefers (`h200`).
+    prefixed = [c for c in pool if c.startswith((f"{name}-", f"{name}_"))]
+    if prefixed:
+        return prefixed[:n]
     found = difflib.get_close_matches(name, pool, n=n, cutoff=0.6)
     if found:
         return found

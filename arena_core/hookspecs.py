@@ -67,9 +67,15 @@ def register_backends(register: Register) -> None:
 
 @hookspec
 def register_loggers(register: Register) -> None:
-    """Register metric loggers (CSV, TensorBoard...).
+    """Register metric loggers (the built-in csv and tensorboard, the mlflow plugin...).
 
-    :param register: call ``register(name, factory, schema=None, description="")``.
+    A run builds one logger per name in ``logger.names`` (an unknown name is a config error).
+
+    :param register: call ``register(name, factory, schema=None, description="")``;
+        ``factory(ctx)`` receives an ``arena_core.loggers.LoggerContext`` (``run_dir``,
+        ``run_name``, ``config``, ``resume_step``) and returns an object with
+        ``log(step, metrics)`` (once per step; ``None``/NaN = not measured) and ``close()``,
+        and optionally ``log_summary(summary)`` (summary.json, with its ``status``, before close).
     """
 
 

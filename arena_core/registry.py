@@ -22,6 +22,20 @@ SINGULAR = {
     "loggers": "logger",
 }
 
+# Names that a package shipped in this repository (but installed separately) provides: an unknown
+# name says how to install it, since a user running `+experiment=atc` from a clone may not have.
+INSTALL_HINTS: dict[tuple[str, str], str] = {
+    ("envs", "atc"): "pip install -e plugins/arena-atc",
+}
+
+
+def install_hint(kind: str, name: str) -> str:
+    """` Install it: ...` for a known plugin's name, else ""."""
+    hint = INSTALL_HINTS.get((kind, name))
+    return (
+        f" '{name}' comes from a plugin that is not installed; install it: {hint}" if hint else ""
+    )
+
 
 @dataclass(frozen=True)
 class Entry:
@@ -75,7 +89,7 @@ class Registry:
         installed = ", ".join(sorted(self.entries)) or "(none)"
         return (
             f"unknown {SINGULAR[self.kind]} '{name}'{did_you_mean(name, self.entries)} "
-            f"Installed: {installed}."
+            f"Installed: {installed}.{install_hint(self.kind, name)}"
         )
 
     def names(self) -> list[str]:

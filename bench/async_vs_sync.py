@@ -1,16 +1,19 @@
 """The same job and steps in `runtime.mode=sync` and `runtime.mode=async`, side by side.
 
 Two jobs, each run in both modes as a user would start them (`arena-run +experiment=quickstart`
-in a child process), comparing the summed step time from metrics.csv (evaluation excluded):
+in a child process), comparing the summed step time from metrics.csv. The clock starts after the
+initial evaluation: the async generator starts with step 1, not before (so it gets no head start
+while the initial evaluation runs), and the runs evaluate only before and after training
+(`eval.every=0`), so no evaluation overlaps the timed steps in either mode.
 
 - `ratio_cpu_default`: the plain quickstart on this CPU. Generation and learning compete for the
   same two cores here, so overlap can only help as far as one side leaves a core idle; the ratio
   is reported as measured, whatever it is.
-- `ratio_generation_bound`: the same job with the torch engine slowed on purpose
-  (`backend.decode_delay_s`, a sleep after each decode step that releases the GIL, as waiting on a
-  remote GPU engine would), so that generation takes longer than learning. Sync pays
-  generation + learning per step, async about max(generation, learning): the ratio shows the
-  overlap. Goal <= 0.6.
+- `ratio_simulated_remote_engine`: a SIMULATION of a remote generation engine: the same job with
+  the local torch engine slowed on purpose (`backend.decode_delay_s`, a sleep after each decode
+  step that releases the GIL, standing in for waiting on a remote GPU engine), so that generation
+  takes longer than learning. No remote engine runs. Sync pays generation + learning per step,
+  async about max(generation, learning): the ratio shows the overlap. Goal <= 0.6.
 
 With `--learning` it also runs the full quickstart in sync and in async (max_staleness 1) and
 reports both held-out rewards (the "learning is not hurt" check; ~2 x 5 minutes).
@@ -83,18 +86,24 @@ def main() -> int:
     ap.add_argument("--learning", action="store_true", help="also compare full quickstart runs")
     args = ap.parse_args()
     runs = Path(tempfile.mkdtemp(prefix="arena-bench-async-"))
-    short = [f"train.max_steps={args.steps}", "eval.num_prompts=8", "train.checkpoint_every=0"]
+    short = [
+        f"train.max_steps={args.steps}",
+        "eval.num_prompts=8",
+        "eval.every=0",  # evaluate before and after only: nothing overlaps the timed steps
+        "train.checkpoint_every=0",
+    ]
     result: dict[str, object] = {"steps": args.steps, "decode_delay_s": args.delay}
     result.update(compare("cpu_default", short, runs))
     slowed = [*short, f"++backend.decode_delay_s={args.delay}"]
-    result.update(compare("generation_bound", slowed, runs))
+    print(f"simulated remote engine: local torch engine slowed by {args.delay} s per decode step")
+    result.update(compare("simulated_remote_engine", slowed, runs))
     if args.learning:
         for mode in ("sync", "async"):
             run_dir = run([f"runtime.mode={mode}", "runtime.max_staleness=1"], runs)
             summary = json.loads((run_dir / "summary.json").read_text())
             result[f"{mode}_eval_reward_final"] = summary["eval_reward_final"]
             result[f"{mode}_eval_accuracy_final"] = summary["eval_accuracy_final"]
-    result["goal_ratio_generation_bound"] = 0.6
+    result["goal_ratio_simulated_remote_engine"] = 0.6
     print(json.dumps(result))
     return 0
 

@@ -1,7 +1,7 @@
-"""Fused vs naive LM head -> logprob -> GRPO loss -> backward on CPU: peak memory and time.
+"""The learner's LM head -> logprob -> GRPO loss -> backward vs naive, on CPU: peak memory, time.
 
-Shape: Qwen2.5-0.5B's head (V=151,936, h=896), T=4,096 tokens, fp32. Four settings: weight frozen
-(LoRA) or requiring grad (full fine-tuning), each without and with an entropy bonus.
+Shape: Qwen2.5-0.5B's head (V=151,936, h=896), T=4,096 tokens, fp32. Settings: weight frozen
+(LoRA) or requiring grad (full fine-tuning); with ``--one-pass`` also each with an entropy bonus.
 
 How memory is measured, and why this way: torch has no allocator statistics on CPU and
 tracemalloc does not see its allocations, so each (variant, setting) runs in a fresh child process
@@ -16,13 +16,16 @@ one's freed-but-cached pages. Children run one after another, so at most one nai
 Time is the wall time of the same workload in the same child (the best of ``--repeats`` runs). The
 machine is shared, so each pair (naive, fused) runs back to back and only the ratio is reported.
 
-Variants: ``naive`` (full logits), ``fused`` (``fused_policy_loss``, gradients formed during the
-forward: :mod:`arena_core.kernels.fused_loss`) and, with ``--two-pass``, ``fused_two_pass``
-(``fused_linear_logprob`` then the loss: the general autograd path, which recomputes the logits in
-backward when the weight needs a gradient).
+Variants: ``naive`` (full logits, log-softmax, gather, then the learner's GRPO token loss) and
+``learner`` (by default): exactly what ``Learner`` runs, its default head function
+(``arena_core.learn.logprobs.default_logprob_fn``: ``fused_linear_logprob``, which recomputes the
+logits in backward when the weight needs a gradient) followed by the same GRPO token loss. With
+``--one-pass``, also ``fused_one_pass`` (``fused_policy_loss``, gradients formed during the
+forward: :mod:`arena_core.kernels.fused_loss`), a kernel the learner does not use today, and the
+entropy settings (the learner has no entropy bonus).
 
-Usage: ``python bench/fused_logprob.py [--tokens 4096] [--repeats 1] [--two-pass]``; the last
-line printed is one JSON object (ratios are fused / naive; ``*_two_pass`` keys for that variant).
+Usage: ``python bench/fused_logprob.py [--tokens 4096] [--repeats 1] [--one-pass]``; the last
+line printed is one JSON object (ratios are variant / naive; ``*_one_pass`` keys for that one).
 """
 
 from __future__ import annotations
@@ -55,18 +58,32 @@ def _inputs(T: int, vocab: int, weight_grad: bool, seed: int = 0):
     return hidden, weight, targets, old_logprobs, advantages
 
 
-VARIANTS = {  # name -> (impl, one_pass)
-    "naive": ("naive", False),
-    "fused": ("torch", True),
-    "fused_two_pass": ("torch", False),
-}
+LEARNER_SETTINGS = ("frozen", "weight_grad")  # the learner computes no entropy
+
+
+def _learner_path_step(variant: str, inputs) -> None:
+    """The learner's per-token path: head logprobs, then the GRPO surrogate, weighted sum."""
+    from arena_core.kernels import naive_linear_logprob
+    from arena_core.learn.logprobs import default_logprob_fn
+    from arena_core.learn.losses import grpo_token_loss
+
+    hidden, weight, targets, old_logprobs, advantages = inputs
+    hidden.grad = weight.grad = None
+    if variant == "naive":
+        logp = naive_linear_logprob(hidden, weight, targets)
+    else:
+        logp = default_logprob_fn()(hidden, weight, targets)
+    loss, _ = grpo_token_loss(logp, old_logprobs, advantages, eps_low=0.2, eps_high=0.2)
+    (loss.sum() / loss.numel()).backward()
 
 
 def _step(variant: str, inputs, entropy: bool) -> None:
+    if not entropy and variant in ("naive", "learner"):
+        _learner_path_step(variant, inputs)
+        return
     from arena_core.kernels import fused_policy_loss
 
-    impl, one_pass = VARIANTS[variant]
-
+    impl, one_pass = {"naive": ("naive", False), "fused_one_pass": ("torch", True)}[variant]
     hidden, weight, targets, old_logprobs, advantages = inputs
     hidden.grad = weight.grad = None
     out = fused_policy_loss(
@@ -113,17 +130,27 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", type=int, default=4096)
     ap.add_argument("--repeats", type=int, default=1)
-    ap.add_argument("--settings", default=",".join(SETTINGS))
-    ap.add_argument("--two-pass", action="store_true", help="also time fused_linear_logprob + loss")
+    ap.add_argument("--settings", default=None, help="comma-separated; default: all that apply")
+    ap.add_argument(
+        "--one-pass",
+        action="store_true",
+        help="also time fused_policy_loss (not the learner's path) and the entropy settings",
+    )
     ap.add_argument("--child", nargs=2, metavar=("VARIANT", "SETTING"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(args.child[0], args.child[1], args.tokens, args.repeats)))
         return
     summary: dict[str, float | int | str] = {"T": args.tokens, "V": V, "h": H, "dtype": "float32"}
-    fused_variants = ["fused", "fused_two_pass"] if args.two_pass else ["fused"]
+    summary["default_variant"] = "learner (Learner's default_logprob_fn + GRPO token loss)"
+    settings = args.settings.split(",") if args.settings else list(SETTINGS)
+    if not args.one_pass and not args.settings:
+        settings = list(LEARNER_SETTINGS)
     print(f"{'setting':<22}{'variant':<16}{'peak GB':>9}{'mem x':>8}{'s':>8}{'time x':>8}")
-    for setting in args.settings.split(","):
+    for setting in settings:
+        fused_variants = ["learner"] if setting in LEARNER_SETTINGS else []
+        if args.one_pass:
+            fused_variants.append("fused_one_pass")
         naive = _run_child("naive", setting, args.tokens, args.repeats)
         print(
             f"{setting:<22}{'naive':<16}{naive['peak_bytes'] / 1e9:>9.2f}{1:>8.3f}"
@@ -141,7 +168,7 @@ def main() -> None:
                 f"{fused['seconds']:>8.1f}{tim:>8.3f}",
                 flush=True,
             )
-            suffix = "" if variant == "fused" else "_two_pass"
+            suffix = "" if variant == "learner" else "_one_pass"
             summary[f"mem_ratio_{setting}{suffix}"] = round(mem, 4)
             summary[f"time_ratio_{setting}{suffix}"] = round(tim, 4)
             summary[f"{variant}_peak_gb_{setting}"] = round(fused["peak_bytes"] / 1e9, 3)

@@ -1,7 +1,8 @@
 """Learn tokens/s with packed micro-batches vs padded ones, on variable-length completions.
 
-Packed: sequences concatenated into rows with position ids restarting per sequence (no padding
-token is ever computed). Padded: one sequence per row, right-padded to the longest in the
+Packed: sequences concatenated into rows with position ids restarting per sequence and the
+learner's explicit block-diagonal attention mask (no padding token is ever computed; on CPU the
+dense mask rules out the fused causal attention kernel, which is why padding is the default). Padded: one sequence per row, right-padded to the longest in the
 micro-batch. Both share the token budget, the samples, the tiny policy and GRPO, and run
 alternately. Only real tokens count towards tokens/s. Last line: one JSON object.
 

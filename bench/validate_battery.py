@@ -51,7 +51,7 @@ REWARDS = [
     Case("reward", "returns_inf", "FAIL", "finite"),
     Case("reward", "returns_str", "FAIL", "return_type"),
     Case("reward", "returns_list", "FAIL", "return_type"),
-    Case("reward", "returns_bool", "FAIL", "return_type"),
+    Case("reward", "returns_bool", "WARN", "return_type"),  # scored as 1.0 / 0.0
     Case("reward", "raises_sometimes", "WARN", "exceptions"),
     Case("reward", "syntax_error", "FAIL", "contract"),
     Case("reward", "no_reward", "FAIL", "contract"),

@@ -11,8 +11,8 @@ improve on both parts of the gsm8k reward:
   correctness either). Greedy decoding of the warm start therefore follows the full format on
   about a third of the prompts, while sampling still explores every format, which GRPO can
   reinforce.
-Held-out problems are fixed by hashing (a, op, b): an evaluated sum is never trained on, under any
-phrasing. Prompts are short on purpose: every prompt token costs the learner compute.
+Held-out problems are fixed by hashing (a, op, b), with `a+b` and `b+a` one problem: an evaluated
+sum is never trained on, under any phrasing or operand order. Prompts are short on purpose: every prompt token costs the learner compute.
 """
 
 from __future__ import annotations
@@ -102,9 +102,22 @@ class ArithmeticTask(PromptedTask):
         self._eval = self._build_eval()
 
     # -- problems ----------------------------------------------------------------------------
+    @staticmethod
+    def canonical(a: int, op: str, b: int) -> str:
+        """The problem's identity: `a+b` and its twin `b+a` are one problem, `a-b` is itself."""
+        if op == "+":
+            a, b = min(a, b), max(a, b)
+        return f"{a}{op}{b}"
+
     def is_held_out(self, a: int, op: str, b: int) -> bool:
-        """Whether (a, op, b) belongs to the evaluation set (stable across runs and seeds)."""
-        return _hash(f"{a}{op}{b}") % 10_000 < self.cfg.eval_fraction * 10_000
+        """Whether (a, op, b) belongs to the evaluation set (stable across runs and seeds); a
+        held-out `a+b` holds out `b+a` too, so evaluation never scores a trained sum."""
+        return _hash(self.canonical(a, op, b)) % 10_000 < self.cfg.eval_fraction * 10_000
+
+    def problem_key(self, example: Example) -> str:
+        """TextTask (optional): one key for every phrasing and operand order of a problem."""
+        meta = example.meta
+        return self.canonical(meta["a"], meta["op"], meta["b"])
 
     def make_example(self, a: int, op: str, b: int, style: str, rng: random.Random) -> Example:
         """One problem, phrased in `style`, with its demonstration for the warm start."""
@@ -140,14 +153,15 @@ class ArithmeticTask(PromptedTask):
 
     def _build_eval(self) -> list[Example]:
         rng = random.Random(f"arithmetic-eval-{self.cfg.seed}")
-        seen: set[tuple[int, str, int]] = set()
+        seen: set[str] = set()
         out: list[Example] = []
         limit = 1000 * self.cfg.eval_size
         for attempt in range(limit):
             problem = self._draw(rng)
-            if problem in seen or not self.is_held_out(*problem):
+            key = self.canonical(*problem)
+            if key in seen or not self.is_held_out(*problem):
                 continue
-            seen.add(problem)
+            seen.add(key)
             style = self.cfg.styles[len(out) % len(self.cfg.styles)]  # balanced phrasing
             out.append(self.make_example(*problem, style, rng))
             if len(out) == self.cfg.eval_size or attempt == limit - 1:

@@ -54,3 +54,10 @@ class PromptedTask:
         user = self.user_template.replace("{question}", example.question)
         out = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         return out + [{"role": "user", "content": user}]
+
+    def gold_completion(self, example: Example) -> str:
+        """TextTask (optional): the GSM8K-format answer written as the gsm8k reward's maximum,
+        `<think>working</think><answer>N</answer>` (N is what follows the answer's `####`)."""
+        working, _, final = example.answer.rpartition("####")
+        final = final.strip() or example.answer.strip()
+        return f"<think>{working.strip() or final}</think><answer>{final}</answer>"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from arena_envs.arithmetic import ArithmeticConfig, make_arithmetic
+from arena_envs.dataset import DatasetEnvConfig, make_dataset
 from arena_envs.gsm8k import Gsm8kConfig, make_gsm8k
+from arena_envs.gym import GymEnvConfig, PettingZooEnvConfig, make_gym, make_pettingzoo
 
 from arena_core import hookimpl
 from arena_core.hookspecs import Register
@@ -22,6 +24,27 @@ def register_envs(register: Register) -> None:
         make_arithmetic,
         schema=ArithmeticConfig,
         description="Offline generated 1-2 digit arithmetic in GSM8K format (quickstart task)",
+    )
+    register(
+        "dataset",
+        make_dataset,
+        schema=DatasetEnvConfig,
+        description="A dataset file (env.path, env.category=reasoning|sft|preference, "
+        "env.column_mapping) for GRPO/CISPO, SFT or DPO",
+    )
+    register(
+        "gym",
+        make_gym,
+        schema=GymEnvConfig,
+        description="Any Gymnasium env: env.id=CartPole-v1, a registered env, pkg.mod:Class, or "
+        "env.path=file.py:Class (sandboxed); for PPO",
+    )
+    register(
+        "pettingzoo",
+        make_pettingzoo,
+        schema=PettingZooEnvConfig,
+        description="A PettingZoo parallel env: env.id=mpe2.simple_spread_v3 (module with "
+        "parallel_env()), pkg.mod:Class or env.path=file.py:Class; for IPPO",
     )
 
 

@@ -7,6 +7,8 @@ Contract
     reward(question, answer, completion) -> float          required
     components(question, answer, completion) -> dict       optional; values sum to reward()
         Arena logs each component as its own metric (here `correctness` and `format`).
+    MAX_REWARD = <number>                                  optional; the best possible reward
+        (a literal: Arena reads it without running the file) is drawn on the reward curve.
 
 Rules (the seed tutorial's semantics, with the edge cases decided here)
 - Reference: the number after the last `####` in `answer` (GSM8K's format); an answer without
@@ -23,6 +25,8 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal, InvalidOperation
+
+MAX_REWARD = 2.0
 
 _NUMBER = re.compile(r"-?\$?\d[\d,]*(?:\.\d+)?")
 _ANSWER_BLOCK = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)

@@ -28,7 +28,9 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--calibrate",
         action="store_true",
-        help="run micro-benchmarks on this machine and store fitted coefficients",
+        help="run micro-benchmarks on this machine and store fitted coefficients (without "
+        "them, CPU plans use the calibration shipped with Arena and GPU plans datasheet "
+        "priors, marked 'uncalibrated')",
     )
     p.set_defaults(func=run)
 
@@ -58,11 +60,16 @@ def run(args: argparse.Namespace) -> int:
         if not _wants_plan(overrides):
             return 0
 
+    from arena_core.cli.plan_summary import measured_prompt_tokens
     from arena_core.planner import NoPlanFits, plan_from_config
 
     cfg = compose(overrides)
     try:
-        result = plan_from_config(cfg, model_spec=embedded_model_config(cfg))
+        result = plan_from_config(
+            cfg,
+            model_spec=embedded_model_config(cfg),
+            prompt_tokens=measured_prompt_tokens(cfg),
+        )
     except NoPlanFits as exc:
         if args.json:
             print(
@@ -122,11 +129,9 @@ def _explicit_hardware(overrides: list[str]) -> Any:
 
 
 def compose(overrides: list[str]) -> dict[str, Any]:
-    """The resolved config: the lead's Hydra composition when present, else plain key=value."""
-    try:
-        from arena_core.config import compose_config
-    except ImportError:
-        return parse_overrides(overrides)
+    """The resolved, validated config (Hydra composition, as `arena-run` composes it)."""
+    from arena_core.config import compose_config
+
     return compose_config(overrides)
 
 
@@ -152,11 +157,6 @@ def embedded_model_config(cfg: dict[str, Any]) -> dict[str, Any] | None:
     name = str((cfg.get("model") or {}).get("name_or_path", ""))
     if not name.startswith("arena:"):
         return None
-    try:
-        from arena_core.models import tiny_config
-    except ImportError as exc:
-        raise ArenaError(
-            f"model.name_or_path={name}: the embedded models are not available in "
-            f"this build ({exc})"
-        ) from None
+    from arena_core.models import tiny_config
+
     return tiny_config().to_dict()

@@ -48,26 +48,33 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2))
         return 0
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = Console()
     table = Table(title="Arena plugins")
-    for col in ("plugin", "distribution", "version", "registered", "config options"):
-        table.add_column(col, overflow="fold")
+    table.add_column("plugin", no_wrap=True)
+    table.add_column("distribution", overflow="fold")
+    table.add_column("registered", overflow="fold", ratio=3)
+    table.add_column("config options", overflow="fold", ratio=2)
     for row in report["plugins"]:
+        # plugin-provided text is escaped: a `[...]` in a name or an error is not rich markup
         registered = "\n".join(f"{k}: {', '.join(v)}" for k, v in row["registered"].items())
-        status = f"[red]FAILED: {row['error']}[/red]" if row["error"] else registered or "-"
-        table.add_row(
-            row["name"],
-            row["distribution"] or "-",
-            row["version"] or "-",
-            status,
-            ", ".join(row["config_options"]) or "-",
-        )
+        error = escape(row["error"] or "")
+        status = f"[red]FAILED: {error}[/red]" if row["error"] else escape(registered) or "-"
+        dist = " ".join(x for x in (row["distribution"], row["version"]) if x) or "-"
+        options = escape(", ".join(row["config_options"])) or "-"
+        table.add_row(escape(row["name"]), escape(dist), status, options)
     console.print(table)
+    core = report["core_config_options"]
+    if core:
+        console.print(
+            "[bold]core config options[/bold] (Arena's own conf/): " + escape(", ".join(core)),
+            overflow="fold",
+        )
     for failure in report["failures"]:
         console.print(
-            f"[yellow]warning[/yellow]: plugin {failure['name']} "
-            f"({failure['distribution']}) was skipped: {failure['error']}"
+            f"[yellow]warning[/yellow]: plugin {escape(failure['name'])} "
+            f"({escape(str(failure['distribution']))}) was skipped: {escape(failure['error'])}"
         )
     return 0

@@ -1,7 +1,8 @@
 """`arena validate reward|env|dataset|config`: check what you bring before you train.
 
 Each subcommand prints a table (or one JSON object with --json) and exits 0 on PASS or WARN,
-1 on FAIL. User code runs only in the sandbox.
+1 on FAIL. User code runs only in the sandbox, under the run's sandbox policy (`sandbox.*`
+overrides, as arena-run takes them); the `isolation` line says which protections are in force.
 """
 
 from __future__ import annotations
@@ -14,7 +15,11 @@ from arena_core.errors import ArenaError
 
 EPILOG = """examples:
   arena validate reward rewards/gsm8k.py
+  arena validate reward my_reward.py --env arithmetic
+  arena validate reward my_reward.py sandbox.network=true
   arena validate reward my_reward.py --dataset data/train.jsonl --column-mapping '{"question": "problem"}'
+  arena validate env arithmetic model=tiny
+  arena validate env gsm8k env.path=data/gsm8k.jsonl model=tiny
   arena validate env CartPole-v1 --rollouts 5
   arena validate env my_envs.py:GridWorld
   arena validate dataset data/train.jsonl --category reasoning
@@ -32,17 +37,51 @@ def add_parser(subparsers: Any) -> None:
     parser.set_defaults(func=run, what=None, _parser=parser)
     sub = parser.add_subparsers(dest="what", metavar="WHAT")
 
-    reward = sub.add_parser("reward", help="a reward file (path) or a registered reward name")
+    reward = sub.add_parser(
+        "reward",
+        help="a reward file (path) or a registered reward name",
+        description="Score a reward file in the sandbox on gold, garbage, long and odd inputs. "
+        "Rows come from --env (the task's examples and gold completions), else --dataset, else "
+        "built-in GSM8K-style rows; the `rows` line of the report says which.",
+    )
     reward.add_argument("reward", metavar="FILE", help="reward.py or a registered reward name")
-    reward.add_argument("--dataset", help="dataset name or path whose rows are scored too")
+    reward.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="arena-run overrides the sandbox follows (sandbox.network=true "
+        "sandbox.require_isolation=true ...)",
+    )
+    reward.add_argument(
+        "--env",
+        nargs="+",
+        metavar=("NAME", "KEY=VALUE"),
+        help="score this environment's examples and gold completions; arena-run overrides may "
+        "follow the name (--env gsm8k env.path=data.jsonl)",
+    )
+    reward.add_argument("--dataset", help="dataset name or path whose rows are scored (no --env)")
     reward.add_argument("--column-mapping", help='JSON, e.g. \'{"question": "problem"}\'')
-    reward.add_argument("--samples", type=int, default=8, help="dataset rows to use (default 8)")
+    reward.add_argument(
+        "--samples", type=int, default=8, help="env or dataset rows to use (default 8)"
+    )
     reward.add_argument("--timeout", type=float, default=5.0, help="seconds per call (default 5)")
     reward.add_argument("--import-timeout", type=float, default=60.0, help="seconds to import")
     _json_flag(reward)
 
-    env = sub.add_parser("env", help="an environment: name, package.module:Class or file.py:Class")
+    env = sub.add_parser(
+        "env",
+        help="an environment: name, package.module:Class or file.py:Class",
+        description="Check an environment. A registered text task is built from the run config "
+        "with arena-run's overrides (key=value) and gets the TextTask checks: examples produced "
+        "and seeded, held-out examples never trained on, messages rendered by the model's chat "
+        "template, gold answers scored highest by the default reward.",
+    )
     env.add_argument("target", metavar="TARGET")
+    env.add_argument(
+        "overrides",
+        nargs="*",
+        help="arena-run overrides: env.path=data.jsonl model=tiny sandbox.network=true ...",
+    )
     env.add_argument("--rollouts", type=int, default=0, help="random episodes to run and time")
     env.add_argument("--seed", type=int, default=0)
     env.add_argument("--timeout", type=float, default=10.0, help="seconds per operation")
@@ -86,19 +125,28 @@ def report_for(args: argparse.Namespace) -> Any:
     if args.what == "reward":
         from arena_core.validate.reward import validate_reward
 
+        env_overrides = list(args.env[1:]) if args.env else []
         return validate_reward(
             args.reward,
             dataset=args.dataset,
             column_mapping=parse_mapping(args.column_mapping),
+            env=args.env[0] if args.env else None,
+            overrides=env_overrides or None,
             samples=args.samples,
             timeout_s=args.timeout,
             import_timeout_s=args.import_timeout,
+            policy=sandbox_policy([*args.overrides, *env_overrides]),
         )
     if args.what == "env":
         from arena_core.validate.env import validate_env
 
         return validate_env(
-            args.target, rollouts=args.rollouts, seed=args.seed, timeout_s=args.timeout
+            args.target,
+            overrides=list(args.overrides),
+            rollouts=args.rollouts,
+            seed=args.seed,
+            timeout_s=args.timeout,
+            policy=sandbox_policy(list(args.overrides)),
         )
     if args.what == "dataset":
         from arena_core.validate.dataset import validate_dataset
@@ -111,6 +159,17 @@ def report_for(args: argparse.Namespace) -> Any:
     return validate_run_config(list(args.overrides))[0]
 
 
+def sandbox_policy(overrides: list[str]) -> Any:
+    """The SandboxPolicy a run with these overrides would use (the defaults without any)."""
+    from arena_core.sandbox import SandboxPolicy
+
+    if not overrides:
+        return SandboxPolicy()
+    from arena_core.validate.isolation import policy_from_overrides
+
+    return policy_from_overrides(overrides)
+
+
 def run(args: argparse.Namespace) -> int:
     if not args.what:
         args._parser.print_help()
@@ -121,5 +180,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         from rich.console import Console
 
-        Console().print(report)
+        # no markup: the subject and details are user text (`logger.names=[csv,wandb]`)
+        Console(markup=False).print(report)
     return report.exit_code

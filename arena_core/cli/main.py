@@ -9,8 +9,8 @@ import sys
 from arena_core import __version__
 from arena_core.cli.common import run_guarded
 
-# Subcommand modules, in the order `arena --help` lists them. A module that is not present in
-# this build (an optional part) is skipped.
+# Subcommand modules (arena_core.cli.cmd_<name>), in the order `arena --help` lists them. Each
+# must import: a broken subcommand is an error, never silently missing from the help.
 SUBCOMMANDS = (
     "plugins",
     "validate",
@@ -18,10 +18,9 @@ SUBCOMMANDS = (
     "runs",
     "checkpoints",
     "metrics",
-    "projects",
-    "datasets",
     "deploy",
-    "chat",
+    "generate",  # also registers `chat`
+    "dashboard",
 )
 
 
@@ -33,13 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"arena {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:
-        try:
-            module = importlib.import_module(f"arena_core.cli.cmd_{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"arena_core.cli.cmd_{name}":
-                continue
-            raise
-        module.add_parser(sub)
+        importlib.import_module(f"arena_core.cli.cmd_{name}").add_parser(sub)
     return parser
 
 

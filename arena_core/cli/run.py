@@ -12,13 +12,17 @@ import sys
 from typing import Any
 
 from arena_core.cli.common import run_guarded
-from arena_core.errors import ConfigError
 
 EPILOG = """examples:
   arena-run +experiment=quickstart                 train the offline default (tiny model, GRPO)
   arena-run +experiment=quickstart train.max_steps=20
   arena-run +algo=grpo +env=gsm8k dry_run=true     print the resolved config, start nothing
   arena-run +algo=cispo +env=gsm8k model.name_or_path=/models/qwen env.path=/data/gsm8k.jsonl
+  arena-run +algo=ppo +env=gym env.id=CartPole-v1   classic RL: PPO on a Gymnasium env
+  arena-run +algo=sft +env=dataset env.path=demos.jsonl            supervised fine-tuning
+  arena-run +algo=dpo +env=dataset env.path=prefs.jsonl env.category=preference
+  arena-run +experiment=quickstart model.init_from=RUN:best        start from another run
+  arena-run +algo=ppo +env=gym env.path=my_env.py:MyEnv   your env file (runs sandboxed)
 
 Config groups: algo, env, model, experiment (see `arena plugins` for what is installed).
 Set ARENA_DEBUG=1 to see tracebacks."""
@@ -49,55 +53,63 @@ def print_config(cfg: dict[str, Any]) -> None:
     print(yaml.safe_dump(cfg, sort_keys=False, default_flow_style=False), end="")
 
 
-def _require_job(cfg: dict[str, Any]) -> None:
-    from arena_core.plugins import get_plugins
-
-    registries = get_plugins().registries
-    missing = []
-    if not cfg.get("algo"):
-        missing.append(
-            f"no algorithm chosen: add +algo=NAME (installed: "
-            f"{', '.join(registries.algorithms.names()) or 'none'})"
-        )
-    if not cfg.get("env"):
-        missing.append(
-            f"no environment chosen: add +env=NAME (installed: "
-            f"{', '.join(registries.envs.names()) or 'none'})"
-        )
-    if missing:
-        missing.append("or run the offline default: arena-run +experiment=quickstart")
-        raise ConfigError(missing, header="Nothing to train")
-
-
 def execute(overrides: list[str]) -> int:
-    from arena_core.config import compose_config
+    """Check (config, job, pre-flight), then print the plan and either stop (dry run) or train.
 
-    cfg = compose_config(overrides)
+    A dry run makes every check a run makes, so it refuses (exit 2 or 1) what a run refuses.
+    """
+    from arena_core.cli.plan_summary import print_plan_summary, run_plan
+    from arena_core.cli.preflight import preflight
+    from arena_core.config import compose_run_config
+
+    cfg = compose_run_config(overrides)
+    from arena_core.runtime.offline_data import check_data_category
+
+    check_data_category(cfg)  # DPO on sft data, GRPO on preference data...: before any model loads
+    own_loop = _algorithm_loop(cfg)
+    if own_loop is not None:  # classic RL (PPO, IPPO): the algorithm names the loop that runs it
+        return _run_algorithm_loop(cfg, own_loop)
+    preflight(cfg)
     if cfg.get("dry_run"):
         print_config(cfg)
-        from arena_core.cli.plan_summary import print_plan_summary
-
         print_plan_summary(cfg)
         return 0
-    _require_job(cfg)
-    from arena_core.cli.preflight import preflight
-
-    preflight(cfg)
-    from arena_core.cli.plan_summary import run_plan
-
     plan = run_plan(cfg)
     if plan is not None:
         print(plan.summary_line(), flush=True)
-    try:
-        from arena_core.runtime import run_training
-    except ImportError:
-        print(
-            "error: training is not available in this build yet (arena_core.runtime is "
-            "missing); use dry_run=true to check a config.",
-            file=sys.stderr,
-        )
-        return 1
+    from arena_core.runtime import run_training
+
     run_dir = run_training(cfg, plan=plan.to_dict() if plan is not None else None)
+    print(f"run directory: {run_dir}")
+    return 0
+
+
+def _algorithm_loop(cfg: dict[str, Any]) -> str | None:
+    """`module:function` of the algorithm's own training loop (`training_loop` on its class), or
+    None for the LLM loop."""
+    from arena_core.plugins import get_plugins
+
+    name = (cfg.get("algo") or {}).get("name")
+    registry = get_plugins().registries.algorithms
+    if name is None or name not in registry:
+        return None
+    return getattr(registry.get(str(name)).obj, "training_loop", None)
+
+
+def _run_algorithm_loop(cfg: dict[str, Any], loop: str) -> int:
+    """Classic RL: no LLM planner (a CPU plan, printed by the loop) and the loop's own checks
+    (spaces, sandboxed file envs) before training."""
+    from arena_core.plugins import import_object
+
+    if cfg.get("dry_run"):  # the loop module's own checks (spaces...), when it has them
+        check = getattr(import_object(loop.partition(":")[0]), "preflight", None)
+        line = check(cfg) if callable(check) else None
+        print_config(cfg)
+        print(f"# plan: CPU, torch threads {cfg['algo'].get('threads', 1)}; loop {loop}")
+        if line:
+            print(f"# {line}")
+        return 0
+    run_dir = import_object(loop)(cfg)
     print(f"run directory: {run_dir}")
     return 0
 

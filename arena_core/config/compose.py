@@ -8,6 +8,7 @@ ConfigError with a fix, Hydra does not change the working directory, and the sam
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from arena_core.config.searchpath import (
@@ -27,6 +28,31 @@ APPENDED_GROUPS = ("algo", "env", "experiment")
 _OVERRIDE = re.compile(r"^(?P<prefix>\+\+|\+|~)?(?P<key>[A-Za-z_][\w./@-]*)(?:=(?P<value>.*))?$")
 
 
+def preset_groups(overrides: list[str], options: dict[str, ConfigOption]) -> set[str]:
+    """The groups that the chosen experiment presets set in their defaults lists.
+
+    `+experiment=quickstart env=countdown` must override the preset's env rather than append a
+    second one (Hydra's "Multiple values for env"), so these groups take a plain override.
+    """
+    import yaml
+
+    groups: set[str] = set()
+    for text in overrides:
+        match = _OVERRIDE.match(text)
+        if match is None or match["key"] != "experiment" or not match["value"]:
+            continue
+        option = options.get(f"experiment/{match['value']}")
+        if option is None:
+            continue
+        with open(option.path, encoding="utf-8") as handle:
+            data = yaml.safe_load(handle) or {}
+        for entry in data.get("defaults") or []:
+            if isinstance(entry, dict):
+                for key in entry:
+                    groups.add(str(key).removeprefix("override").strip().lstrip("/"))
+    return groups
+
+
 def _normalise(
     overrides: list[str], options: dict[str, ConfigOption]
 ) -> tuple[list[str], list[str]]:
@@ -36,6 +62,7 @@ def _normalise(
     so that composition can go on and every other problem is reported in the same message.
     """
     groups = {opt.group for opt in options.values()}
+    from_preset = preset_groups(overrides, options)
     out: list[str] = []
     problems: list[str] = []
     for text in overrides:
@@ -54,6 +81,12 @@ def _normalise(
             continue
         if (key in groups or key in APPENDED_GROUPS) and prefix != "~":
             choices = sorted(o.option for o in options.values() if o.group == key)
+            if key in APPENDED_GROUPS and value in ("null", "None", ""):
+                problems.append(
+                    f"{text}: a run needs an {key}; choose one with {key}=NAME (options: "
+                    f"{', '.join(choices) or 'none'})"
+                )
+                continue
             if value not in choices and not value.startswith(("[", "null")):
                 available = ", ".join(choices) if choices else "none (is the plugin installed?)"
                 problems.append(
@@ -61,7 +94,9 @@ def _normalise(
                     f" Available: {available}."
                 )
                 continue
-            if key in APPENDED_GROUPS and not prefix:
+            if key in from_preset and prefix in ("", "+"):
+                prefix = ""  # replaces the preset's choice
+            elif key in APPENDED_GROUPS and not prefix:
                 prefix = "+"
         elif not prefix:
             # `++` adds a missing key instead of failing in Hydra, so a typo reaches validation,
@@ -122,6 +157,66 @@ def compose_config(overrides: list[str], plugins: PluginSet | None = None) -> di
     if problems:
         raise ConfigError(problems)
     return cfg
+
+
+def require_job(
+    cfg: dict[str, Any], overrides: Sequence[str] = (), plugins: PluginSet | None = None
+) -> None:
+    """A run needs an algorithm and an environment: ConfigError (exit 2) naming what is missing.
+
+    `arena-run`, its dry run and `arena validate config` all call this, so they refuse the same
+    configs. An env removed with `~env` is named as such, never left as a silent `env: null`.
+    """
+    registries = (plugins or get_plugins()).registries
+    removed = {t[1:].split("=", 1)[0] for t in overrides if t.startswith("~")}
+    missing = []
+    for section, kind, noun in (
+        ("algo", "algorithms", "algorithm"),
+        ("env", "envs", "environment"),
+    ):
+        if isinstance(cfg.get(section), dict) and cfg[section].get("name"):
+            continue
+        installed = ", ".join(registries.kind(kind).names()) or "none"
+        how = (
+            f"`~{section}` removed the {section} (nothing replaces it): choose one with "
+            f"{section}=NAME"
+            if section in removed
+            else f"no {noun} chosen: add +{section}=NAME"
+        )
+        missing.append(f"{section}: {how} (installed: {installed})")
+    if missing:
+        missing.append("or run the offline default: arena-run +experiment=quickstart")
+        raise ConfigError(missing, header="Nothing to train")
+
+
+def compose_run_config(overrides: list[str], plugins: PluginSet | None = None) -> dict[str, Any]:
+    """`compose_config` plus `require_job` and the resume target (read, never created): the
+    config checks of every way to start a run, so a dry run refuses what the run would."""
+    from arena_core.store.rundir import resolve_resume
+
+    plugins = plugins or get_plugins()
+    cfg = compose_config(overrides, plugins)
+    require_job(cfg, overrides, plugins)
+    resume = (cfg.get("train") or {}).get("resume")
+    if resume:
+        resolve_resume(str(resume), (cfg.get("paths") or {}).get("runs", "./runs"))
+    return cfg
+
+
+def compose_env_config(
+    name: str, overrides: list[str], plugins: PluginSet | None = None
+) -> dict[str, Any]:
+    """The validated config with environment `name` and arena-run's `key=value` overrides (what
+    `arena validate env NAME key=value...` checks): `+env=NAME` when the env ships a config
+    option, else its schema's defaults."""
+    plugins = plugins or get_plugins()
+    options = collect_options(plugins.config_searchpaths())
+    given = [o for o in overrides if not re.match(r"^\+?env=", o)]
+    if f"env/{name}" in options:
+        chosen = [f"+env={name}"]  # replaces a preset's env (see _normalise)
+    else:
+        chosen = [f"++env.name={name}"]
+    return compose_config([*given, *chosen], plugins)
 
 
 def available_options(plugins: PluginSet | None = None) -> dict[str, list[str]]:

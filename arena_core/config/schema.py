@@ -36,13 +36,20 @@ class ModelConfig(Strict):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     trust_remote_code: bool = False
     lora: LoraConfig = Field(default_factory=LoraConfig)
+    init_from: str | None = Field(
+        None,
+        description="Start from another run's checkpoint: RUN, RUN:STEP, RUN:best or RUN:latest "
+        "(a LoRA checkpoint is merged; this run's lora section applies on top).",
+    )
 
 
 class GenerationConfig(Strict):
     max_new_tokens: int = Field(256, ge=1)
     temperature: float = Field(1.0, ge=0)
-    top_p: float = Field(1.0, gt=0, le=1)
-    top_k: int = Field(0, ge=0, description="0 disables top-k.")
+    top_p: float = Field(
+        1.0, gt=0, le=1, description="Nucleus sampling; the learner scores the same filter."
+    )
+    top_k: int = Field(0, ge=0, description="0 disables top-k; the learner scores the same filter.")
     stop: list[str] = Field(default_factory=list)
 
 
@@ -60,13 +67,21 @@ class TrainConfig(Strict):
     resume: str | None = Field(
         None, description="Resume from a run directory (its latest checkpoint) or 'latest'."
     )
+    resume_allow_changes: bool = Field(
+        False,
+        description="Resume even when the config differs from the run's config.yaml (beyond "
+        "train.max_steps, thread/worker counts and display settings); the differences are "
+        "printed either way.",
+    )
     tis_cap: float | None = Field(
         2.0,
         gt=0,
         description="Truncated importance-sampling cap (learner vs behaviour); null = off.",
     )
     batching: Literal["pad", "pack"] = Field(
-        "pad", description="Micro-batch rows: length-sorted right-padded (fast on CPU) or packed."
+        "pad",
+        description="Micro-batch rows: length-sorted right-padded (fast on CPU) or packed "
+        "(block-diagonal attention mask: no attention across sequences).",
     )
     max_sampling_rounds: int = Field(
         4,
@@ -79,6 +94,9 @@ class EvalConfig(Strict):
     every: int = Field(0, ge=0, description="Steps between evaluations; 0 = start and end only.")
     num_prompts: int = Field(64, ge=1, description="Held-out prompts, never trained on.")
     max_new_tokens: int | None = Field(None, ge=1, description="Defaults to generation's.")
+    episodes: int = Field(
+        10, ge=1, description="Classic RL: deterministic episodes per evaluation (own seeds)."
+    )
 
 
 class RuntimeConfig(Strict):
@@ -101,6 +119,17 @@ class SandboxConfig(Strict):
     workers: int = Field(2, ge=1)
     fallback: float = Field(0.0, description="Score for a reward call that failed or timed out.")
     memory_mb: int = Field(1024, ge=64)
+    isolation: Literal["auto", "bwrap", "none"] = Field(
+        "auto",
+        description="Kernel isolation of user code: auto = bubblewrap namespaces when the kernel "
+        "allows them (else limited, said at start); bwrap = required; none = limits only.",
+    )
+    network: bool = Field(False, description="Let rewards and environments reach the network.")
+    max_processes: int = Field(64, ge=1, description="Processes one sandboxed worker may run.")
+    scratch_mb: int = Field(256, ge=1, description="Size of each worker's private /tmp (RAM).")
+    require_isolation: bool = Field(
+        False, description="Refuse to run user code without full kernel isolation."
+    )
 
 
 class PathsConfig(Strict):
@@ -129,6 +158,11 @@ class CoreConfig(Strict):
     seed: int = 0
     dry_run: bool = False
     run_name: str | None = None
+    project: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$",
+        description="Groups the run under paths.runs/<project>/ (arena runs list --project)",
+    )
     reward: str | None = Field(
         None, description="Registered reward name or path to a reward file; None = env default."
     )

@@ -7,6 +7,7 @@ plugin registered. Messages name the dotted key, the value, the plugin and the f
 
 from __future__ import annotations
 
+import re
 import typing
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,14 @@ def _describe(error: dict[str, Any], prefix: str, schema: type[BaseModel], plugi
         hint = did_you_mean(str(loc[-1]), owner.model_fields) if owner else ""
         valid = f" Valid keys: {', '.join(owner.model_fields)}." if owner and not hint else ""
         return f"{key}: unknown key{hint}{where}{valid}"
+    owner = _model_at(schema, loc)
+    if owner is not None and error["type"] in ("value_error", "assertion_error"):
+        # A cross-field check (a model validator) fails on the section, not on one key: name the
+        # keys its message mentions, so the user knows what to change.
+        msg = str(error["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
+        named = [f for f in owner.model_fields if re.search(rf"\b{re.escape(f)}\b", msg)]
+        keys = ", ".join(".".join([*filter(None, [key]), f]) for f in named) or key or "config"
+        return f"{keys}: {msg}{where}"
     text = _FRIENDLY.get(error["type"], error["msg"][0].lower() + error["msg"][1:])
     if error["type"] == "missing":
         return f"{key}: {text}{where}"

@@ -28,7 +28,11 @@ import torch
 from arena_core.kernels import _gemm
 from arena_core.kernels._validate import check_linear_logprob_inputs, resolve_impl
 from arena_core.kernels.chunking import choose_chunk_size
+from arena_core.kernels.filtering import filter_logits_, filtering
+from arena_core.kernels.filtering import keep_mask as _keep
 from arena_core.kernels.row_ops import RowOps, TorchRowOps
+
+FILTER_CHUNK_DIVISOR = 4  # top-k/top-p: smaller automatic chunks for the filter's buffers
 
 
 def _row_ops(impl: str) -> RowOps:
@@ -56,6 +60,8 @@ class _FusedLinearLogprob(torch.autograd.Function):
         chunk_size: int,
         with_entropy: bool,
         row_ops: RowOps,
+        top_k: int = 0,
+        top_p: float = 1.0,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         T, h = hidden.shape
         V = weight.shape[0]
@@ -75,6 +81,7 @@ class _FusedLinearLogprob(torch.autograd.Function):
             end = min(start + C, T)
             z, work, tgt = z_buf[: end - start], work_buf[: end - start], targets[start:end]
             _gemm.logits_into(hidden[start:end], weight, inv_t, z)
+            filter_logits_(z, top_k, top_p, tgt)  # -inf outside the sampler's kept set
             lse_c, target_logit, ent_c = row_ops.stats(z, tgt, with_entropy, work)  # z := logp
             lse[start:end] = lse_c
             logprobs[start:end] = target_logit - lse_c
@@ -96,6 +103,7 @@ class _FusedLinearLogprob(torch.autograd.Function):
         else:
             ctx.save_for_backward(hidden, weight, targets, lse, entropy)
         ctx.precompute, ctx.inv_t, ctx.C, ctx.row_ops = precompute, inv_t, C, row_ops
+        ctx.top_k, ctx.top_p = top_k, top_p
         ctx.hidden_dtype = hidden.dtype
         if entropy is not None:
             return logprobs, entropy
@@ -110,9 +118,9 @@ class _FusedLinearLogprob(torch.autograd.Function):
             grad_hidden = dir_logprob * g_logprob[:, None]
             if dir_entropy is not None and g_entropy is not None:
                 grad_hidden.addcmul_(dir_entropy, g_entropy[:, None])
-            return grad_hidden.to(ctx.hidden_dtype), None, None, None, None, None, None
+            return grad_hidden.to(ctx.hidden_dtype), None, None, None, None, None, None, None, None
         grad_hidden, grad_weight = _recompute_backward(ctx, g_logprob, g_entropy)
-        return grad_hidden, grad_weight, None, None, None, None, None
+        return grad_hidden, grad_weight, None, None, None, None, None, None, None
 
 
 def _recompute_backward(
@@ -136,7 +144,8 @@ def _recompute_backward(
         end = min(start + C, T)
         z, work = z_buf[: end - start], work_buf[: end - start]
         _gemm.logits_into(hidden[start:end], weight, ctx.inv_t, z)
-        z.sub_(lse[start:end, None])  # logp
+        filter_logits_(z, ctx.top_k, ctx.top_p, targets[start:end])  # the forward's kept set
+        z.sub_(lse[start:end, None])  # logp (-inf outside the kept set: gradient 0 there)
         ctx.row_ops.softmax_grad(
             z,
             z,
@@ -194,12 +203,17 @@ def naive_linear_logprob(
     *,
     temperature: float = 1.0,
     return_entropy: bool = False,
+    top_k: int = 0,
+    top_p: float = 1.0,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """The plain reference: full [T, V] logits, log_softmax in fp32, gather (and entropy).
 
     It is what the fused kernels are tested against and what ``bench/`` compares them with.
     """
+    _check_filter(top_k, top_p, return_entropy)
     logits = (hidden @ weight.t()).float() / temperature
+    if filtering(top_k, top_p):
+        logits = logits.masked_fill(~_keep(logits.detach(), top_k, top_p, targets), float("-inf"))
     logp_all = torch.log_softmax(logits, dim=-1)
     logprobs = logp_all.gather(-1, targets.long().unsqueeze(-1)).squeeze(-1)
     if not return_entropy:
@@ -217,6 +231,8 @@ def fused_linear_logprob(
     return_entropy: bool = False,
     impl: str = "auto",
     budget_bytes: int | None = None,
+    top_k: int = 0,
+    top_p: float = 1.0,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """log softmax(hidden @ weight.T / temperature)[target] per token, without [T, V] tensors.
 
@@ -232,16 +248,30 @@ def fused_linear_logprob(
     :param impl: "auto" (Triton on CUDA when installed, else torch), "torch", "triton" (CUDA, or
         CPU under TRITON_INTERPRET=1) or "naive" (full logits; reference only).
     :param budget_bytes: working-set budget for the chunk (see :func:`choose_chunk_size`).
+    :param top_k: with ``top_p``, the sampler's filter (:mod:`arena_core.kernels.filtering`):
+        logprobs of the renormalised filtered distribution the tokens were drawn from (the
+        target is always kept). 0 and 1.0 (the defaults) filter nothing.
     :returns: logprobs (fp32, shape of ``targets``), and entropy (fp32, same shape) when asked.
     """
+    _check_filter(top_k, top_p, return_entropy)
     if resolve_impl(impl, hidden.device) == "naive":
         check_linear_logprob_inputs(hidden, weight, targets, temperature)
         return naive_linear_logprob(
-            hidden, weight, targets, temperature=temperature, return_entropy=return_entropy
+            hidden,
+            weight,
+            targets,
+            temperature=temperature,
+            return_entropy=return_entropy,
+            top_k=top_k,
+            top_p=top_p,
         )
+    auto_chunk = chunk_size is None
     flat_hidden, weight, flat_targets, chunk_size, row_ops = prepare(
         hidden, weight, targets, temperature, chunk_size, impl, budget_bytes
     )
+    if auto_chunk and filtering(top_k, top_p):
+        # the filter's sort, cumsum and masks hold about four more [chunk, V] buffers
+        chunk_size = max(1, chunk_size // FILTER_CHUNK_DIVISOR)
     lead_shape = targets.shape
     if flat_hidden.shape[0] == 0:
         empty = flat_hidden.new_zeros(lead_shape, dtype=torch.float32) + flat_hidden.sum() * 0
@@ -254,8 +284,17 @@ def fused_linear_logprob(
         chunk_size,
         bool(return_entropy),
         row_ops,
+        int(top_k),
+        float(top_p),
     )
     if return_entropy:
         logprobs, entropy = out
         return logprobs.reshape(lead_shape), entropy.reshape(lead_shape)
     return out.reshape(lead_shape)
+
+
+def _check_filter(top_k: int, top_p: float, return_entropy: bool) -> None:
+    if top_k < 0 or not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_k must be >= 0 and top_p in (0, 1], got {top_k} and {top_p}")
+    if return_entropy and filtering(top_k, top_p):
+        raise ValueError("entropy of a top-k/top-p filtered distribution is not supported")

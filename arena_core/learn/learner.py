@@ -18,6 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from arena_core.errors import ArenaError
+from arena_core.kernels.filtering import filtering
 from arena_core.learn.algorithm import Algorithm, TokenBatch
 from arena_core.learn.logprobs import LogprobFn, completion_logprobs, default_logprob_fn
 from arena_core.learn.losses import token_weights, truncated_is_weight
@@ -25,7 +26,8 @@ from arena_core.learn.packing import MicroBatch, Sample, pack, pad_batches
 
 
 class NonFiniteLossError(ArenaError):
-    """The step's loss or gradient was NaN/inf: the update was skipped, weights are unchanged."""
+    """A pass's loss or gradient was NaN/inf: that pass's update was skipped. With
+    num_iterations > 1 the earlier passes of the step were applied (the message says so)."""
 
 
 DEFAULT_TIS_CAP = 2.0  # truncated-IS cap (Yao et al. 2025 use 2): bounds one token's weight
@@ -45,6 +47,8 @@ class Learner:
         norm_len: int | None = None,
         logprob_fn: LogprobFn | None = None,
         batching: str = "pad",
+        top_k: int = 0,
+        top_p: float = 1.0,
     ) -> None:
         self.model = model
         self.algorithm = algorithm
@@ -55,7 +59,14 @@ class Learner:
         if batching not in ("pad", "pack"):
             raise ValueError(f"batching must be 'pad' or 'pack', got {batching!r}")
         self.batching = batching
-        self.logprob_fn = logprob_fn or default_logprob_fn()
+        if not temperature:  # greedy sampling reports unfiltered logprobs (see sample_next)
+            top_k, top_p = 0, 1.0
+        if logprob_fn is not None and filtering(top_k, top_p):
+            raise ValueError(
+                "a custom logprob_fn cannot apply the sampler's top_k/top_p filter: leave "
+                "logprob_fn unset (the fused kernel applies it) or sample with top_k=0, top_p=1"
+            )
+        self.logprob_fn = logprob_fn or default_logprob_fn(top_k=top_k, top_p=top_p)
         self.params = [p for p in model.parameters() if p.requires_grad]
         if not self.params:
             raise ValueError("the model has no trainable parameters")
@@ -98,8 +109,8 @@ class Learner:
         t0 = time.perf_counter()
         lengths = [len(s.completion_ids) for s in samples]
         n_tok = sum(lengths)
-        if n_tok == 0:
-            return {"loss": 0.0, "tokens/trained": 0.0, "time/learn_s": 0.0}
+        if n_tok == 0:  # nothing to learn from: no loss was computed
+            return {"tokens/trained": 0.0, "time/learn_s": 0.0}
         weights = token_weights(lengths, self.algorithm.loss_agg_mode, norm_len=self.norm_len)
         behaviour = torch.tensor(
             [x for s in samples for x in s.behaviour_logp], dtype=torch.float32
@@ -116,7 +127,8 @@ class Learner:
         self.model.train()
         sums: dict[str, float] = {}
         trained = 0
-        for it in range(self.algorithm.num_iterations):
+        passes = self.algorithm.num_iterations
+        for it in range(passes):
             self.optimizer.zero_grad(set_to_none=True)
             total_loss = 0.0
             for k, mb in enumerate(mbs):
@@ -142,17 +154,13 @@ class Learner:
             grad_norm = self._clip()
             if not (math.isfinite(total_loss) and math.isfinite(grad_norm)):
                 self.optimizer.zero_grad(set_to_none=True)  # never apply a poisoned update
-                raise NonFiniteLossError(
-                    f"non-finite loss ({total_loss}) or gradient norm ({grad_norm}): the update "
-                    "was skipped and the weights are unchanged. Common causes: a learning rate "
-                    "too high for the model, or fp16 overflow (use bfloat16 or float32)."
-                )
+                raise NonFiniteLossError(_nonfinite_message(total_loss, grad_norm, it, passes))
             self.optimizer.step()
             if it == 0:
                 sums["loss"] = total_loss
                 sums["grad_norm"] = grad_norm
         self.optimizer.zero_grad(set_to_none=True)
-        passes = self.algorithm.num_iterations  # diagnostics average over every pass
+        # diagnostics average over every pass
         wsum = float(weights.sum()) * passes
         metrics = {k: (v / wsum if k.startswith("w:") else v) for k, v in sums.items()}
         metrics = {k.removeprefix("w:"): v for k, v in metrics.items()}
@@ -162,8 +170,7 @@ class Learner:
         metrics["tokens/loss"] = float(n_tok)
         metrics["micro_batches"] = float(len(mbs))
         metrics["time/learn_s"] = time.perf_counter() - t0
-        metrics.setdefault("kl", 0.0)
-        return metrics
+        return metrics  # no "kl" unless the algorithm computed one (beta > 0)
 
     def _accumulate(
         self, sums: dict[str, float], w: Tensor, batch: TokenBatch, stats: dict[str, Tensor]
@@ -179,3 +186,19 @@ class Learner:
             grads = [p.grad.norm() for p in self.params if p.grad is not None]
             return float(torch.stack(grads).norm()) if grads else 0.0
         return float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
+
+
+def _nonfinite_message(loss: float, grad_norm: float, it: int, passes: int) -> str:
+    """What happened to the weights, truthfully for every pass of a multi-pass step."""
+    where = f"pass {it + 1} of {passes}: " if passes > 1 else ""
+    if it == 0:
+        kept = "the update was skipped and the weights are unchanged"
+    else:
+        kept = (
+            f"this pass's update was skipped; the step's earlier {it} pass(es) were applied, so "
+            "the weights are those after them (finite, but a partial step)"
+        )
+    return (
+        f"{where}non-finite loss ({loss}) or gradient norm ({grad_norm}): {kept}. Common causes: "
+        "a learning rate too high for the model, or fp16 overflow (use bfloat16 or float32)."
+    )

@@ -3,8 +3,11 @@
 The learner never materialises logits for prompt positions: it runs the decoder body, gathers
 the hidden states of positions that predict completion tokens and hands only those to
 `head_logprobs`. By default that is `arena_core.kernels.fused_linear_logprob` (chunked, no
-full-vocabulary logits kept for backward) when the kernels package provides it, else the plain
-torch reference below. Swap it with `Learner(logprob_fn=...)`.
+full-vocabulary logits kept for backward); `plain_logprobs` below is the reference. Swap it with
+`Learner(logprob_fn=...)`.
+
+With top-k / top-p sampling the head scores the renormalised filtered distribution the sampler
+drew from (`arena_core.kernels.filtering`), so learner and behaviour logprobs agree.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from arena_core.learn.packing import MicroBatch
+from arena_core.learn.packing import MicroBatch, block_causal_mask
 
 LogprobFn = Callable[[Tensor, Tensor, Tensor], Tensor]  # (hidden [N,H], weight [V,H], targets [N])
 
@@ -25,15 +28,13 @@ def plain_logprobs(hidden: Tensor, weight: Tensor, targets: Tensor) -> Tensor:
     return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
 
-def default_logprob_fn() -> LogprobFn:
-    """The fused kernel when available (its torch path on CPU), else the plain reference."""
-    try:
-        from arena_core.kernels import fused_linear_logprob  # type: ignore[attr-defined]
-    except ImportError:
-        return plain_logprobs
+def default_logprob_fn(top_k: int = 0, top_p: float = 1.0) -> LogprobFn:
+    """The fused kernel (its chunked torch path on CPU, Triton on CUDA), scoring the sampler's
+    top-k/top-p filtered distribution when those are set."""
+    from arena_core.kernels import fused_linear_logprob
 
     def fused(hidden: Tensor, weight: Tensor, targets: Tensor) -> Tensor:
-        return fused_linear_logprob(hidden, weight, targets)
+        return fused_linear_logprob(hidden, weight, targets, top_k=top_k, top_p=top_p)
 
     return fused
 
@@ -59,7 +60,18 @@ def completion_logprobs(
     """
     lm = causal_lm(model)
     body = lm.get_decoder()
-    out = body(input_ids=mb.input_ids, position_ids=mb.position_ids, use_cache=False)
+    mask = None
+    attn = str(getattr(lm.config, "_attn_implementation", None) or "")
+    # packed rows: never attend across sequences. Flash-attention kernels take no 4-D mask; they
+    # split packed rows at the position-id resets themselves (variable-length attention).
+    if mb.position_ids is not None and not attn.startswith("flash"):
+        dtype = lm.get_input_embeddings().weight.dtype
+        mask = block_causal_mask(
+            mb.position_ids, dtype if dtype.is_floating_point else torch.float32
+        )
+    out = body(
+        input_ids=mb.input_ids, position_ids=mb.position_ids, attention_mask=mask, use_cache=False
+    )
     hidden = out.last_hidden_state.flatten(0, 1)[mb.target_pos]
     if temperature and temperature != 1.0:
         hidden = hidden / temperature

@@ -13,10 +13,9 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-try:  # the kernels package's implementations are the reference when present (same maths)
-    from arena_core.kernels import policy_loss as _kernels
-except ImportError:  # pragma: no cover - a build without kernels
-    _kernels = None
+# The per-token losses are implemented once, in the kernels package (the torch reference its
+# fused Triton versions are tested against); these wrappers give the learner's names and shapes.
+from arena_core.kernels import policy_loss as _kernels
 
 AggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
@@ -81,10 +80,7 @@ def aggregate(
 def k3_kl(logp: Tensor, ref_logp: Tensor) -> Tensor:
     """Per-token KL(pi || ref) estimate `exp(ref - logp) - (ref - logp) - 1` (Schulman's k3):
     non-negative and unbiased, the estimator GRPO uses."""
-    if _kernels is not None:
-        return _kernels.k3_kl(logp, ref_logp)
-    delta = ref_logp - logp
-    return torch.expm1(delta) - delta
+    return _kernels.k3_kl(logp, ref_logp)
 
 
 def truncated_is_weight(old_logp: Tensor, behaviour_logp: Tensor, cap: float | None) -> Tensor:
@@ -107,14 +103,8 @@ def grpo_token_loss(
     Returns (loss, clipped) where `clipped` marks tokens whose clipped branch was taken (the
     gradient is zero there), for the clip-fraction metric.
     """
-    if _kernels is not None:
-        out = _kernels.grpo_token_loss(logp, old_logp, advantages, eps_low, eps_high)
-        return out.loss, out.clipped.bool()
-    ratio = torch.exp(logp - old_logp)
-    unclipped = ratio * advantages
-    clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * advantages
-    loss = -torch.minimum(unclipped, clipped)
-    return loss, (clipped < unclipped).detach()
+    out = _kernels.grpo_token_loss(logp, old_logp, advantages, eps_low, eps_high)
+    return out.loss, out.clipped.bool()
 
 
 def cispo_token_loss(
@@ -125,10 +115,5 @@ def cispo_token_loss(
     The importance weight is clipped and detached, so every token keeps a gradient (PPO's clip
     zeroes the gradient of clipped tokens instead). Returns (loss, clipped mask).
     """
-    if _kernels is not None:
-        out = _kernels.cispo_token_loss(logp, behaviour_logp, advantages, eps_low, eps_high)
-        return out.loss, out.clipped.bool()
-    ratio = torch.exp(logp.detach() - behaviour_logp)
-    weight = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
-    loss = -(weight * advantages * logp)
-    return loss, (weight != ratio).detach()
+    out = _kernels.cispo_token_loss(logp, behaviour_logp, advantages, eps_low, eps_high)
+    return out.loss, out.clipped.bool()

@@ -1,11 +1,13 @@
 """Packing a step's sequences into micro-batches by a token budget.
 
 Each micro-batch is one row: several (prompt + completion) sequences concatenated, with
-position ids restarting at 0 for each. transformers (5.x) turns restarting position ids into a
-block-diagonal causal mask when no attention mask and no KV cache are given (`use_cache=False`),
-so packed sequences never attend to each other (tests/learn check logits against unpacked runs).
-No padding token is ever computed, and only positions that predict completion tokens are
-gathered for the loss: prompt tokens are context, never targets.
+position ids restarting at 0 for each. The learner passes an explicit block-diagonal causal mask
+(`block_causal_mask`) with every packed row, so packed sequences never attend to each other on
+any transformers version: only some versions derive that mask from restarting position ids, and
+older ones silently let a token attend to the previous sequences of its row (tests/learn check a
+packed sequence's logprobs against the same sequence run alone). No padding token is ever
+computed, and only positions that predict completion tokens are gathered for the loss: prompt
+tokens are context, never targets.
 """
 
 from __future__ import annotations
@@ -165,3 +167,20 @@ def _build(samples: list[Sample], members: list[int], offsets: list[int]) -> Mic
         flat_index=as_long(flat),
         real_tokens=len(ids),
     )
+
+
+def block_causal_mask(position_ids: Tensor, dtype: torch.dtype) -> Tensor:
+    """Additive [B, 1, T, T] mask for packed rows: 0 where a query may attend, dtype-min elsewhere.
+
+    A new sequence starts wherever the position id is 0; a token attends to itself and to the
+    earlier tokens of its own sequence only. Additive (not boolean) so that eager and SDPA
+    attention read it alike; transformers uses a 4-D mask as given.
+    """
+    seq = (position_ids == 0).cumsum(-1)  # [B, T] sequence number of each token
+    same = seq[:, :, None] == seq[:, None, :]
+    n = position_ids.shape[-1]
+    causal = torch.ones(n, n, dtype=torch.bool, device=position_ids.device).tril()
+    allowed = same & causal
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=position_ids.device)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[:, None]

@@ -69,14 +69,20 @@ def _dtype(name: str, device: str) -> torch.dtype:
     return _DTYPES[name]
 
 
-def load_policy(model_cfg: Any, *, device: str = "cpu") -> LoadedPolicy:
+def load_policy(
+    model_cfg: Any, *, device: str = "cpu", runs: str | Path = "./runs"
+) -> LoadedPolicy:
     """Build the policy from the `model` config section (a dict or a ModelConfig).
 
     `name_or_path` is `arena:tiny` / `arena:tiny-init` (embedded), a local directory (a full model
     or a PEFT adapter), or a hub id. `lora.r > 0` wraps the model in a fresh LoRA adapter;
     `lora.r = 0` trains every weight. A saved adapter directory keeps training its own adapter.
+    `init_from=RUN[:STEP|best|latest]` (a run under `runs`, see `arena_core.store.index`) starts
+    from that checkpoint instead of `name_or_path`: see `_init_from`.
     """
     cfg = _as_dict(model_cfg)
+    if cfg.get("init_from"):
+        return _init_from(cfg, str(cfg["init_from"]), device=device, runs=runs)
     name = str(cfg.get("name_or_path") or "arena:tiny")
     dtype = _dtype(str(cfg.get("dtype", "auto")), device)
     trust = bool(cfg.get("trust_remote_code", False))
@@ -97,6 +103,38 @@ def load_policy(model_cfg: Any, *, device: str = "cpu") -> LoadedPolicy:
     else:
         model.requires_grad_(True)
     return _finish(LoadedPolicy(model, tokenizer, name, is_lora=is_lora), device)
+
+
+def _init_from(cfg: dict[str, Any], ref: str, *, device: str, runs: str | Path) -> LoadedPolicy:
+    """Start from another run's checkpoint (the chain SFT -> DPO -> GRPO).
+
+    The checkpoint's weights become this run's starting point: a full checkpoint as it is, a LoRA
+    checkpoint merged into its base. This run's own `lora` section then applies on top (a fresh
+    adapter when `lora.r > 0`), so the reference policy of KL or DPO (the LoRA base with the
+    adapter disabled, or a frozen copy) is that starting point, not the original base model.
+    """
+    from arena_core.store.index import select_checkpoint
+
+    try:
+        _, ckpt = select_checkpoint(ref, runs)
+    except ArenaError as exc:
+        try:  # RUN:best of a DPO run: its checkpoints are scored by held-out preference accuracy
+            _, ckpt = select_checkpoint(ref, runs, metric="eval/pref_accuracy")
+        except ArenaError:
+            raise ModelLoadError(f"model.init_from={ref}: {exc}") from None
+    source = {**cfg, "init_from": None, "name_or_path": str(ckpt.weights_dir), "lora": {"r": 0}}
+    start = load_policy(source, device="cpu")
+    model = start.model
+    if start.is_lora:  # a LoRA checkpoint: fold the adapter into its base
+        model = model.merge_and_unload()
+    lora = _as_dict(cfg.get("lora") or {})
+    is_lora = int(lora.get("r", 0)) > 0
+    if is_lora:
+        model = _wrap_lora(model, lora, str(ckpt.weights_dir))
+    else:
+        model.requires_grad_(True)
+    print(f"model: initialised from {ckpt.dir} (step {ckpt.step}, {ckpt.kind})", flush=True)
+    return _finish(LoadedPolicy(model, start.tokenizer, ref, is_lora=is_lora), device)
 
 
 def _finish(policy: LoadedPolicy, device: str) -> LoadedPolicy:
@@ -210,12 +248,14 @@ def _load_adapter(path: Path, *, dtype: torch.dtype, trust: bool) -> tuple[nn.Mo
     if not base_name:
         raise ModelLoadError(f"{path}/adapter_config.json names no base_model_name_or_path")
     base = load_policy({"name_or_path": base_name, "dtype": "float32", "lora": {"r": 0}})
-    base.model.to(dtype)
-    model = PeftModel.from_pretrained(base.model, str(path), is_trainable=True)
+    # an adapter trained on a merged adapter (model.init_from a LoRA run) names that adapter
+    base_model = base.model.merge_and_unload() if base.is_lora else base.model
+    base_model.to(dtype)
+    model = PeftModel.from_pretrained(base_model, str(path), is_trainable=True)
     tokenizer = (
         load_tokenizer(str(path)) if (path / "tokenizer_config.json").is_file() else base.tokenizer
     )
-    _prepare_tokenizer(tokenizer, base.model)
+    _prepare_tokenizer(tokenizer, base_model)
     return model, tokenizer
 
 

@@ -18,6 +18,14 @@ one. Calibrate with the thread count the runs use; the count is recorded in ``me
 
 Results are stored per hardware profile in ``$ARENA_CACHE_DIR/calibration/<profile>.json``
 (default ``~/.cache/arena``), written atomically (temp file + rename), and read at plan time.
+
+Out of the box (no ``--calibrate`` yet) the CPU profile uses the calibration shipped in
+``calibrations/cpu.json``: fitted on the development machine (2 AVX-512 cores, one torch thread),
+it puts the quickstart's predicted step within ~30% of the measured one there, where the generic
+priors were 10x off (bench/planner_calibration.py measures both). Another CPU can be faster or
+slower, so a run prints a "plan check" (measured against predicted) after its first steps, and
+``arena plan --calibrate`` fits the machine in a few seconds. GPU profiles ship no calibration:
+their predictions come from datasheet priors and say "uncalibrated".
 """
 
 from __future__ import annotations
@@ -55,6 +63,23 @@ class Calibration(BaseModel):
     environment: dict[str, str] = {}
 
 
+SHIPPED_DIR = Path(__file__).resolve().parent / "calibrations"
+SHIPPED = "shipped"  # Coefficients.source of a shipped calibration
+
+
+def shipped_calibration(profile: str) -> Calibration | None:
+    """The calibration that ships with Arena for `profile` (only ``cpu``), or None."""
+    try:
+        return Calibration.model_validate_json((SHIPPED_DIR / f"{profile}.json").read_text())
+    except (OSError, ValidationError, ValueError):
+        return None
+
+
+def effective_calibration(profile: str) -> Calibration | None:
+    """This machine's stored calibration, else the shipped one, else None."""
+    return load_calibration(profile) or shipped_calibration(profile)
+
+
 def cache_dir() -> Path:
     return Path(os.environ.get("ARENA_CACHE_DIR") or Path.home() / ".cache" / "arena")
 
@@ -73,11 +98,15 @@ def load_calibration(profile: str) -> Calibration | None:
 
 
 def coefficients_for(hw: HardwareProfile) -> Coefficients:
-    """Fitted coefficients when this profile was calibrated, else the documented defaults."""
+    """Coefficients fitted on this machine when it was calibrated, else the shipped calibration
+    (CPU), else the documented defaults (``source`` says which: a path, "shipped", "defaults")."""
     cal = load_calibration(hw.name)
-    if cal is None:
-        return Coefficients.defaults_for(hw)
-    return cal.coefficients.model_copy(update={"source": str(calibration_path(hw.name))})
+    if cal is not None:
+        return cal.coefficients.model_copy(update={"source": str(calibration_path(hw.name))})
+    cal = shipped_calibration(hw.name)
+    if cal is not None:
+        return cal.coefficients.model_copy(update={"source": SHIPPED})
+    return Coefficients.defaults_for(hw)
 
 
 def save_calibration(cal: Calibration) -> Path:

@@ -36,7 +36,9 @@ def lookup(cfg: dict[str, Any], dotted: str, default: Any = _MISSING) -> Any:
     return node
 
 
-def workload_from_config(cfg: dict[str, Any]) -> Workload:
+def workload_from_config(cfg: dict[str, Any], prompt_tokens: int | None = None) -> Workload:
+    """The step's work; `prompt_tokens` (measured from the env's own prompts) overrides
+    `env.max_prompt_tokens` and the 256-token default when the caller could measure it."""
     problems = []
     values: dict[str, int] = {}
     for field, key, default in (
@@ -54,6 +56,8 @@ def workload_from_config(cfg: dict[str, Any]) -> Workload:
             problems.append(f"{key}: expected an integer, got {lookup(cfg, key)!r}")
     if problems:
         raise ConfigError(problems, header="Cannot plan this configuration")
+    if prompt_tokens and lookup(cfg, "env.max_prompt_tokens", None) is None:
+        values["prompt_tokens"] = int(prompt_tokens)
     beta = lookup(cfg, "algo.beta", None)
     if beta is None:
         beta = lookup(cfg, "algo.kl_coef", 0.0)
@@ -79,12 +83,15 @@ def hardware_from_config(cfg: dict[str, Any]) -> tuple[HardwareProfile, int]:
 
 
 def plan_from_config(
-    cfg: dict[str, Any], model_spec: ModelSpec | dict[str, Any] | None = None
+    cfg: dict[str, Any],
+    model_spec: ModelSpec | dict[str, Any] | None = None,
+    prompt_tokens: int | None = None,
 ) -> PlanResult:
     """Plan the run described by a resolved config dict.
 
     ``model_spec`` lets the caller supply the spec (a ModelSpec or a config.json-like dict) for
-    names the planner cannot read itself, such as the embedded ``arena:tiny`` model.
+    names the planner cannot read itself, such as the embedded ``arena:tiny`` model;
+    ``prompt_tokens`` the mean prompt length measured on the env (see ``workload_from_config``).
     """
     from arena_core.planner.search import make_plan
 
@@ -106,4 +113,12 @@ def plan_from_config(
     micro = lookup(cfg, "train.micro_batch_tokens", None)
     if micro and "micro_batch_tokens" not in pinned:
         pinned["micro_batch_tokens"] = int(micro)
-    return make_plan(spec, hw, count, workload_from_config(cfg), lora_rank=lora, pinned=pinned)
+    result = make_plan(
+        spec, hw, count, workload_from_config(cfg, prompt_tokens), lora_rank=lora, pinned=pinned
+    )
+    if prompt_tokens and lookup(cfg, "env.max_prompt_tokens", None) is None:
+        result.notes.append(
+            f"prompt length: {prompt_tokens} tokens, the mean of the env's own prompts rendered "
+            "with the model's chat template (env.max_prompt_tokens pins it)"
+        )
+    return result

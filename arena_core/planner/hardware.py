@@ -182,9 +182,11 @@ def _ram_gb() -> float:
 
 
 def _calibrated_rates(profile: str) -> dict[str, float]:
-    from arena_core.planner.calibrate import load_calibration
+    """Measured rates of this machine's calibration, else of the shipped one: the shipped
+    efficiencies were fitted against its own measured peak, so the two go together."""
+    from arena_core.planner.calibrate import effective_calibration
 
-    cal = load_calibration(profile)
+    cal = effective_calibration(profile)
     return dict(cal.measured) if cal is not None else {}
 
 

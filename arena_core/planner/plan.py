@@ -225,6 +225,7 @@ class PlanResult:
     pinned: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
+    calibration: str = "defaults"  # Coefficients.source: a calibration file, "shipped", "defaults"
 
     @property
     def plan(self) -> Plan:
@@ -245,9 +246,22 @@ class PlanResult:
                 "notes": list(self.notes),
                 "alternatives": [a.to_dict() for a in self.alternatives],
                 "planning_seconds": round(self.elapsed_s, 3),
+                "calibration": self.calibration,
             }
         )
         return out
+
+    @property
+    def calibration_label(self) -> str:
+        """How far to trust the times: `uncalibrated` (priors), the shipped CPU fit, or this
+        machine's own calibration."""
+        if self.calibration == "defaults":
+            return (
+                "uncalibrated: datasheet priors; `arena plan --calibrate` on the machine fits them"
+            )
+        if self.calibration == "shipped":
+            return "shipped CPU calibration; `arena plan --calibrate` fits this machine"
+        return "calibrated on this machine"
 
     def summary_line(self) -> str:
         """What `arena-run` prints before it starts."""
@@ -256,7 +270,7 @@ class PlanResult:
             f"plan: {self.plan.describe()} | trainer {_gb(p.trainer_bytes)} GB, engine "
             f"{_gb(p.engine_bytes)} GB of {_gb(p.usable_bytes)} GB usable | step "
             f"~{_s(p.total_s)} s (generate {_s(p.generate_s)}, learn {_s(p.learn_s)}, "
-            f"sync {_s(p.sync_s)})"
+            f"sync {_s(p.sync_s)}; {self.calibration_label})"
         )
 
     def summary(self) -> str:

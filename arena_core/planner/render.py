@@ -29,22 +29,26 @@ def render_result(result: PlanResult, console: Any = None) -> None:
         )
     console.print(f"[bold green]Plan[/bold green]      {plan.describe()}")
 
+    # one row per memory part, one column per side: stays narrow however many parts there are
     mem = Table(title="Predicted memory per device (GB)", show_edge=False)
-    mem.add_column("side")
+    mem.add_column("part")
+    mem.add_column("trainer", justify="right")
+    mem.add_column("engine", justify="right")
     keys = list(pred.trainer_memory) + [
         k for k in pred.engine_memory if k not in pred.trainer_memory
     ]
     for key in keys:
-        mem.add_column(key, justify="right")
-    mem.add_column("total", justify="right")
-    mem.add_column("usable", justify="right")
-    for side, parts in (("trainer", pred.trainer_memory), ("engine", pred.engine_memory)):
         mem.add_row(
-            side,
-            *[_g(parts[k]) if k in parts else "" for k in keys],
-            _g(sum(parts.values())),
-            _g(pred.usable_bytes),
+            key.replace("_", " "),
+            _g(pred.trainer_memory[key]) if key in pred.trainer_memory else "",
+            _g(pred.engine_memory[key]) if key in pred.engine_memory else "",
         )
+    mem.add_row(
+        "[bold]total[/bold]",
+        _g(sum(pred.trainer_memory.values())),
+        _g(sum(pred.engine_memory.values())),
+    )
+    mem.add_row("usable", _g(pred.usable_bytes), _g(pred.usable_bytes))
     console.print(mem)
     if pred.shared_device:
         console.print(
@@ -66,29 +70,31 @@ def render_result(result: PlanResult, console: Any = None) -> None:
             else ""
         )
     )
+    console.print(f"[bold]Times[/bold]     {result.calibration_label}")
     for note in result.notes:
         console.print(f"[yellow]note[/yellow] {note}")
     if result.alternatives:
-        console.print(_alternatives_table(result.alternatives))
+        _print_alternatives(console, result.alternatives)
     console.print(f"[dim]planned in {result.elapsed_s:.2f} s[/dim]")
 
 
-def _alternatives_table(alts: list[Candidate]) -> Any:
+def _print_alternatives(console: Any, alts: list[Candidate]) -> None:
+    """A numbered list, not a 5-column table: a plan's description and the reason it lost are
+    sentences, which such a table wrapped into one-word lines at 80 columns."""
     from rich.table import Table
 
-    table = Table(title="Best rejected alternatives", show_edge=False)
-    for col in ("plan", "trainer GB", "engine GB", "step s", "why it lost"):
-        table.add_column(col, justify="left" if col in ("plan", "why it lost") else "right")
-    for alt in alts:
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(justify="right", no_wrap=True)
+    grid.add_column(overflow="fold")
+    for i, alt in enumerate(alts, 1):
         p = alt.prediction
-        table.add_row(
-            alt.plan.describe(),
-            _g(p.trainer_bytes),
-            _g(p.engine_bytes),
-            f"{p.total_s:.3g}",
-            alt.reason,
+        grid.add_row(
+            f"{i}.",
+            f"{alt.plan.describe()}\n[dim]trainer {_g(p.trainer_bytes)} GB, engine "
+            f"{_g(p.engine_bytes)} GB, step {p.total_s:.3g} s:[/dim] {alt.reason}",
         )
-    return table
+    console.print("[bold]Best rejected alternatives[/bold]")
+    console.print(grid, highlight=False)
 
 
 def _g(x: float) -> str:

@@ -136,6 +136,7 @@ def make_plan(
         pinned=pins,
         notes=explain.notes(ctx, best),
         elapsed_s=time.perf_counter() - start,
+        calibration=coefficients.source,
     )
 
 

@@ -30,7 +30,7 @@ class Completion:
     token_ids: list[int]
     logprobs: list[float]  # behaviour logprob of each token in token_ids, same length
     text: str
-    finish_reason: str  # "stop" (eos or stop string), "length", "aborted"
+    finish_reason: str  # "stop" (eos or stop string), "length", "aborted" (engine stopped it)
     versions: list[int] = field(default_factory=list)  # policy version per token (same length)
 
     @property
@@ -59,14 +59,10 @@ class GenerationBackend(Protocol):
 
 @runtime_checkable
 class DecodeControl(Protocol):
-    """Hooks a backend calls between decode steps (the async runtime's handle on an engine).
+    """The hook a backend calls between decode steps (the async runtime's handle on an engine).
 
     `between_steps` is where new weights are swapped in, so an update never waits for in-flight
     requests to finish and every later token is sampled by (and tagged with) the new version.
-    `cancel` says which rows are already too stale to be used; they stop at once with
-    finish_reason "aborted" instead of being finished and thrown away.
     """
 
     def between_steps(self, backend: GenerationBackend) -> None: ...
-
-    def cancel(self, oldest_versions: list[int]) -> list[bool]: ...

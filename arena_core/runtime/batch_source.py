@@ -1,9 +1,10 @@
 """Where the learner's batches come from: generated in line (sync) or in the background (async).
 
 Both sources give the loop the same three things: the batch for a step, the weight sync after
-the step, and the per-step timing metrics that show who waited for whom
-(`time/generator_idle_frac`, `time/learner_idle_frac`, `time/weight_sync_pause_s`,
-`staleness/max`, `rollouts/cancelled_stale`), so the loop itself has no mode branches.
+the step, and the per-step metrics that show who waited for whom (`time/generator_idle_frac`,
+`time/learner_idle_frac`, `time/weight_sync_pause_s`, `staleness/max`) and how many groups were
+dropped because the engine aborted one of their rows (`groups/dropped_aborted`: a vLLM engine
+restart), so the loop itself has no mode branches.
 """
 
 from __future__ import annotations
@@ -38,10 +39,6 @@ def staleness_of(batch: Any, step: int) -> int:
     return max((step - v for v in versions), default=0)
 
 
-def cancelled_rows(batch: Any) -> int:
-    return sum(1 for c in batch.completions if c.finish_reason == "aborted")
-
-
 class SyncSource:
     """Generate, then learn: the reference. The backend shares the learner's module."""
 
@@ -72,7 +69,7 @@ class SyncSource:
         busy = min(self._wait, step_s)
         return {
             "staleness/max": staleness_of(batch, step),
-            "rollouts/cancelled_stale": cancelled_rows(batch),
+            "groups/dropped_aborted": batch.groups_aborted,
             # In line, the generator idles while the learner works and vice versa.
             "time/generator_idle_frac": max(0.0, 1.0 - busy / step_s) if step_s else 0.0,
             "time/learner_idle_frac": busy / step_s if step_s else 0.0,
@@ -112,7 +109,7 @@ class AsyncSource:
         self.learner_model = learner_model
         self.eval_backend = eval_backend  # the learner-side backend (evaluation), same module
         self.backend = generator_backend
-        self.budget = StalenessBudget(max_staleness=max_staleness, groups_per_step=n_groups)
+        self.budget = StalenessBudget(max_staleness=max_staleness)
         self.mailbox = WeightMailbox()
         self.stats = AsyncStats()
         # The torch backend swaps weights between decode steps through the mailbox; an engine
@@ -122,13 +119,7 @@ class AsyncSource:
         swapper = ParamSwapper(replica) if self.swaps_in_engine and replica is not None else None
         self.producer = BackgroundCollector(
             collector,
-            AsyncControl(
-                self.mailbox,
-                swapper,
-                self.budget,
-                lambda: self.producer.learner_version(),
-                self.stats,
-            ),  # type: ignore[arg-type]
+            AsyncControl(self.mailbox, swapper, self.budget, self.stats),  # type: ignore[arg-type]
             generator_backend,
             n_groups=n_groups,
             first_step=first_step,
@@ -137,10 +128,16 @@ class AsyncSource:
         if self.swaps_in_engine:
             collector.control = self.producer.control
         self._wait = 0.0
-        self.producer.start()
+        self._started = False
 
     def next_batch(self, step: int) -> Any:
         t0 = time.perf_counter()
+        if not self._started:
+            # The generator starts with the first step, not before: the initial evaluation then
+            # runs alone (its figures and timing are those of sync mode) and step 1's time
+            # includes generating its batch, as in sync mode.
+            self._started = True
+            self.producer.start()
         try:
             batch = self.producer.next_batch(step, timeout_s=self.timeout_s)
         except TimeoutError:
@@ -173,14 +170,15 @@ class AsyncSource:
         gen_wait = min(stats["generator_wait_s"], step_s)
         return {
             "staleness/max": staleness_of(batch, step),
-            "rollouts/cancelled_stale": cancelled_rows(batch),
+            "groups/dropped_aborted": batch.groups_aborted,
             "time/generator_idle_frac": gen_wait / step_s if step_s else 0.0,
             "time/learner_idle_frac": min(self._wait, step_s) / step_s if step_s else 0.0,
             "time/weight_sync_pause_s": pause_s + stats["sync_pause_s"],
         }
 
     def close(self) -> None:
-        self.producer.close()
+        if self._started:
+            self.producer.close()
         close = getattr(self.backend, "close", None)
         if callable(close):
             close()

@@ -12,7 +12,7 @@ from typing import Any
 from arena_core.errors import ConfigError
 from arena_core.learn.algorithm import Algorithm
 from arena_core.plugins import get_plugins
-from arena_core.tasks import TextTask
+from arena_core.tasks import TextTask, contract_problems
 
 
 def _section(entry: Any, section: dict[str, Any]) -> Any:
@@ -32,15 +32,22 @@ def build_algorithm(algo: dict[str, Any] | None) -> Algorithm:
     return entry.obj(_section(entry, algo))
 
 
-def build_task(env: dict[str, Any] | None) -> TextTask:
+def make_env(env: dict[str, Any] | None) -> Any:
+    """The registered factory called with its validated section (`arena validate env` and the
+    trainer construct environments through this one function)."""
     if not env or "name" not in env:
         raise ConfigError("no environment chosen: add +env=gsm8k (or another installed one)")
     entry = get_plugins().registries.envs.get(str(env["name"]))
-    task = entry.obj(_section(entry, env))
-    if not isinstance(task, TextTask):
+    return entry.obj(_section(entry, env))
+
+
+def build_task(env: dict[str, Any] | None) -> TextTask:
+    task = make_env(env)
+    problems = contract_problems(task)
+    if problems:
         raise ConfigError(
-            f"environment '{env['name']}' is not a text task (it has no "
-            "train_examples/eval_examples/messages): LLM training needs one"
+            f"environment '{env['name']}' is not a text task ({'; '.join(problems)}): LLM "
+            "training needs one (arena_core.tasks.TextTask; `arena validate env` checks it)"
         )
     return task
 

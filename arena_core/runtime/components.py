@@ -14,6 +14,10 @@ import importlib.util
 import math
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the child imports this module: nothing heavy at run time
+    from arena_core.sandbox.isolation import SandboxPolicy
 
 
 def defines_components(path: str) -> bool:
@@ -49,9 +53,17 @@ def batch_components(path: str, items: list[list[str]]) -> list[dict[str, float]
 
 
 def sandboxed_components(
-    path: str, items: list[tuple[str, str, str]], *, timeout_s: float, memory_mb: int
+    path: str,
+    items: list[tuple[str, str, str]],
+    *,
+    timeout_s: float,
+    memory_mb: int,
+    policy: SandboxPolicy | None = None,
 ) -> dict[str, list[float]]:
-    """{component: [value per item]} (NaN where unavailable); {} when the call failed."""
+    """{component: [value per item]} (NaN where unavailable); {} when the call failed.
+
+    `policy` is the run's sandbox policy (the reward pool's): components run under the same
+    isolation, network and process limits as `reward` itself."""
     from arena_core.sandbox.runner import run_in_sandbox
 
     outcome = run_in_sandbox(
@@ -60,6 +72,7 @@ def sandboxed_components(
         timeout_s=timeout_s,
         memory_mb=memory_mb,
         path=path,
+        policy=policy,
     )
     if not outcome.ok or not isinstance(outcome.value, list):
         return {}

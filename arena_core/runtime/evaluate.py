@@ -2,6 +2,11 @@
 
 Greedy decoding makes the number a property of the weights, not of the sampling seed, so the
 initial and final evaluations in `summary.json` compare like with like.
+
+A failed reward call is not a reward: `eval/reward_mean` averages the calls that succeeded
+(`eval/reward_failures` counts the others) and `eval/accuracy` the completions whose
+correctness is known (`eval/accuracy_failures` counts the others, e.g. when the reward's
+`components` call failed). Either is NaN when nothing is left to average, never a guess.
 """
 
 from __future__ import annotations
@@ -38,13 +43,16 @@ def evaluate(
         n_tokens += sum(len(c.token_ids) for c in comps)
     items = [(ex.question, ex.answer, t) for ex, t in zip(examples, texts, strict=True)]
     values, kinds, components = scorer.score_with_components(items)
-    correct = scorer.correct(values, components)
+    correct = scorer.correct(values, components, kinds)
     n = max(1, len(values))
+    valid = [v for v, k in zip(values, kinds, strict=True) if k == "ok" and math.isfinite(v)]
+    known = [c for c in correct if c is not None]
     out: dict[str, Any] = {
-        "eval/reward_mean": sum(values) / n,
-        "eval/accuracy": sum(correct) / n,
+        "eval/reward_mean": _mean(valid),
+        "eval/accuracy": _mean([float(c) for c in known]),
         "eval/completion_tokens_mean": n_tokens / n,
-        "eval/reward_failures": sum(k != "ok" for k in kinds),
+        "eval/reward_failures": len(values) - len(valid),
+        "eval/accuracy_failures": len(correct) - len(known),
         "eval/seconds": time.perf_counter() - t0,
     }
     for key, vals in components.items():
@@ -55,3 +63,7 @@ def evaluate(
         for (q, a, c), v in list(zip(items, values, strict=True))[:8]
     ]
     return out
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")

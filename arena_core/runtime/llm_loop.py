@@ -1,9 +1,11 @@
 """The synchronous LLM training loop behind `arena-run`: generate, score, learn, repeat.
 
 `run_training(cfg)` takes the resolved config dict, builds everything through the plugin
-registries, and writes a run directory: config.yaml, metrics.csv, TensorBoard events, a reward
-curve, checkpoints (resumable) and summary.json with the held-out figures before and after.
-Ctrl-C stops after saving a checkpoint and the summary (exit code 130 via RunInterrupted).
+registries, and writes a run directory: config.yaml, what the loggers of `logger.names` write
+(metrics.csv and TensorBoard events by default), a reward curve, checkpoints (resumable, exactly)
+and summary.json with the held-out figures before and after and the run's `status`; it ends by
+printing a closing summary. Ctrl-C stops after saving a checkpoint and the summary (exit code 130
+via RunInterrupted).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import torch
 from arena_core.config.schema import CoreConfig
 from arena_core.errors import ArenaError
 from arena_core.learn.learner import Learner, NonFiniteLossError
+from arena_core.loggers import LoggerContext, build_loggers
 from arena_core.rollout.base import SamplingParams
 from arena_core.runtime.batch_source import (
     AsyncSource,
@@ -30,15 +33,29 @@ from arena_core.runtime.batch_source import (
 )
 from arena_core.runtime.build import build_algorithm, build_backend, build_task, reward_path
 from arena_core.runtime.evaluate import evaluate
+from arena_core.runtime.finish import (
+    check_resume_config,
+    closing_summary,
+    declared_max_reward,
+    failed_summary,
+    finished_already,
+    plan_check,
+)
 from arena_core.runtime.progress import Progress
 from arena_core.runtime.rewards import RewardScorer
 from arena_core.runtime.rollout import GroupCollector, PromptEncoder, StepBatch
 from arena_core.store.atomic import atomic_write_json
-from arena_core.store.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
-from arena_core.store.metrics import MetricsWriter, plot_reward_curve
+from arena_core.store.checkpoints import (
+    best_checkpoint,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
+from arena_core.store.metrics import plot_reward_curve
 from arena_core.store.rundir import new_run_dir, resolve_resume, write_config
 
 DEFAULT_MICRO_BATCH_TOKENS = 2048  # until the planner picks one
+PLAN_CHECK_STEPS = 3  # steps after the first (warm-up) that the plan's prediction is checked on
 
 
 class RunFailed(ArenaError):
@@ -73,15 +90,37 @@ def _run(core: CoreConfig, cfg: dict[str, Any], plan: dict[str, Any] | None) -> 
     task = build_task(core.env)
     reward_file = reward_path(core.reward, task)  # fails fast, before any model loads
     resuming = core.train.resume is not None
+    runs = Path(core.paths.runs) / core.project if core.project else core.paths.runs
     if resuming:
-        run_dir = resolve_resume(str(core.train.resume), core.paths.runs)
-        if not (run_dir / "config.yaml").exists():
-            write_config(run_dir, cfg)
+        run_dir = resolve_resume(str(core.train.resume), runs)  # ConfigError if none
+        if finished_already(run_dir, core.train.max_steps):
+            return run_dir  # said so; nothing to train
+        check_resume_config(run_dir, cfg, allow=core.train.resume_allow_changes)
+        write_config(run_dir, cfg)
     else:
         name = core.run_name or f"{core.algo['name']}-{core.env['name']}"  # type: ignore[index]
-        run_dir = new_run_dir(core.paths.runs, name)
+        run_dir = new_run_dir(runs, name)
         write_config(run_dir, cfg)
     print(f"run directory: {run_dir}", flush=True)
+    try:
+        return _train(core, cfg, plan, run_dir, algorithm, task, reward_file, resuming)
+    except (RunFailed, RunInterrupted):
+        raise  # the loop wrote the summary itself
+    except BaseException as exc:
+        failed_summary(run_dir, exc)  # the directory says how it ended, whatever happened
+        raise
+
+
+def _train(
+    core: CoreConfig,
+    cfg: dict[str, Any],
+    plan: dict[str, Any] | None,
+    run_dir: Path,
+    algorithm: Any,
+    task: Any,
+    reward_file: Any,
+    resuming: bool,
+) -> Path:
     if plan is not None:
         atomic_write_json(run_dir / "plan.json", plan)
     random.seed(core.seed)
@@ -89,15 +128,17 @@ def _run(core: CoreConfig, cfg: dict[str, Any], plan: dict[str, Any] | None) -> 
     torch.manual_seed(core.seed)
 
     from arena_core.models import load_policy
-    from arena_core.sandbox import RewardPool
+    from arena_core.sandbox import RewardPool, SandboxPolicy
 
-    policy = load_policy(core.model.model_dump())
+    policy = load_policy(core.model.model_dump(), runs=core.paths.runs)
     learner = Learner(
         policy.model,
         algorithm,
         micro_batch_tokens=core.train.micro_batch_tokens
         or int((plan or {}).get("micro_batch_tokens") or DEFAULT_MICRO_BATCH_TOKENS),
         temperature=core.generation.temperature,
+        top_k=core.generation.top_k,  # the learner scores the sampler's filtered distribution
+        top_p=core.generation.top_p,
         tis_cap=core.train.tis_cap,
         norm_len=core.generation.max_new_tokens,
         batching=core.train.batching,
@@ -117,6 +158,7 @@ def _run(core: CoreConfig, cfg: dict[str, Any], plan: dict[str, Any] | None) -> 
         timeout_s=sb.reward_timeout_s,
         fallback=sb.fallback,
         memory_mb=sb.memory_mb,
+        policy=SandboxPolicy.from_config(sb),
     ) as pool:
         loop = _Loop(
             core,
@@ -130,7 +172,9 @@ def _run(core: CoreConfig, cfg: dict[str, Any], plan: dict[str, Any] | None) -> 
                 pool, path=reward_file, timeout_s=sb.reward_timeout_s, memory_mb=sb.memory_mb
             ),
             state,
+            plan,
         )
+        loop.max_reward = declared_max_reward(reward_file)
         try:
             loop.run()
         finally:
@@ -156,6 +200,7 @@ class _Loop:
         backend: Any,
         scorer: RewardScorer,
         state: dict[str, Any],
+        plan: dict[str, Any] | None = None,
     ) -> None:
         self.core, self.run_dir, self.policy = core, run_dir, policy
         self.learner, self.backend, self.scorer = learner, backend, scorer
@@ -183,15 +228,23 @@ class _Loop:
             position=int(state.get("data_position", 0)),
         )
         self.data_position = self.collector.position  # of the last batch the learner consumed
-        self.source = self._batch_source(core, policy, backend)
-        self.metrics = MetricsWriter(
-            run_dir,
-            tensorboard="tensorboard" in core.logger.names,
-            resume_step=self.step if state else None,
+        # loggers first: one that cannot start (mlflow missing) fails before any thread does
+        self.metrics = build_loggers(
+            core.logger.names,
+            LoggerContext(
+                run_dir=run_dir,
+                run_name=core.run_name or run_dir.name,
+                config=core.model_dump(mode="json"),
+                resume_step=self.step if state else None,
+            ),
         )
+        self.source = self._batch_source(core, policy, backend)
+        self.plan = plan
         self.evals: list[dict[str, Any]] = list(state.get("evals", []))
         self.totals: dict[str, float] = dict(state.get("totals", {}))
         self.last_ckpt_step = self.step if state else -1
+        self.max_reward: float | None = None  # the reward file's MAX_REWARD, for the plot
+        self.step_times: list[float] = []  # this process's steps (the plan check reads them)
 
     def _batch_source(self, core: CoreConfig, policy: Any, backend: Any) -> Any:
         """Sync: generate then learn on one module. Async: a generator thread with its own
@@ -238,6 +291,9 @@ class _Loop:
                     row["time/elapsed_s"] = self.totals["wall_seconds"]
                     self._log(row)
                     progress.update(self.step, row)
+                    self.step_times.append(float(row["time/step_s"]))
+                    if len(self.step_times) == PLAN_CHECK_STEPS + 1 and self.plan:
+                        progress.note(plan_check(self.plan, self.step_times[1:]))
                     if self._due(self.core.train.checkpoint_every) and self.step < total:
                         self._checkpoint()
                 if self.evals[-1]["step"] != self.step:
@@ -245,7 +301,7 @@ class _Loop:
                     progress.note(_eval_line(self.evals[-1]))
         except (NonFiniteLossError, GenerationFailed) as exc:
             self.totals["wall_seconds"] = wall_before + time.perf_counter() - t_start
-            ckpt = self._finish(interrupted=True)
+            ckpt = self._finish("failed", error=str(exc))
             raise RunFailed(
                 f"step {self.step + 1} failed: {exc}\nThe last good weights are in {ckpt} "
                 f"(summary in {self.run_dir / 'summary.json'}). Resume with "
@@ -253,13 +309,13 @@ class _Loop:
             ) from None
         except KeyboardInterrupt:
             self.totals["wall_seconds"] = wall_before + time.perf_counter() - t_start
-            ckpt = self._finish(interrupted=True)
+            ckpt = self._finish("interrupted")
             raise RunInterrupted(
                 f"interrupted at step {self.step}: checkpoint {ckpt}, summary in "
                 f"{self.run_dir / 'summary.json'}. Resume with train.resume={self.run_dir}"
             ) from None
         self.totals["wall_seconds"] = wall_before + time.perf_counter() - t_start
-        self._finish(interrupted=False)
+        self._finish("finished")
 
     def _due(self, every: int) -> bool:
         return every > 0 and self.step % every == 0
@@ -327,11 +383,17 @@ class _Loop:
         )
         self.last_ckpt_step = self.step
         plot_reward_curve(
-            self.run_dir, evals=[(e["step"], e["eval/reward_mean"]) for e in self.evals]
+            self.run_dir,
+            evals=[(e["step"], e["eval/reward_mean"]) for e in self.evals],
+            title=self.core.run_name or self.run_dir.name,
+            accuracy=[(e["step"], e["eval/accuracy"]) for e in self.evals],
+            max_reward=self.max_reward,
         )
         return path
 
-    def _finish(self, *, interrupted: bool) -> Path:
+    def _finish(self, status: str, error: str | None = None) -> Path:
+        """Checkpoint, write summary.json (`status`: finished, failed or interrupted), tell the
+        loggers, and print the closing summary."""
         ckpt = self._checkpoint()
         empty = {"step": None, "eval/reward_mean": None, "eval/accuracy": None}
         first = self.evals[0] if self.evals else empty
@@ -339,8 +401,9 @@ class _Loop:
         t = self.totals
         summary = {
             "run_dir": str(self.run_dir),
+            "status": status,
             "steps": self.step,
-            "interrupted": interrupted,
+            "interrupted": status != "finished",
             "eval_reward_initial": first["eval/reward_mean"],
             "eval_reward_final": last["eval/reward_mean"],
             "eval_accuracy_initial": first["eval/accuracy"],
@@ -353,16 +416,26 @@ class _Loop:
             "tokens/generated": t.get("tokens/generated", 0.0),
             "tokens/trained": t.get("tokens/trained", 0.0),
             "final_checkpoint": str(ckpt),
+            "best_checkpoint": best_checkpoint(self.run_dir),
+            "step_seconds_predicted": _predicted_step_s(self.plan),
+            "step_seconds_measured": statistics.fmean(self.step_times[1:])
+            if len(self.step_times) > 1
+            else None,
             "evals": [{k: v for k, v in e.items() if k != "samples"} for e in self.evals],
             "eval_samples_final": last.get("samples", []),
         }
+        if error:
+            summary["error"] = error
         atomic_write_json(self.run_dir / "summary.json", summary)
+        self.metrics.log_summary(summary)
+        print(closing_summary(summary, run_name=self.core.run_name), flush=True)
         return ckpt
 
 
 def _step_row(batch: StepBatch, learn: dict[str, float], step_s: float) -> dict[str, Any]:
-    r = batch.rewards
+    r = batch.rewards  # valid rewards only: a failed call's fallback value is no reward
     gen_tokens = batch.generated_tokens
+    nan = float("nan")
     row: dict[str, Any] = {
         "reward/mean": statistics.fmean(r) if r else float("nan"),
         "reward/std": statistics.pstdev(r) if len(r) > 1 else 0.0,
@@ -372,18 +445,21 @@ def _step_row(batch: StepBatch, learn: dict[str, float], step_s: float) -> dict[
         row[f"reward/{key}"] = statistics.fmean(finite) if finite else float("nan")
     row.update(
         {
-            "loss": learn.get("loss", 0.0),
-            "kl": learn.get("kl", 0.0),
-            "clip_frac": learn.get("clip_frac", 0.0),
-            "grad_norm": learn.get("grad_norm", 0.0),
+            # NaN, not 0.0, when no update ran (no informative group) or, for kl, when the
+            # algorithm computed none (beta = 0: no reference policy)
+            "loss": learn.get("loss", nan),
+            "kl": learn.get("kl", nan),
+            "clip_frac": learn.get("clip_frac", nan),
+            "grad_norm": learn.get("grad_norm", nan),
             "is_weight/mean": learn.get("is_weight/mean", 1.0),
             "tokens/generated": float(gen_tokens),
             "tokens/trained": learn.get("tokens/trained", 0.0),
             "completion_len/mean": gen_tokens / max(1, len(batch.completions)),
             "groups/kept": batch.groups_kept,
             "groups/dropped_zero_adv": batch.groups_dropped,
+            "groups/dropped_failed": batch.groups_failed,
             "sampling/rounds": batch.rounds,
-            "reward/failures": sum(v for k, v in batch.outcome_kinds.items() if k != "ok"),
+            "reward/failures": batch.reward_failures,
             "time/generate_s": batch.generate_s,
             "time/reward_s": batch.reward_s,
             "time/learn_s": learn.get("time/learn_s", 0.0),
@@ -393,6 +469,10 @@ def _step_row(batch: StepBatch, learn: dict[str, float], step_s: float) -> dict[
         }
     )
     return row
+
+
+def _predicted_step_s(plan: dict[str, Any] | None) -> float | None:
+    return ((plan or {}).get("predicted") or {}).get("step_seconds", {}).get("total")
 
 
 def _rate(tokens: float | None, seconds: float | None) -> float:

@@ -9,6 +9,7 @@ the pool when it can return them, else from one sandboxed call per batch (`compo
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,6 +35,9 @@ class RewardScorer:
         self.correct_threshold = correct_threshold
         self._pool_components = "components" in inspect.signature(pool.score).parameters
         self._path = path if path and defines_components(path) else None
+        # the reward file defines `components`: correctness may come from them, so when they are
+        # unavailable, correctness is unknown (never guessed from the reward value)
+        self.expects_components = self._path is not None
         self._timeout_s, self._memory_mb = timeout_s, memory_mb
 
     def __call__(self, items: Sequence[tuple[str, str, str]]) -> tuple[list[float], list[str]]:
@@ -56,18 +60,36 @@ class RewardScorer:
             return values, kinds, {}
         timeout = self._timeout_s * max(2.0, len(items) / 50)
         comps = sandboxed_components(
-            self._path, list(items), timeout_s=timeout, memory_mb=self._memory_mb
+            self._path,
+            list(items),
+            timeout_s=timeout,
+            memory_mb=self._memory_mb,
+            policy=getattr(self.pool, "policy", None),  # the run's sandbox policy
         )
         return values, kinds, comps
 
-    def correct(self, values: Sequence[float], comps: dict[str, list[float]]) -> list[bool]:
-        """Which completions count as correct, for the accuracy metric.
+    def correct(
+        self,
+        values: Sequence[float],
+        comps: dict[str, list[float]],
+        kinds: Sequence[str] | None = None,
+    ) -> list[bool | None]:
+        """Which completions count as correct, for the accuracy metric; None where unknown.
 
-        The reward's correctness component when it reports one (gsm8k: `correctness`); else a
-        reward of at least `correct_threshold` (default 1.0: a 0/1 reward's success).
+        The reward's correctness component when it reports one (gsm8k: `correctness`); None for
+        an item whose components failed. A reward file that defines `components` but whose
+        components call failed altogether gives None everywhere: its reward value is never taken
+        as correctness instead. Without components: a reward of at least `correct_threshold`
+        (default 1.0: a 0/1 reward's success), None where the reward call failed (`kinds`).
         """
         for key in CORRECT_KEYS:
             if key in comps:
-                return [v == v and v > 0 for v in comps[key]]  # v == v: not NaN
+                return [None if math.isnan(v) else v > 0 for v in comps[key]]
+        if self.expects_components and not comps:
+            return [None] * len(values)
         threshold = self.correct_threshold if self.correct_threshold is not None else 1.0
-        return [v >= threshold for v in values]
+        ok = kinds if kinds is not None else ["ok"] * len(values)
+        return [
+            v >= threshold if k == "ok" and math.isfinite(v) else None
+            for v, k in zip(values, ok, strict=True)
+        ]

@@ -1,5 +1,11 @@
 """Collecting a step's training groups: prompts -> completions -> rewards -> advantages.
 
+A reward call that failed (raised, timed out, ran out of memory, returned garbage) is not a
+reward: its sandbox fallback value never enters the group statistics. Advantages are computed
+over the group's valid samples only, the failed samples get no loss, and a group left with fewer
+than two valid samples is dropped (`groups/dropped_failed`). Failed calls are counted in
+`reward/failures`.
+
 A group whose advantages are all zero (every completion got the same reward) carries no
 gradient, so it is dropped before the learner and counted (`groups/dropped_zero_adv`); more
 prompts are then sampled, a bounded number of rounds, so each step trains on
@@ -49,22 +55,28 @@ class StepBatch:
     """What one step generated, and the informative part the learner trains on."""
 
     samples: list[Sample] = field(default_factory=list)
-    rewards: list[float] = field(default_factory=list)  # every scored completion
+    rewards: list[float] = field(default_factory=list)  # every valid (kind "ok") reward
     completions: list[Completion] = field(default_factory=list)  # every completion
     groups_sampled: int = 0
     groups_kept: int = 0
-    groups_dropped: int = 0
-    groups_cancelled: int = 0
+    groups_dropped: int = 0  # zero advantage: no signal
+    groups_failed: int = 0  # fewer than two samples whose reward call succeeded
+    groups_aborted: int = 0  # a row ended "aborted" (the engine restarted mid-request)
     position: int = 0  # the example stream's position after this batch (the resume point)
     rounds: int = 0
     generate_s: float = 0.0
     reward_s: float = 0.0
-    outcome_kinds: Counter = field(default_factory=Counter)
+    outcome_kinds: Counter = field(default_factory=Counter)  # reward outcome kind -> calls
     components: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def generated_tokens(self) -> int:
         return sum(len(c.token_ids) for c in self.completions)
+
+    @property
+    def reward_failures(self) -> int:
+        """Reward calls of this step that did not yield a reward (any kind but "ok")."""
+        return sum(n for kind, n in self.outcome_kinds.items() if kind != "ok")
 
 
 class GroupCollector:
@@ -86,7 +98,7 @@ class GroupCollector:
         self.task, self.encoder, self.backend = task, encoder, backend
         self.scorer, self.algorithm, self.params = scorer, algorithm, params
         self.seed, self.max_rounds = seed, max_rounds
-        self.control: Any = None  # the async runtime's DecodeControl (weight swaps, early cancel)
+        self.control: Any = None  # the async runtime's DecodeControl (weight swaps in decode)
         self.position = 0
         self._stream: Iterator[Example] = task.train_examples(seed)
         for _ in range(position):  # deterministic stream: skipping replays the data position
@@ -123,37 +135,56 @@ class GroupCollector:
             out.reward_s += time.perf_counter() - t0
             for key, vals in comps_by_key.items():
                 out.components.setdefault(key, []).extend(vals)
-            out.outcome_kinds.update(kinds)
-            out.rewards.extend(values)
+            valid = [is_valid(k, v) for k, v in zip(kinds, values, strict=True)]
+            # a non-finite value reported as "ok" (a pool without that check) is a failure too
+            out.outcome_kinds.update(
+                k if ok or k != "ok" else "bad_return" for k, ok in zip(kinds, valid, strict=True)
+            )
+            out.rewards.extend(v for v, ok in zip(values, valid, strict=True) if ok)
             out.completions.extend(comps)
             out.rounds += 1
-            self._assemble(out, comps, values, n_try, need)
+            self._assemble(out, comps, values, valid, n_try, need)
         out.position = self.position
         return out
 
     def _assemble(
-        self, out: StepBatch, comps: list[Completion], values: list[float], n_try: int, need: int
+        self,
+        out: StepBatch,
+        comps: list[Completion],
+        values: list[float],
+        valid: list[bool],
+        n_try: int,
+        need: int,
     ) -> None:
         g = self.algorithm.group_size
-        rewards = torch.tensor(values, dtype=torch.float32).view(n_try, g)
-        adv = self.algorithm.advantages(rewards)
         out.groups_sampled += n_try
         for i in range(n_try):
-            if any(c.finish_reason == "aborted" for c in comps[i * g : (i + 1) * g]):
-                out.groups_cancelled += 1  # cancelled as too stale: an incomplete group
+            rows = range(i * g, (i + 1) * g)
+            if any(comps[r].finish_reason == "aborted" for r in rows):
+                out.groups_aborted += 1  # an incomplete group: its statistics would be biased
                 continue
-            if adv[i].abs().max() <= 1e-8:
+            ok = [r for r in rows if valid[r]]
+            if len(ok) < 2:
+                out.groups_failed += 1  # no group statistics from fewer than two rewards
+                continue
+            # advantages over the valid samples only: a failed call's fallback value is no reward
+            rewards = torch.tensor([values[r] for r in ok], dtype=torch.float32).view(1, -1)
+            adv = self.algorithm.advantages(rewards)[0]
+            if adv.abs().max() <= 1e-8:
                 out.groups_dropped += 1
                 continue
             if need <= 0:
                 continue  # a surplus informative group: not trained on, not counted as dropped
             need -= 1
             out.groups_kept += 1
-            for j in range(g):
-                c = comps[i * g + j]
-                out.samples.append(
-                    Sample(c.prompt_ids, list(c.token_ids), list(c.logprobs), float(adv[i, j]))
-                )
+            for r, a in zip(ok, adv.tolist(), strict=True):
+                c = comps[r]
+                out.samples.append(Sample(c.prompt_ids, list(c.token_ids), list(c.logprobs), a))
+
+
+def is_valid(kind: str, value: float) -> bool:
+    """Whether a reward call yielded a usable reward: it succeeded and the value is finite."""
+    return kind == "ok" and math.isfinite(value)
 
 
 def _seed(seed: int, step: int, rnd: int) -> int:

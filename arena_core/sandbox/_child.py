@@ -26,10 +26,18 @@ from typing import Any
 
 OUTPUT_FILE_LIMIT = 128 * 1024 * 1024  # RLIMIT_FSIZE: an endless print loop cannot fill the disk
 OUTPUT_KEEP = 4096  # bytes of the user's output kept per call
+FILLED = "reward() filled"  # how sandbox_exhausted's reasons start
 
 
-def apply_limits(memory_mb: int | None, cpu_seconds: int | None) -> None:
-    """RLIMIT_AS, RLIMIT_CORE=0 and RLIMIT_FSIZE now; RLIMIT_CPU is armed per call (cpu_budget)."""
+def apply_limits(
+    memory_mb: int | None, cpu_seconds: int | None, max_processes: int | None = None
+) -> None:
+    """RLIMIT_AS, RLIMIT_CORE=0 and RLIMIT_FSIZE now; RLIMIT_CPU is armed per call (cpu_budget).
+
+    RLIMIT_NPROC (`max_processes`) is only passed inside the sandbox's own user namespace, where
+    it counts the sandbox's processes alone (outside one it counts all of the user's)."""
+    if max_processes:
+        resource.setrlimit(resource.RLIMIT_NPROC, (int(max_processes), int(max_processes)))
     if memory_mb:
         cap = int(memory_mb) * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
@@ -61,15 +69,45 @@ def become_subreaper() -> None:
         libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 
 
-def reap_orphans() -> None:
-    """Collect exited descendants (a subreaper inherits zombies it must wait for)."""
+def reap_orphans() -> bool:
+    """Collect exited descendants (a subreaper inherits zombies it must wait for); True when
+    some are still alive."""
     while True:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return
+            return False
         if pid == 0:
-            return
+            return True
+
+
+def sandbox_exhausted(children_alive: bool, process_limit: int | None, seconds: float) -> str:
+    """Why this worker's sandbox can no longer serve calls, else "".
+
+    Only under kernel isolation: the worker is alone in its PID namespace (with bwrap's init as
+    pid 1), so the numeric entries of /proc are exactly its processes; and /tmp is its own
+    size-capped scratch. A call that filled either is failed and the worker replaced, so the
+    next call starts clean. Nothing to pay on the fast path: the /proc listing only while children
+    live, the statvfs (2 us) only after a call long enough (0.1 ms) to have written much.
+    """
+    if children_alive and process_limit:
+        tasks = 0  # the limits count threads too: every task but bwrap's init (pid 1)
+        for name in os.listdir("/proc"):
+            if name.isdigit() and name != "1":
+                with contextlib.suppress(OSError):
+                    tasks += len(os.listdir(f"/proc/{name}/task"))
+        if tasks - 1 >= process_limit:  # less our lifeline thread, which the limit allows for
+            return (
+                f"{FILLED} the sandbox's process limit ({process_limit} processes, "
+                "sandbox.max_processes): further fork() calls failed; the worker was replaced"
+            )
+    if seconds < 1e-4:
+        return ""
+    with contextlib.suppress(OSError):
+        disk = os.statvfs("/tmp")
+        if disk.f_bavail * disk.f_frsize < min(1 << 20, disk.f_blocks * disk.f_frsize // 16):
+            return f"{FILLED} its scratch space (/tmp, sandbox.scratch_mb): the worker was replaced"
+    return ""
 
 
 def start_lifeline(fd: int) -> None:
@@ -185,9 +223,13 @@ def describe_exception(exc: BaseException, path: str | None) -> dict[str, Any]:
 
 
 def check_value(value: Any) -> tuple[float | None, str]:
-    """(float, "") for a usable reward, else (None, why it is not one and how to fix it)."""
+    """(float, "") for a usable reward, else (None, why it is not one and how to fix it).
+
+    A bool or an int is a number Python converts exactly (True -> 1.0), so it scores as that
+    float, in training and in validation alike (`arena validate reward` reports it as a WARN);
+    None, NaN, inf, str and containers are not rewards."""
     if isinstance(value, bool) or type(value).__name__ == "bool_":
-        return None, f"returned bool {value}: return a float (1.0 / 0.0), not a bool"
+        return float(bool(value)), ""
     if isinstance(value, numbers.Real):
         f = float(value)
         if math.isnan(f):

@@ -82,7 +82,16 @@ def load_reward(path: str) -> tuple[Any, dict[str, Any]]:
     }
 
 
-def score_one(fn: Any, path: str, item: list[Any], output: _child.Output, cpu: int | None) -> list:
+def score_one(
+    fn: Any,
+    path: str,
+    item: list[Any],
+    output: _child.Output,
+    cpu: int | None,
+    limits: int | None = None,
+) -> list:
+    """Score one item. `limits` (under kernel isolation: the process limit, or 0) also checks
+    that the call left the sandbox usable (see _child.sandbox_exhausted)."""
     index, question, answer, completion = item
     if cpu:
         _child.cpu_budget(cpu)
@@ -107,14 +116,18 @@ def score_one(fn: Any, path: str, item: list[Any], output: _child.Output, cpu: i
             kind, detail = "bad_return", why
     seconds = time.perf_counter() - started
     text, nbytes = output.take()
-    _child.reap_orphans()
+    alive = _child.reap_orphans()
+    if limits is not None:
+        full = _child.sandbox_exhausted(alive, limits, seconds)
+        if full:
+            kind, value, detail, etype, line = "crashed", None, full, None, None
     return [index, kind, value, seconds, detail, etype, line, text, nbytes]
 
 
 def main() -> None:
     cfg = json.loads(sys.argv[1])
     path, resp = cfg["path"], cfg["resp"]
-    _child.apply_limits(cfg.get("memory_mb"), cfg.get("cpu_seconds"))
+    _child.apply_limits(cfg.get("memory_mb"), cfg.get("cpu_seconds"), cfg.get("max_processes"))
     _child.become_subreaper()
     _child.start_lifeline(cfg["life"])
     _child.enable_tracebacks()
@@ -125,14 +138,16 @@ def main() -> None:
         return
     output = _child.Output()
     cpu = cfg.get("cpu_seconds")
+    limits = cfg.get("process_limit") if cfg.get("isolated") else None
     with os.fdopen(cfg["req"], "rb") as requests:
         for raw in requests:
             message = json.loads(raw)
             for item in message["items"]:
-                result = score_one(fn, path, item, output, cpu)
+                result = score_one(fn, path, item, output, cpu, limits)
                 _child.send(resp, result)
-                if result[1] == "memory":  # the heap may be fragmented or full: start afresh
-                    _child.send(resp, {"exit": "memory"})
+                full = result[1] == "crashed" and result[4].startswith(_child.FILLED)
+                if result[1] == "memory" or full:  # the heap or the sandbox is spent
+                    _child.send(resp, {"exit": result[1]})
                     os._exit(0)
 
 

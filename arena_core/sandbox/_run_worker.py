@@ -46,7 +46,7 @@ def resolve(ref: str) -> Any:
 def main() -> None:
     cfg = json.loads(sys.argv[1])
     resp = cfg["resp"]
-    _child.apply_limits(cfg.get("memory_mb"), cfg.get("cpu_seconds"))
+    _child.apply_limits(cfg.get("memory_mb"), cfg.get("cpu_seconds"), cfg.get("max_processes"))
     _child.become_subreaper()
     _child.start_lifeline(cfg["life"])
     _child.enable_tracebacks()

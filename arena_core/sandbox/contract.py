@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from arena_core.errors import ArenaError
+from arena_core.sandbox.isolation import SandboxPolicy
 from arena_core.sandbox.process import SANDBOX_DIR, Child, describe_exit, stack_line
 
 CONTRACT = "def reward(question: str, answer: str, completion: str) -> float:"
@@ -173,6 +174,8 @@ def await_hello(child: Child, path: str, timeout_s: float, cpu_seconds: int | No
         for message in child.read():
             if isinstance(message, dict) and ("ready" in message or "fatal" in message):
                 return message
+        if child.corrupt:
+            return {"fatal": "died", "detail": "wrote to Arena's result pipe (not a result)"}
         if child.eof:
             code = child.wait_exit()
             _, detail = describe_exit(code if code is not None else -9, cpu_seconds)
@@ -194,13 +197,15 @@ def check_reward_contract(
     import_timeout_s: float = 30.0,
     memory_mb: int | None = 1024,
     cpu_seconds: int | None = 60,
+    policy: SandboxPolicy | None = None,
 ) -> ContractReport:
     """Import the reward file in a sandboxed child and check `reward`'s signature.
 
     Raises a RewardContractError subclass (an ArenaError) naming file:line and the fix.
     """
     path = resolve_reward(path)
-    child = Child([WORKER], {**worker_config(path, memory_mb, cpu_seconds), "contract_only": True})
+    cfg = {**worker_config(path, memory_mb, cpu_seconds), "contract_only": True}
+    child = Child([WORKER], cfg, policy=policy, expose=[path])
     try:
         hello = await_hello(child, path, import_timeout_s, cpu_seconds)
     finally:

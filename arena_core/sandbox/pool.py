@@ -20,6 +20,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from arena_core.sandbox._child import FILLED
 from arena_core.sandbox.contract import (
     WORKER,
     await_hello,
@@ -27,7 +28,17 @@ from arena_core.sandbox.contract import (
     resolve_reward,
     worker_config,
 )
-from arena_core.sandbox.outcome import CRASHED, FATAL, OK, SKIPPED, TIMEOUT, RewardOutcome
+from arena_core.sandbox.isolation import SandboxPolicy, check_isolation
+from arena_core.sandbox.outcome import (
+    CRASHED,
+    FATAL,
+    KINDS,
+    MEMORY,
+    OK,
+    SKIPPED,
+    TIMEOUT,
+    RewardOutcome,
+)
 from arena_core.sandbox.process import Child, describe_exit, stack_line
 
 _LIVE_POOLS: weakref.WeakSet[RewardPool] = weakref.WeakSet()
@@ -67,8 +78,11 @@ class RewardPool:
         cpu_seconds: int = 60,
         import_timeout_s: float = 60.0,
         max_chunk: int = 64,
+        policy: SandboxPolicy | None = None,
     ) -> None:
         self.path = resolve_reward(path)
+        self.policy = policy or SandboxPolicy()
+        self.isolation = check_isolation(self.policy)  # raises when required and missing
         self.timeout_s = float(timeout_s)
         self.fallback = float(fallback)
         self.memory_mb = memory_mb
@@ -93,7 +107,7 @@ class RewardPool:
     # -- lifecycle ---------------------------------------------------------------------------
     def _spawn(self) -> _Slot:
         cfg = worker_config(self.path, self.memory_mb, self.cpu_seconds)
-        return _Slot(child=Child([WORKER], cfg))
+        return _Slot(child=Child([WORKER], cfg, policy=self.policy, expose=[self.path]))
 
     def _await_ready(self) -> None:
         for slot in self._slots:
@@ -141,6 +155,22 @@ class RewardPool:
     def _outcome(self, kind: str, detail: str = "", **extra: Any) -> RewardOutcome:
         return RewardOutcome(kind=kind, value=self.fallback, detail=detail, **extra)
 
+    def _top_up(self) -> None:
+        """Start replacements for the workers retired during a call now, so they import while
+        the trainer learns: the next call finds a warm pool instead of starting one."""
+        if self._closed or self._restart_error:
+            return
+        self._retire_leaving()
+        for index, slot in enumerate(self._slots):
+            if slot is None:
+                self._slots[index] = self._spawn()
+
+    def _retire_leaving(self) -> None:
+        """Retire idle workers that said they exit (after a MemoryError or a full sandbox)."""
+        for index, slot in enumerate(self._slots):
+            if slot is not None and slot.leaving and slot.job is None:
+                self._retire(index)
+
     def _retire(self, index: int) -> None:
         slot = self._slots[index]
         if slot is not None:
@@ -169,7 +199,13 @@ class _Scoring:
         pool = self.pool
         while not self._stopping():
             self._dispatch()
-            busy = [s for s in pool._slots if s is not None and (s.job is not None or not s.ready)]
+            # a worker still importing holds the call up only while there is work left for it:
+            # a replacement started during this call must not make the step wait for it
+            busy = [
+                s
+                for s in pool._slots
+                if s is not None and (s.job is not None or (not s.ready and self.pending))
+            ]
             if not busy:
                 if self.pending:  # every slot is broken: the reward no longer starts
                     why = pool._restart_error or "no reward worker could be started"
@@ -186,9 +222,11 @@ class _Scoring:
             select.select([s.child.resp for s in busy], [], [], wait)
             for index, slot in enumerate(pool._slots):
                 if slot is not None and (slot.job is not None or not slot.ready):
-                    self._service(index, slot)
+                    self._service(index, slot)  # (reads a warming worker's hello, if sent)
         if self._stopping():
             self._skip_rest()
+        else:
+            pool._top_up()
         pool.stats["items"] += len(self.items)
         return [r if r is not None else pool._outcome(SKIPPED, "not scored") for r in self.results]
 
@@ -197,6 +235,7 @@ class _Scoring:
 
     def _dispatch(self) -> None:
         pool = self.pool
+        pool._retire_leaving()
         for index, slot in enumerate(pool._slots):
             if slot is None and self.pending and index not in self.broken:
                 slot = pool._slots[index] = pool._spawn()
@@ -206,24 +245,34 @@ class _Scoring:
             batch = [[i, *self.items[i]] for i in job]
             slot.job, slot.pos, slot.last = job, 0, time.monotonic()
             if not slot.child.send({"items": batch}):
-                self._died(index, slot)
+                self._service(index, slot)  # read what it said before dying (its "exit")
 
     def _service(self, index: int, slot: _Slot) -> None:
         pool = self.pool
         for message in slot.child.read():
+            # what the worker may say: one hello while importing, then a result per item it was
+            # given and an "exit" notice. Anything else is user code writing to the pipe.
             if isinstance(message, list) and slot.job is not None:
+                if not _well_formed(message, slot.job[slot.pos]):
+                    slot.child.corrupt = True
+                    break
                 self._record(slot, message)
-            elif isinstance(message, dict):
-                if "exit" in message:
-                    slot.leaving = True
-                elif "ready" in message:
-                    slot.ready, slot.last = True, time.monotonic()
-                elif "fatal" in message:
-                    pool._restart_error = str(contract_error(message, pool.path))
-                    self.broken.add(index)
-                    pool._retire(index)
-                    return
-        if slot.child.eof:
+            elif isinstance(message, dict) and slot.ready and set(message) == {"exit"}:
+                slot.leaving = True
+            elif isinstance(message, dict) and not slot.ready and "ready" in message:
+                slot.ready, slot.last = True, time.monotonic()
+                pool._restart_error = ""  # the reward starts again
+            elif isinstance(message, dict) and not slot.ready and "fatal" in message:
+                pool._restart_error = str(contract_error(message, pool.path))
+                self.broken.add(index)
+                pool._retire(index)
+                return
+            else:
+                slot.child.corrupt = True
+                break
+        if slot.child.corrupt:
+            self._garbage(index, slot)
+        elif slot.child.eof:
             self._died(index, slot)
         elif time.monotonic() >= slot.last + (
             pool.timeout_s if slot.ready else pool.import_timeout_s
@@ -236,6 +285,8 @@ class _Scoring:
         self.results[i] = RewardOutcome(kind, value, detail, seconds, etype, line, output, nbytes)
         if kind in FATAL:
             self.failures += 1
+        if kind == MEMORY or (kind == CRASHED and str(detail).startswith(FILLED)):
+            slot.leaving = True  # the worker exits after this result: give it no more work
         slot.pos += 1
         slot.last = time.monotonic()
         if slot.job is not None and slot.pos >= len(slot.job):
@@ -256,6 +307,22 @@ class _Scoring:
             line = stack_line(slot.child.output_tail(), pool.path)
             detail = f"reward() {detail}{_where(pool.path, line)}"
             self.results[current] = pool._outcome(kind, detail, line=line)
+            self.failures += 1
+        if rest:
+            self.pending.appendleft(rest)
+        pool._retire(index)
+
+    def _garbage(self, index: int, slot: _Slot) -> None:
+        """The result pipe carried what the worker never writes: user code wrote to it. The
+        item being scored fails, the worker is replaced, the rest of its chunk goes elsewhere."""
+        pool = self.pool
+        rest = list(slot.job[slot.pos :]) if slot.job else []
+        detail = "reward() wrote to Arena's result pipe (not a result): the worker was replaced"
+        if not slot.ready:
+            pool._restart_error = f"the reward worker for {pool.path} {detail}"
+            self.broken.add(index)
+        elif rest:
+            self.results[rest.pop(0)] = pool._outcome(CRASHED, detail)
             self.failures += 1
         if rest:
             self.pending.appendleft(rest)
@@ -292,6 +359,18 @@ class _Scoring:
             if result is None:
                 self.results[i] = pool._outcome(SKIPPED, why)
         self.pending.clear()
+
+
+def _well_formed(msg: list[Any], index: int) -> bool:
+    """A result line as the worker writes it, for the item it is scoring (anything else is user
+    code writing to the pipe: never trusted, never allowed to raise here)."""
+    if len(msg) != 9 or msg[0] != index or msg[1] not in KINDS:
+        return False
+    if msg[1] == OK and (isinstance(msg[2], bool) or not isinstance(msg[2], int | float)):
+        return False
+    text_ok = all(isinstance(msg[k], str) for k in (4, 7))
+    nums_ok = isinstance(msg[3], int | float) and isinstance(msg[8], int)
+    return text_ok and nums_ok and (msg[6] is None or isinstance(msg[6], int))
 
 
 def _where(path: str, line: int | None) -> str:

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from arena_core.sandbox.isolation import SandboxPolicy
 from arena_core.sandbox.outcome import CRASHED, ERROR, MEMORY, OK, TIMEOUT, Outcome
 from arena_core.sandbox.process import SANDBOX_DIR, Child, describe_exit, stack_frame
 
@@ -41,16 +42,20 @@ def run_in_sandbox(
     cpu_seconds: int | None = None,
     on_event: Callable[[Any], None] | None = None,
     path: str | None = None,
+    policy: SandboxPolicy | None = None,
 ) -> Outcome:
     """Call `fn_ref` (`package.module:func` or `file.py:func`) with JSON args in a sandboxed child.
 
     Returns an Outcome (ok with the JSON-decoded return value, error, timeout, memory, crashed);
-    never raises for anything the function does. `path` names the user's file, for line numbers.
+    never raises for anything the function does. `path` names the user's file, for line numbers;
+    `policy` the isolation (default: kernel isolation when available, see isolation.py).
     With `on_event`, the function receives `emit(event)` and `timeout_s` applies per event gap,
     `total_timeout_s` (default 20 x timeout_s) to the whole call, and `startup_timeout_s`
     (default timeout_s) until the first event (imports and plugin loading can be slow).
     """
     total = total_timeout_s or (timeout_s * 20 if on_event is not None else timeout_s)
+    fn_ref, *args = (_absolute(a) for a in (fn_ref, *args))
+    expose = [_file_of(a) for a in (fn_ref, *args, path)]
     cfg = {
         "fn": fn_ref,
         "memory_mb": memory_mb,
@@ -58,7 +63,9 @@ def run_in_sandbox(
         "events": on_event is not None,
         "path": path,
     }
-    child = Child([RUN_WORKER], cfg, pythonpath=True)
+    child = Child(
+        [RUN_WORKER], cfg, pythonpath=True, policy=policy, expose=[e for e in expose if e]
+    )
     events: list[Any] = []
     outcome: Outcome | None = None
     try:
@@ -76,6 +83,13 @@ def run_in_sandbox(
                 elif outcome is None:
                     outcome = _final(message, time.monotonic() - started)
             if outcome is not None:
+                break
+            if child.corrupt:
+                outcome = Outcome(
+                    CRASHED,
+                    detail="wrote to Arena's result pipe (not a result): it was stopped",
+                    duration_s=time.monotonic() - started,
+                )
                 break
             if child.eof:
                 code = child.wait_exit()
@@ -102,6 +116,26 @@ def run_in_sandbox(
     outcome.events = events
     outcome.stray_processes = strays
     return outcome
+
+
+def _file_of(value: Any) -> str | None:
+    """The existing file named by `value` (`file.py`, `file.py:Class`), else None."""
+    if not isinstance(value, str) or "\n" in value or not (".py" in value or value[:1] == "/"):
+        return None  # only file references: a registered name is not a path
+    for candidate in (value, value.rpartition(":")[0]):
+        if candidate and os.path.exists(candidate):
+            return os.path.abspath(candidate)
+    return None
+
+
+def _absolute(value: Any) -> Any:
+    """`file.py:Class` relative to our working directory, made absolute: the sandboxed worker
+    runs in its own scratch directory, where the relative path would name nothing."""
+    found = _file_of(value)
+    if found is None or os.path.isabs(value):
+        return value
+    target, sep, attr = value.rpartition(":")
+    return found + (sep + attr if os.path.exists(target) else "")
 
 
 def _final(message: dict[str, Any], seconds: float) -> Outcome:

@@ -8,8 +8,9 @@ Layout of `<run>/checkpoints/`:
     optimizer.pt        optimizer state (torch.save; loaded with weights_only=True)
     rng.safetensors     torch RNG state
     state.json          step, data position, python/numpy RNG, anything else JSON
-A checkpoint is assembled in a temporary directory and renamed into place; the index is replaced
-atomically afterwards, so the index only ever names complete checkpoints.
+A checkpoint is assembled in a temporary directory, every file and the directory are fsynced, and
+only then is it renamed into place (and the parent directory fsynced); the index is replaced
+atomically afterwards, so the index only ever names complete checkpoints, even after a power cut.
 """
 
 from __future__ import annotations
@@ -29,7 +30,13 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from arena_core.errors import ArenaError
-from arena_core.store.atomic import atomic_write_json, read_json
+from arena_core.store.atomic import (
+    atomic_write_json,
+    file_mode,
+    fsync_dir,
+    fsync_tree,
+    read_json,
+)
 
 INDEX = "index.json"
 
@@ -104,9 +111,14 @@ def save_checkpoint(
     rng_json, rng_tensors = rng_state()
     save_file(rng_tensors, str(tmp / "rng.safetensors"))
     atomic_write_json(tmp / "state.json", {**state, "step": step, "rng": rng_json})
+    for path in tmp.rglob("*"):  # safetensors writes 0600; the run's other files are 0644-like
+        if path.is_file():
+            os.chmod(path, file_mode())
+    fsync_tree(tmp)  # data on disk before the name points at it
     if final.exists():
         shutil.rmtree(final)  # a leftover not named by the index (crash before the index update)
     os.replace(tmp, final)
+    fsync_dir(root)
     entries = [c for c in index["checkpoints"] if c["dir"] != name]
     entry = {"step": step, "dir": name, "kind": kind, "time": time.time()}
     if scores:
@@ -183,3 +195,16 @@ def load_checkpoint(
     if "rng" in state and (ckpt / "rng.safetensors").is_file():
         set_rng_state(state["rng"], load_file(str(ckpt / "rng.safetensors")))
     return state
+
+
+def best_checkpoint(run_dir: Path, key: str = "eval/reward_mean") -> dict[str, Any] | None:
+    """The kept checkpoint with the highest held-out `key` ({"path", "step", scores...}), or None
+    when no checkpoint was evaluated. Ranked by `arena_core.store.index.find_best`, so a run's
+    summary names the checkpoint `arena deploy RUN:best` serves (for the default key a
+    classic-RL run's `eval/return_mean` ranks)."""
+    from arena_core.store.index import find_best  # index reads this module's layout
+
+    best = find_best(run_dir, metric=key)
+    if best is None:
+        return None
+    return {"path": str(best.dir), "step": best.step, **best.scores}

@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import math
 import os
-import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -14,29 +13,19 @@ METRICS_FILE = "metrics.csv"
 CURVE_FILE = "reward_curve.png"
 
 
-class MetricsWriter:
+class CsvMetrics:
     """One CSV row per step; the column set is fixed by the first row (later keys are ignored,
     missing ones left empty) so the file stays rectangular for any CSV reader.
 
     On resume the existing file is kept up to `resume_step` (rows of steps after the checkpoint
-    would otherwise appear twice) and appended to.
+    would otherwise appear twice) and appended to. This is the built-in `csv` logger.
     """
 
-    def __init__(
-        self, run_dir: Path, *, tensorboard: bool = True, resume_step: int | None = None
-    ) -> None:
+    def __init__(self, run_dir: Path, *, resume_step: int | None = None) -> None:
         self.path = Path(run_dir) / METRICS_FILE
         self.columns: list[str] | None = None
         if resume_step is not None and self.path.is_file():
             self._truncate(resume_step)
-        self._tb = None
-        if tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-
-                self._tb = SummaryWriter(log_dir=str(Path(run_dir) / "tensorboard"))
-            except ImportError as exc:  # tensorboard is a dependency, but keep runs going
-                warnings.warn(f"TensorBoard logging off: {exc}", stacklevel=2)
 
     def _truncate(self, step: int) -> None:
         with open(self.path, newline="", encoding="utf-8") as fh:
@@ -60,11 +49,48 @@ class MetricsWriter:
             if new:
                 writer.writeheader()
             writer.writerow({k: _fmt(v) for k, v in row.items()})
+
+    def close(self) -> None:
+        return None
+
+
+class TensorBoardMetrics:
+    """Scalars into `<run>/tensorboard/` (the built-in `tensorboard` logger). On resume, events
+    after `resume_step` are purged so the curves do not double back."""
+
+    def __init__(self, run_dir: Path, *, resume_step: int | None = None) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        purge = resume_step + 1 if resume_step is not None else None
+        self._tb: Any = SummaryWriter(log_dir=str(Path(run_dir) / "tensorboard"), purge_step=purge)
+
+    def log(self, step: int, metrics: dict[str, Any]) -> None:
+        for key, value in metrics.items():
+            if isinstance(value, int | float) and math.isfinite(value):
+                self._tb.add_scalar(key, value, step)
+        self._tb.flush()
+
+    def close(self) -> None:
         if self._tb is not None:
-            for key, value in metrics.items():
-                if isinstance(value, int | float) and math.isfinite(value):
-                    self._tb.add_scalar(key, value, step)
-            self._tb.flush()
+            self._tb.close()
+            self._tb = None
+
+
+class MetricsWriter:
+    """CSV plus (optionally) TensorBoard in one object: the pre-plugin API, kept for callers
+    that write a run directory without the logger registry."""
+
+    def __init__(
+        self, run_dir: Path, *, tensorboard: bool = True, resume_step: int | None = None
+    ) -> None:
+        self.csv = CsvMetrics(run_dir, resume_step=resume_step)
+        self.path = self.csv.path
+        self._tb = TensorBoardMetrics(run_dir, resume_step=resume_step) if tensorboard else None
+
+    def log(self, step: int, metrics: dict[str, Any]) -> None:
+        self.csv.log(step, metrics)
+        if self._tb is not None:
+            self._tb.log(step, metrics)
 
     def close(self) -> None:
         if self._tb is not None:
@@ -97,23 +123,42 @@ def _series(rows: Iterable[dict[str, str]], key: str) -> tuple[list[int], list[f
     return xs, ys
 
 
-def plot_reward_curve(run_dir: Path, evals: list[tuple[int, float]] | None = None) -> Path | None:
-    """Training reward per step and held-out eval reward as a PNG, written atomically.
+_NOT_COMPONENTS = {"reward/mean", "reward/std", "reward/failures"}
 
-    `evals` (step, reward) overrides the eval column of metrics.csv, which has no row for the
-    initial evaluation at step 0.
-    """
+
+def reward_curve_figure(
+    run_dir: Path,
+    evals: list[tuple[int, float]] | None = None,
+    *,
+    title: str | None = None,
+    accuracy: list[tuple[int, float | None]] | None = None,
+    max_reward: float | None = None,
+) -> Any:
+    """The reward-curve figure (matplotlib, Agg): the run's name as title; top panel the training
+    reward, each reward component, the held-out reward and the reward's maximum when known;
+    bottom panel the held-out accuracy. Returns None when there is nothing to plot."""
     rows = read_metrics(run_dir)
-    if not rows:
+    if not rows and not evals:
         return None
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, (ax, acc_ax) = plt.subplots(
+        2, 1, figsize=(8, 6), sharex=True, gridspec_kw={"height_ratios": [3, 1.2]}
+    )
+    fig.suptitle(title or Path(run_dir).name)
     xs, ys = _series(rows, "reward/mean")
-    ax.plot(xs, ys, label="train reward (mean)", alpha=0.8)
+    if xs:
+        ax.plot(xs, ys, label="train reward (mean)", alpha=0.8)
+    components = [k for k in (rows[0] if rows else {}) if k.startswith("reward/")]
+    for key in components:
+        if key in _NOT_COMPONENTS:
+            continue
+        cx, cy = _series(rows, key)
+        if cx:
+            ax.plot(cx, cy, "--", alpha=0.6, label=f"train {key.removeprefix('reward/')}")
     ex, ey = (
         ([s for s, _ in evals], [r for _, r in evals])
         if evals
@@ -121,11 +166,48 @@ def plot_reward_curve(run_dir: Path, evals: list[tuple[int, float]] | None = Non
     )
     if ex:
         ax.plot(ex, ey, "o-", label="held-out reward (greedy)")
-    ax.set_xlabel("step")
+        best = max(range(len(ey)), key=lambda i: ey[i])
+        ax.annotate(
+            f"best {ey[best]:.3g}", (ex[best], ey[best]), textcoords="offset points", xytext=(0, 6)
+        )
+    if max_reward is not None:
+        ax.axhline(
+            max_reward, color="grey", linestyle=":", label=f"reward maximum ({max_reward:g})"
+        )
     ax.set_ylabel("reward")
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize="small", loc="best")
+    if accuracy is None:
+        accuracy = list(zip(*_series(rows, "eval/accuracy"), strict=True))
+    points = [(s, a) for s, a in accuracy if a is not None and a == a]
+    if points:
+        acc_ax.plot([s for s, _ in points], [100 * a for _, a in points], "o-", color="tab:green")
+    acc_ax.set_ylabel("held-out accuracy (%)")
+    acc_ax.set_ylim(0, 100)
+    acc_ax.set_xlabel("step")
+    acc_ax.grid(alpha=0.3)
     fig.tight_layout()
+    return fig
+
+
+def plot_reward_curve(
+    run_dir: Path,
+    evals: list[tuple[int, float]] | None = None,
+    *,
+    title: str | None = None,
+    accuracy: list[tuple[int, float | None]] | None = None,
+    max_reward: float | None = None,
+) -> Path | None:
+    """Write `reward_curve.png` (see `reward_curve_figure`) atomically; returns its path.
+
+    `evals` (step, reward) and `accuracy` (step, accuracy) override the eval columns of
+    metrics.csv, which has no row for the initial evaluation at step 0.
+    """
+    fig = reward_curve_figure(run_dir, evals, title=title, accuracy=accuracy, max_reward=max_reward)
+    if fig is None:
+        return None
+    import matplotlib.pyplot as plt
+
     out = Path(run_dir) / CURVE_FILE
     tmp = out.with_name(f".{out.stem}.tmp.png")
     fig.savefig(tmp, dpi=100)

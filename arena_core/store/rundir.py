@@ -1,4 +1,9 @@
-"""Run directories: where a run writes everything, and how `resume=latest` finds one."""
+"""Run directories: where a run writes everything, and how `resume=latest` finds one.
+
+A resume continues the run that its directory describes: `config_changes` lists what a new
+config would change (keys that only extend or display the run, such as `train.max_steps`, may
+change freely) so the runtime can refuse a silent change of recipe.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from arena_core.errors import ArenaError
+from arena_core.errors import ArenaError, ConfigError
 from arena_core.store.atomic import atomic_write_text
 
 CONFIG_FILE = "config.yaml"
@@ -51,15 +56,59 @@ def resolve_resume(resume: str, runs: str | Path) -> Path:
         root = Path(runs)
         candidates = [p for p in root.glob("*/checkpoints/index.json")] if root.is_dir() else []
         if not candidates:
-            raise ArenaError(
+            raise ConfigError(
                 f"train.resume=latest: no run with a checkpoint under {root.resolve()}. "
                 "Pass a run directory instead, or start a new run without train.resume."
             )
         return max(candidates, key=lambda p: p.stat().st_mtime).parent.parent
     path = Path(resume)
     if not (path / "checkpoints" / "index.json").is_file():
-        raise ArenaError(
-            f"train.resume={resume}: {path} is not a run directory with a checkpoint "
-            "(no checkpoints/index.json). Use a directory printed by a previous run, or 'latest'."
+        why = "it does not exist" if not path.exists() else "no checkpoints/index.json"
+        raise ConfigError(
+            f"train.resume={resume}: {path.resolve()} is not a run directory with a checkpoint "
+            f"({why}), so there is nothing to resume. Use a run directory printed by a previous "
+            "run, or 'latest'."
         )
     return path
+
+
+# Keys a resume may change without train.resume_allow_changes: they extend the run, change how it
+# is shown or how fast it goes, never what it learns from.
+RESUME_FREE_KEYS = frozenset(
+    {
+        "train.max_steps",
+        "train.resume",
+        "train.resume_allow_changes",
+        "train.log_every",
+        "runtime.progress",
+        "runtime.threads",
+        "runtime.generation_timeout_s",
+        "sandbox.workers",
+        "dry_run",
+        "paths.runs",
+    }
+)
+
+
+def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, dict):
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+        return out  # an empty section and an absent one configure the same run
+    return {prefix: node}
+
+
+def config_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """`key: old -> new` for every setting that differs, other than RESUME_FREE_KEYS."""
+    a, b = _flatten(old), _flatten(new)
+    missing = object()
+    lines = []
+    for key in sorted(set(a) | set(b)):
+        if key in RESUME_FREE_KEYS:
+            continue
+        before, after = a.get(key, missing), b.get(key, missing)
+        if before != after:
+            show = lambda v: "(unset)" if v is missing else repr(v)  # noqa: E731
+            lines.append(f"{key}: {show(before)} -> {show(after)}")
+    return lines

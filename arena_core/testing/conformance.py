@@ -122,7 +122,9 @@ class EnvConformance:
     """Checks an environment plugin: a TextTask (arena_core.tasks) or a Gymnasium env.
 
     Set `env_name` (a registered name) or `factory` (+ optional `schema`), and `config`: the
-    `env` section without `name`, as a user would write it.
+    `env` section without `name`, as a user would write it; `model` names the model whose chat
+    template must render the prompts (default the embedded tiny one). The text-task checks are
+    `arena validate env`'s own (arena_core.validate.env_text), so both give the same verdict.
     """
 
     env_name: ClassVar[str | None] = None
@@ -131,8 +133,9 @@ class EnvConformance:
     config: ClassVar[dict[str, Any]] = {}
     require_schema: ClassVar[bool] = True
     sample_size: ClassVar[int] = 32  # training examples drawn per check
-    overlap_sample: ClassVar[int] = 256  # training examples compared with the held-out ones
+    overlap_sample: ClassVar[int] = 1000  # training examples per seed compared with held-out
     eval_size: ClassVar[int] = 8
+    model: ClassVar[dict[str, Any]] = {"name_or_path": "arena:tiny"}  # whose chat template
 
     # what the runtime does: validate the section, then call the factory with it
     def env_schema(self) -> Any:
@@ -178,10 +181,27 @@ class EnvConformance:
             pytest.skip("a Gymnasium environment: the text-task checks do not apply")
         return env
 
-    def _sample(self, env: Any, seed: int, n: int) -> list[Any]:
-        return list(itertools.islice(env.train_examples(seed), n))
+    def _check(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run one of `arena validate env`'s text-task checks (arena_core.validate.env_text):
+        FAIL fails the test with the validator's words, SKIP skips, WARN warns."""
+        import warnings
 
-    # -- checks ----------------------------------------------------------------------------------
+        from arena_core.validate.env_checks import Fail
+
+        try:
+            result = fn(*args)
+        except Fail as exc:
+            pytest.fail(str(exc), pytrace=False)
+        if result.status == "SKIP":
+            pytest.skip(result.detail)
+        if result.status == "WARN":
+            warnings.warn(f"{fn.__name__}: {result.detail}", stacklevel=2)
+        return result.value
+
+    def _rebuild(self) -> Callable[[], Any]:
+        return self.make_env
+
+    # -- checks: the text-task checks are `arena validate env`'s (one definition) ----------------
     def test_registered(self) -> None:
         """The name resolves through the registry, i.e. through the plugin's entry point."""
         if self.env_name is None:
@@ -203,90 +223,66 @@ class EnvConformance:
         _check_schema_forbids_extra(schema, dict(self.config), "env schema")
 
     def test_builds_a_task(self, arena_env: Any) -> None:
-        from arena_core.tasks import TextTask
+        """The object satisfies arena_core.tasks.TextTask (the trainer's own contract check)."""
+        from arena_core.validate.env_text import check_contract
 
         if self._is_gym(arena_env):
             return
-        assert isinstance(arena_env, TextTask), (
-            f"the factory returned {type(arena_env).__name__}, which is neither a gymnasium.Env "
-            "nor an arena_core.tasks.TextTask (name, reward, train_examples, eval_examples, "
-            "messages)"
-        )
-        assert isinstance(arena_env.name, str) and arena_env.name, (
-            "task.name must be a non-empty str"
-        )
+        self._check(check_contract, arena_env)
 
     def test_default_reward_resolves(self, arena_env: Any) -> None:
         """`task.reward` names a registered reward or an existing reward file."""
         from arena_core.plugins import get_plugins
 
         task = self._text_task(arena_env)
-        reward = task.reward
+        reward = getattr(task, "reward", None)
         assert isinstance(reward, str) and reward, "task.reward must be a non-empty str"
         rewards = get_plugins().registries.rewards
         if reward not in rewards and not Path(reward).is_file():
             pytest.fail(rewards.unknown_message(reward) + " (and it is not a file either)")
 
     def test_train_examples_are_examples(self, arena_env: Any) -> None:
-        from arena_core.tasks import Example
+        from arena_core.validate.env_text import check_train
 
-        task = self._text_task(arena_env)
-        sample = self._sample(task, 0, self.sample_size)
-        assert len(sample) == self.sample_size, (
-            f"train_examples(0) stopped after {len(sample)} examples: it must be an endless stream"
-        )
-        for ex in sample:
-            assert isinstance(ex, Example), (
-                f"train_examples yielded {type(ex).__name__}, not Example"
-            )
-            assert isinstance(ex.question, str) and ex.question.strip(), "empty question"
-            assert isinstance(ex.answer, str), (
-                f"answer must be a str, got {type(ex.answer).__name__}"
-            )
+        self._check(check_train, self._text_task(arena_env), self.sample_size)
 
     def test_train_examples_deterministic_per_seed(self, arena_env: Any) -> None:
+        from arena_core.validate.env_text import check_determinism
+
         task = self._text_task(arena_env)
-        first = [(e.question, e.answer) for e in self._sample(task, 0, self.sample_size)]
-        again = [(e.question, e.answer) for e in self._sample(task, 0, self.sample_size)]
-        assert first == again, "train_examples(seed) must yield the same stream for the same seed"
-        other = [(e.question, e.answer) for e in self._sample(task, 1, self.sample_size)]
-        if len(set(first)) > 1:
-            assert other != first, "train_examples ignores its seed: seeds 0 and 1 give one order"
+        self._check(check_determinism, task, self._rebuild(), self.sample_size)
 
     def test_eval_examples_held_out(self, arena_env: Any) -> None:
-        from arena_core.tasks import Example
+        from arena_core.validate.env_text import check_eval, check_held_out
 
         task = self._text_task(arena_env)
-        held_out = task.eval_examples(self.eval_size)
-        assert isinstance(held_out, list), "eval_examples(n) must return a list"
-        assert len(held_out) == self.eval_size, (
-            f"eval_examples({self.eval_size}) returned {len(held_out)} examples"
-        )
-        assert all(isinstance(e, Example) for e in held_out), "eval_examples must return Examples"
-        assert [(e.question, e.answer) for e in task.eval_examples(self.eval_size)] == [
-            (e.question, e.answer) for e in held_out
-        ], "eval_examples(n) must return the same examples on every call"
-        seen = {
-            e.question for seed in (0, 1) for e in self._sample(task, seed, self.overlap_sample)
-        }
-        leaked = [e.question for e in held_out if e.question in seen]
-        assert not leaked, f"held-out examples also appear in training: {leaked[:3]}"
+        held = self._check(check_eval, task, self.eval_size)
+        self._check(check_held_out, task, held, self.overlap_sample)
 
     def test_messages_are_chat_messages(self, arena_env: Any) -> None:
+        from arena_core.validate.env_text import check_messages
+
         task = self._text_task(arena_env)
-        examples = self._sample(task, 0, 2) + task.eval_examples(1)
-        for ex in examples:
-            messages = task.messages(ex)
-            assert isinstance(messages, list) and messages, (
-                "messages() must return a non-empty list"
-            )
-            for m in messages:
-                assert isinstance(m, dict) and set(m) >= {"role", "content"}, (
-                    f"each message is a dict with 'role' and 'content', got {m!r}"
-                )
-                assert m["role"] in CHAT_ROLES, f"role {m['role']!r} is not one of {CHAT_ROLES}"
-                assert isinstance(m["content"], str), "message content must be a str"
-            assert messages[-1]["role"] == "user", "the last message must be the user's prompt"
+        examples = list(itertools.islice(task.train_examples(0), 2)) + task.eval_examples(1)
+        self._check(check_messages, task, examples)
+
+    def test_messages_render_through_the_chat_template(self, arena_env: Any) -> None:
+        """`model` (default the embedded tiny model) renders every prompt with its template."""
+        from arena_core.validate.env_text import check_chat_template
+
+        task = self._text_task(arena_env)
+        examples = list(itertools.islice(task.train_examples(0), 2)) + task.eval_examples(1)
+        limit = self.env_section().get("max_prompt_tokens")
+        self._check(check_chat_template, task, examples, dict(self.model), limit)
+
+    def test_default_reward_scores_gold_highest(self, arena_env: Any) -> None:
+        """The task's default reward gives its gold completions (gold_completion(), else the
+        answer) the best score and garbage a lower one."""
+        from arena_core.validate.env_text import check_reward
+
+        task = self._text_task(arena_env)
+        examples = list(itertools.islice(task.train_examples(0), 4)) + task.eval_examples(4)
+        self._check(check_reward, task, task.reward, examples)
 
     def test_gymnasium_checker(self, arena_env: Any) -> None:
         if not self._is_gym(arena_env):
@@ -344,9 +340,17 @@ class RewardConformance:
         start = time.monotonic()
         value = fn(*args)
         took = time.monotonic() - start
-        assert isinstance(value, numbers.Real) and not isinstance(value, bool), (
+        assert isinstance(value, numbers.Real), (
             f"reward returned {value!r} ({type(value).__name__}); it must return a float"
         )
+        if not isinstance(value, float):  # as `arena validate reward` says: works, but a WARN
+            import warnings
+
+            warnings.warn(
+                f"reward returned {type(value).__name__} {value!r}, converted to float (as in "
+                "training): return float(...)",
+                stacklevel=2,
+            )
         assert math.isfinite(float(value)), f"reward returned {value!r}; it must be finite"
         assert took <= self.max_seconds_per_call, (
             f"one reward call took {took:.1f} s (limit {self.max_seconds_per_call} s)"

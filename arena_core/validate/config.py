@@ -1,44 +1,43 @@
 """`arena validate config`: exactly the checks `arena-run` makes before training.
 
-Composition and schema validation (arena_core.config) report every problem at once; this turns
-them into a Report so the CLI prints them like the other validators.
+The config checks (composition, every schema, an algorithm and an environment chosen) are
+arena_core.config.compose_run_config, the function arena-run and its dry run call; the pre-flight
+(environment, dataset, reward) is arena_core.validate.preflight, also arena-run's. A config that
+arena-run refuses with exit 2 gives exit 2 here, a failed pre-flight exit 1, as there.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from arena_core.config import compose_run_config
 from arena_core.errors import ArenaError, ConfigError
 from arena_core.validate.report import FAIL, PASS, Report
 
 
-def validate_run_config(overrides: list[str]) -> tuple[Report, dict[str, Any] | None]:
+def validate_run_config(
+    overrides: list[str], *, preflight: bool = True
+) -> tuple[Report, dict[str, Any] | None]:
     """(report, composed config or None): compose the overrides and check what arena-run checks."""
     report = Report(subject=" ".join(overrides) or "(no overrides)", kind="config")
     try:
-        from arena_core.cli.run import _require_job
-        from arena_core.config import compose_config
-    except ImportError as exc:
-        report.add("compose", FAIL, f"configuration support is not available in this build: {exc}")
-        return report, None
-    try:
-        cfg = compose_config(list(overrides))
+        cfg = compose_run_config(list(overrides))
     except ConfigError as exc:
         for problem in exc.problems:
             report.add("config", FAIL, problem)
+        report.fail_exit_code = exc.exit_code
         return report, None
     except ArenaError as exc:
         report.add("config", FAIL, str(exc))
+        report.fail_exit_code = exc.exit_code
         return report, None
-    report.add("compose", PASS, "composed and validated against every schema")
-    if cfg.get("dry_run"):
-        return report, cfg
-    try:
-        _require_job(cfg)
-    except ConfigError as exc:
-        for problem in exc.problems:
-            report.add("job", FAIL, problem)
-        return report, cfg
     algo, env = cfg["algo"]["name"], cfg["env"]["name"]
-    report.add("job", PASS, f"algorithm {algo}, environment {env}")
+    report.add("config", PASS, f"composed and validated: algorithm {algo}, environment {env}")
+    if preflight:
+        from arena_core.validate.preflight import preflight_report
+
+        part = preflight_report(cfg)
+        for check in part.checks:
+            report.add(check.name, check.status, check.detail, **check.data)
+        report.info.update(part.info)
     return report, cfg

@@ -7,12 +7,15 @@ with the checks that passed before it kept.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from arena_core.sandbox import run_in_sandbox
+from arena_core.sandbox import SandboxPolicy, run_in_sandbox
+from arena_core.validate.isolation import add_isolation_check
 from arena_core.validate.report import FAIL, Report
 
 OPERATION = {
+    "config": "composing the run config",
     "class_path": "importing its module",
     "class_exists": "looking up the class",
     "construction": "construction (__init__)",
@@ -26,23 +29,43 @@ OPERATION = {
     "determinism": "construction, reset() or step() of the determinism check",
     "close_twice": "close()",
     "rollouts": "step() during the random rollouts",
+    "contract": "checking the TextTask contract",
+    "train_examples": "train_examples()",
+    "eval_examples": "eval_examples()",
+    "held_out": "train_examples() of the held-out check",
+    "messages": "messages()",
+    "chat_template": "loading the tokenizer or rendering the chat template",
+    "reward": "importing or calling the reward",
 }
 
 
 def validate_env(
     target: str,
     *,
+    overrides: list[str] | None = None,
+    config: dict[str, Any] | None = None,
     rollouts: int = 0,
     seed: int = 0,
     timeout_s: float = 10.0,
     memory_mb: int = 4096,
+    policy: SandboxPolicy | None = None,
 ) -> Report:
     """Validate an environment given as a registered name, `pkg.mod:Class` or `file.py:Class`.
 
+    A registered environment is built as arena-run builds it: from the run config composed with
+    `overrides` (`["env.path=data.jsonl", "model=tiny"]`), or from `config` (a composed run
+    config, as the pre-flight passes it). Text tasks get the TextTask checks (arena_core.tasks);
+    `report.info["rows"]` then holds sampled (question, answer, gold completion) rows.
     `timeout_s` bounds each operation (import, construction, reset, step...): a hang there is a
-    FAIL naming the operation and the line it was stuck on.
+    FAIL naming the operation and the line it was stuck on. `policy` is the run's sandbox policy
+    (`SandboxPolicy.from_config(cfg["sandbox"])`): the environment runs under it, and the
+    `isolation` check says which protections are in force.
     """
     report = Report(subject=target, kind="env")
+    if policy is None and config is not None:
+        policy = SandboxPolicy.from_config(config.get("sandbox") or {})
+    if not add_isolation_check(report, policy):
+        return report
     phase: list[str] = ["class_path"]
 
     def on_event(event: Any) -> None:
@@ -56,12 +79,14 @@ def validate_env(
 
     outcome = run_in_sandbox(
         "arena_core.validate.env_checks:run",
-        args=[target, int(rollouts), int(seed)],
+        args=[target, int(rollouts), int(seed), *_files(overrides or [], config)],
+        kwargs={"overrides": list(overrides or []), "config": config},
         timeout_s=timeout_s,
         total_timeout_s=max(timeout_s * 30, 120.0),
         startup_timeout_s=max(timeout_s, 60.0),  # loading plugins (torch) can take this long
         memory_mb=memory_mb,
         on_event=on_event,
+        policy=policy,
     )
     if outcome.ok and isinstance(outcome.value, dict):
         report.info.update(outcome.value)
@@ -80,3 +105,20 @@ def validate_env(
     if outcome.stray_processes:
         report.info["stray_processes"] = outcome.stray_processes
     return report
+
+
+def _files(overrides: list[str], config: dict[str, Any] | None) -> list[str]:
+    """Existing files and folders the environment reads (env.path, a reward file, a local
+    model): passed to the child as arguments so the sandbox mounts them (a private /tmp would
+    hide them otherwise)."""
+    values = [o.partition("=")[2] for o in overrides]
+    if config:
+        values += [v for v in (config.get("env") or {}).values() if isinstance(v, str)]
+        values += [config.get("reward"), (config.get("model") or {}).get("name_or_path")]
+    found = []
+    for value in values:
+        if isinstance(value, str) and value and "\n" not in value:
+            path = Path(value).expanduser()
+            if path.exists():
+                found.append(str(path.resolve()))
+    return sorted(set(found))

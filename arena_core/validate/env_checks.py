@@ -8,13 +8,16 @@ Checks never use bare asserts: each failure is a Fail with a message that says w
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import inspect
+import itertools
 import os
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +66,24 @@ class Harness:
         if now - self._last_beat > 0.2:
             self._last_beat = now
             self.emit({"phase": name})
+
+    @contextlib.contextmanager
+    def keepalive(self, name: str) -> Iterator[None]:
+        """Heartbeats from a thread while Arena's own slow work runs (loading a tokenizer on a
+        busy machine), so the per-operation timeout keeps catching hangs in user code only."""
+        done = threading.Event()
+
+        def beat() -> None:
+            while not done.wait(1.0):
+                self.emit({"phase": name})
+
+        thread = threading.Thread(target=beat, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
 
     def run(self, name: str, fn: Callable[[], Result], requires: tuple[str, ...] = ()) -> Any:
         blocked = [r for r in requires if r in self.failed]
@@ -215,34 +236,104 @@ def detect(env: Any) -> str:
             return "parallel"
     except ImportError:
         pass
+    if any(hasattr(env, m) for m in ("train_examples", "eval_examples", "messages")):
+        return "text"  # a (possibly incomplete) TextTask: the contract check says what is missing
     module = type(env).__module__ or ""
     if "mcp" in module.lower() or "mcp" in type(env).__name__.lower() or hasattr(env, "list_tools"):
         return "mcp"
-    if callable(getattr(env, "reset", None)) and callable(getattr(env, "step", None)):
-        return "text"
     raise Fail(
-        f"{type(env).__name__} is not an environment Arena knows: subclass gymnasium.Env, "
-        "pettingzoo.AECEnv or pettingzoo.ParallelEnv (or give reset() and step() for a text env)"
+        f"{type(env).__name__} is not an environment Arena knows: a text task (arena_core.tasks."
+        "TextTask: name, reward, train_examples, eval_examples, messages) for LLM training, or a "
+        "gymnasium.Env, pettingzoo.AECEnv or pettingzoo.ParallelEnv"
     )
 
 
+def compose_env(target: str, overrides: list[str]) -> Result:
+    """config: the run config for a registered env with `key=value` overrides, composed and
+    validated exactly as arena-run does (the value is the config)."""
+    from arena_core.config.compose import compose_env_config
+    from arena_core.errors import ConfigError
+
+    try:
+        cfg = compose_env_config(target, list(overrides))
+    except ConfigError as exc:
+        raise Fail("; ".join(exc.problems)) from None
+    shown = " ".join(overrides) or "no overrides"
+    return ok(f"env section validated against its schema ({shown})", cfg)
+
+
 def run(
-    target: str, rollouts: int = 0, seed: int = 0, emit: Callable[[Any], None] = print
+    target: str,
+    rollouts: int = 0,
+    seed: int = 0,
+    *files: str,
+    emit: Callable[[Any], None] = print,
+    overrides: list[str] | None = None,
+    config: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Every check for `target`; the results travel as events, the return value is the info."""
+    """Every check for `target`; the results travel as events, the return value is the info.
+
+    `files` are not used here: naming them as arguments makes the sandbox mount them (the
+    dataset, reward file or model the environment reads). A registered text environment is built
+    from a run config (`config`, as arena-run's
+    pre-flight passes it, or composed here from `overrides`) through the trainer's own
+    `make_env`, and gets the text-task checks.
+    """
     h = Harness(emit)
-    located = h.run("class_path", lambda: locate(target))
-    if located is None:
-        return h.info
-    obj = h.run("class_exists", lambda: find_class(target, located))
-    if obj is None:
-        return h.info
-    factory = _no_arg_factory(obj, target) if located[0] is not None else obj
-    env = h.run("construction", lambda: ok("constructed with no arguments", factory()))
-    if env is None:
-        return h.info
-    kind = h.run("kind", lambda: _kind(env))
-    h.info["kind"] = kind
+    registered = config is None and ":" not in target and _is_registered(target)
+    if registered or config is not None:
+        # Before the first event, under the startup timeout: the chat-template check needs
+        # transformers, whose import alone can outlast a per-operation timeout on a busy machine.
+        import transformers  # noqa: F401
+    if registered:
+        config = h.run("config", lambda: compose_env(target, overrides or []))
+        if config is None:
+            return h.info
+    if config is not None:
+        from arena_core.runtime.build import make_env
+
+        section = config["env"]
+        env = h.run("construction", lambda: ok(f"built {section['name']}", make_env(section)))
+        if env is None:
+            return h.info
+        if not _known(env):
+            # e.g. the `gym` env's EnvSource, which the classic-RL loop turns into environments
+            h.record(
+                "kind",
+                SKIP,
+                f"{section['name']} returns a {type(env).__name__} object, which is not itself "
+                "a text task or a Gymnasium/PettingZoo env: its loop checks what it builds "
+                "(validate the wrapped env by id or class: arena validate env ID)",
+            )
+            return h.info
+        kind = h.run("kind", lambda: _kind(env))
+        h.info["kind"] = kind
+        if kind == "text":
+            from arena_core.validate.env_text import check_text_task
+
+            check_text_task(
+                h,
+                env,
+                rebuild=lambda: make_env(section),
+                model=config.get("model"),
+                reward=config.get("reward"),
+                max_prompt_tokens=section.get("max_prompt_tokens"),
+            )
+            return h.info
+        factory: Callable[[], Any] = lambda: make_env(section)  # noqa: E731
+    else:
+        located = h.run("class_path", lambda: locate(target))
+        if located is None:
+            return h.info
+        obj = h.run("class_exists", lambda: find_class(target, located))
+        if obj is None:
+            return h.info
+        factory = _no_arg_factory(obj, target) if located[0] is not None else obj
+        env = h.run("construction", lambda: ok("constructed with no arguments", factory()))
+        if env is None:
+            return h.info
+        kind = h.run("kind", lambda: _kind(env))
+        h.info["kind"] = kind
     if kind == "gymnasium":
         from arena_core.validate.env_gym import check_gym
 
@@ -259,10 +350,38 @@ def run(
             "beyond construction was checked",
         )
     elif kind == "text":
-        from arena_core.validate.env_text import check_text
+        from arena_core.validate.env_text import check_text_task
 
-        check_text(h, env)
+        check_text_task(h, env)
     return h.info
+
+
+def sample_rows(target: str, n: int, *files: str, overrides: list[str] | None = None) -> list:
+    """[question, answer, gold completion] rows of registered text task `target`, built from
+    the run config with `overrides` (what `arena validate reward --env` scores). `files`: as
+    in `run`. Raises the composition's or the task's own error (the caller reports it)."""
+    from arena_core.config.compose import compose_env_config
+    from arena_core.runtime.build import build_task
+    from arena_core.tasks import gold_completion
+
+    task = build_task(compose_env_config(target, list(overrides or []))["env"])
+    examples = list(itertools.islice(task.train_examples(0), max(1, n - n // 4)))
+    examples += task.eval_examples(max(1, n // 4))
+    return [[e.question, e.answer, gold_completion(task, e)] for e in examples[:n]]
+
+
+def _known(env: Any) -> bool:
+    try:
+        detect(env)
+    except Fail:
+        return False
+    return True
+
+
+def _is_registered(name: str) -> bool:
+    from arena_core.plugins import get_plugins
+
+    return name in get_plugins().registries.envs
 
 
 def _kind(env: Any) -> Result:
@@ -272,6 +391,6 @@ def _kind(env: Any) -> Result:
         "aec": "PettingZoo AEC env",
         "parallel": "PettingZoo Parallel env",
         "mcp": "MCP environment",
-        "text": "text environment (reset/step)",
+        "text": "text task (arena_core.tasks.TextTask)",
     }
     return ok(f"{type(env).__qualname__}: {names[kind]}", kind)

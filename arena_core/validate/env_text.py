@@ -1,57 +1,310 @@
-"""Checks for a text environment (duck-typed reset/step with string actions), in the child.
+"""Checks for a text task (the TextTask contract of arena_core.tasks), in the validation child.
 
-Arena's text-environment protocol is still settling, so these are the invariants any version
-keeps: reset gives a prompt (a string, or a mapping/tuple holding one), step accepts a string and
-returns a tuple, close works twice.
+What matters for RL: train and eval examples are produced and deterministic for a seed; held-out
+examples never occur in training (compared by `problem_key`, so `3 + 4` also catches `4 + 3`);
+`messages()` renders through the model's chat template; the task's default reward gives its gold
+completions the maximum and garbage a low score. EnvConformance calls these same functions, so a
+plugin's tests and `arena validate env` agree.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
+import numbers
+import time
+from collections.abc import Callable
 from typing import Any
 
-from arena_core.validate.env_checks import Fail, Harness, Result, ok
+from arena_core.tasks import Example, contract_problems, gold_completion, problem_key
+from arena_core.validate.env_checks import Fail, Harness, Result, ok, warn
+
+TRAIN_SAMPLE = 64  # examples compared for determinism
+LEAK_SAMPLE = 2000  # training examples per seed compared with the held-out set
+EVAL_SAMPLE = 64
+REWARD_ROWS = 8  # examples whose gold completions are scored
+GARBAGE = ("", "I don't know.", "答案 🤖 \u200b λ→∞ ﬁ", "<answer></answer>")
 
 
-def _prompt(obs: Any) -> str | None:
-    if isinstance(obs, str):
-        return obs
-    if isinstance(obs, tuple) and obs:
-        return _prompt(obs[0])
-    if isinstance(obs, dict):
-        for key in ("prompt", "question", "observation", "text"):
-            if isinstance(obs.get(key), str):
-                return obs[key]
-    return None
-
-
-def check_reset(env: Any) -> Result:
-    obs = env.reset()
-    prompt = _prompt(obs)
-    if prompt is None:
+def check_contract(task: Any) -> Result:
+    problems = contract_problems(task)
+    if problems:
         raise Fail(
-            f"reset() returned a {type(obs).__name__} without a text prompt: return a string, "
-            "(prompt, info), or a dict with a 'prompt' key"
+            f"{type(task).__name__} is not a text task: {'; '.join(problems)}. A text task "
+            "has name, reward, train_examples(seed), eval_examples(n) and messages(example) "
+            "(arena_core.tasks.TextTask)"
         )
-    return ok(f"prompt of {len(prompt)} characters")
+    return ok(f"{type(task).__qualname__}: text task '{task.name}', default reward {task.reward}")
 
 
-def check_step(env: Any) -> Result:
-    result = env.step("This is a test completion. The answer is 42.")
-    if not isinstance(result, tuple):
-        raise Fail(f"step(text) returned a {type(result).__name__}, expected a tuple")
-    return ok(f"step(text) returned a {len(result)}-tuple")
+def _take(task: Any, seed: int, n: int) -> list[Example]:
+    return list(itertools.islice(task.train_examples(seed), n))
 
 
-def check_close(env: Any) -> Result:
-    close = getattr(env, "close", None)
-    if close is None:
-        return ok("no close() (nothing to release)")
-    close()
-    close()
-    return ok("close() twice is fine")
+def check_train(task: Any, n: int = TRAIN_SAMPLE) -> Result:
+    sample = _take(task, 0, n)
+    if len(sample) < n:
+        raise Fail(
+            f"train_examples(0) stopped after {len(sample)} examples: it must be an endless "
+            "stream (start the next epoch when the rows run out)"
+        )
+    for ex in sample:
+        if not isinstance(ex, Example):
+            raise Fail(
+                f"train_examples yielded a {type(ex).__name__}: yield arena_core.tasks.Example"
+            )
+        if not isinstance(ex.question, str) or not ex.question.strip():
+            raise Fail(f"train_examples yielded an empty question: {ex!r}")
+        if not isinstance(ex.answer, str):
+            raise Fail(f"Example.answer must be a str, got {type(ex.answer).__name__}")
+    distinct = len({(e.question, e.answer) for e in sample})
+    return ok(f"{n} examples, {distinct} distinct", sample)
 
 
-def check_text(h: Harness, env: Any) -> None:
-    h.run("reset_return", lambda: check_reset(env))
-    h.run("step_return", lambda: check_step(env), requires=("reset_return",))
-    h.run("close_twice", lambda: check_close(env))
+def check_determinism(
+    task: Any, rebuild: Callable[[], Any] | None, n: int = TRAIN_SAMPLE
+) -> Result:
+    """Same seed -> same stream; another seed -> another order; a rebuilt task -> same eval set."""
+    first = [(e.question, e.answer) for e in _take(task, 0, n)]
+    if [(e.question, e.answer) for e in _take(task, 0, n)] != first:
+        raise Fail("train_examples(0) gave two different streams: seed every random draw")
+    notes = []
+    if rebuild is not None:
+        twin = rebuild()
+        if [(e.question, e.answer) for e in _take(twin, 0, n)] != first:
+            raise Fail(
+                "a second task built from the same config yields another train_examples(0) "
+                "stream: draw from random.Random(seed), not the global random state"
+            )
+        k = min(EVAL_SAMPLE, 16)
+        if [(e.question, e.answer) for e in twin.eval_examples(k)] != [
+            (e.question, e.answer) for e in task.eval_examples(k)
+        ]:
+            raise Fail(
+                "a second task built from the same config holds out other examples: fix the "
+                "held-out selection's seed"
+            )
+        notes.append("a rebuilt task gives the same streams")
+    if len(set(first)) > 1 and [(e.question, e.answer) for e in _take(task, 1, n)] == first:
+        return warn("train_examples ignores its seed: seeds 0 and 1 give one stream")
+    return ok("; ".join(["same stream for a seed, another for another seed", *notes]))
+
+
+def check_eval(task: Any, n: int = EVAL_SAMPLE) -> Result:
+    held = task.eval_examples(n)
+    if not isinstance(held, list) or not all(isinstance(e, Example) for e in held):
+        raise Fail("eval_examples(n) must return a list of arena_core.tasks.Example")
+    if not held:
+        raise Fail("eval_examples(n) returned no examples: a run could not measure anything")
+    if [(e.question, e.answer) for e in task.eval_examples(n)] != [
+        (e.question, e.answer) for e in held
+    ]:
+        raise Fail("eval_examples(n) returned other examples on a second call: fix its seed")
+    detail = f"{len(held)} held-out examples, the same on every call"
+    return ok(detail if len(held) == n else f"{detail} (all the task holds out)", held)
+
+
+def check_held_out(task: Any, held: list[Example], per_seed: int = LEAK_SAMPLE) -> Result:
+    keys = {problem_key(task, e): e for e in held}
+    leaked: dict[str, Example] = {}
+    for seed in (0, 1):
+        for ex in _take(task, seed, per_seed):
+            key = problem_key(task, ex)
+            if key in keys:
+                leaked[key] = ex
+    if leaked:
+        key, ex = next(iter(leaked.items()))
+        raise Fail(
+            f"{len(leaked)} held-out problems also occur in training (e.g. held out "
+            f"{keys[key].question!r}, trained {ex.question!r}): evaluation would score memorised "
+            "answers; skip held-out problems in train_examples"
+        )
+    how = "problem_key" if callable(getattr(task, "problem_key", None)) else "question text"
+    return ok(
+        f"none of {len(held)} held-out problems in {2 * per_seed} training examples "
+        f"(seeds 0 and 1, compared by {how})"
+    )
+
+
+def check_messages(task: Any, examples: list[Example]) -> Result:
+    for ex in examples:
+        messages = task.messages(ex)
+        if not isinstance(messages, list) or not messages:
+            raise Fail("messages(example) must return a non-empty list of {role, content} dicts")
+        for m in messages:
+            if not isinstance(m, dict) or not {"role", "content"} <= set(m):
+                raise Fail(f"each message is a dict with 'role' and 'content', got {m!r}")
+            if m["role"] not in ("system", "user", "assistant"):
+                raise Fail(f"role {m['role']!r} is not system, user or assistant")
+            if not isinstance(m["content"], str):
+                raise Fail(f"message content must be a str, got {type(m['content']).__name__}")
+        if messages[-1]["role"] != "user":
+            raise Fail("the last message must be the user's prompt (role 'user')")
+    return ok(f"{len(examples)} prompts are chat messages ending with the user's")
+
+
+def load_tokenizer(model: dict[str, Any]) -> Any:
+    """The run's tokenizer, from local files only (None when it would need a download)."""
+    name = str(model.get("name_or_path") or "")
+    if name.startswith("arena:"):
+        from arena_core.models.tokenizer import build_tiny_tokenizer
+
+        return build_tiny_tokenizer()
+    from arena_core.models.loading import load_tokenizer as load
+
+    try:
+        return load(
+            name,
+            local_files_only=True,
+            trust_remote_code=bool(model.get("trust_remote_code", False)),
+        )
+    except (OSError, ValueError):
+        return None
+
+
+def check_chat_template(
+    task: Any,
+    examples: list[Example],
+    model: dict[str, Any] | None,
+    max_tokens: int | None,
+    tokenizer: Any = None,
+) -> Result:
+    """`tokenizer`: the model's, when already loaded (else it is loaded here)."""
+    if not model:
+        return Result("SKIP", "no model given: the chat template was not checked")
+    name = model.get("name_or_path")
+    tokenizer = tokenizer if tokenizer is not None else load_tokenizer(model)
+    if tokenizer is None:
+        return Result(
+            "SKIP",
+            f"the tokenizer of model {name} is not on this machine (the run downloads it): pass "
+            "model=... or model.name_or_path=DIR to check the chat template",
+        )
+    lengths = []
+    for ex in examples:
+        messages = task.messages(ex)
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        if ex.question.strip() and ex.question.strip()[:40] not in text:
+            raise Fail(
+                f"the chat template of {name} rendered a prompt without its question "
+                f"({ex.question[:40]!r}): check messages() and the template"
+            )
+        lengths.append(len(tokenizer(text, add_special_tokens=False)["input_ids"]))
+    detail = f"renders through {name}'s chat template: {min(lengths)}-{max(lengths)} tokens"
+    if max_tokens is not None and max(lengths) > max_tokens:
+        over = sum(n > max_tokens for n in lengths)
+        return warn(
+            f"{detail}; {over}/{len(lengths)} prompts exceed max_prompt_tokens={max_tokens}"
+        )
+    return ok(detail)
+
+
+def load_reward(path: str) -> Callable[[str, str, str], Any]:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("arena_task_reward", path)
+    if spec is None or spec.loader is None:
+        raise Fail(f"reward {path} is not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    fn = getattr(module, "reward", None)
+    if not callable(fn):
+        raise Fail(f"{path} defines no reward(question, answer, completion)")
+    return fn
+
+
+def _score(fn: Callable[..., Any], ex: Example, completion: str) -> float:
+    value = fn(ex.question, ex.answer, completion)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise Fail(
+            f"the reward returned {value!r} ({type(value).__name__}) for {completion[:40]!r}: "
+            "return a float (`arena validate reward` shows every input class)"
+        )
+    if not math.isfinite(float(value)):
+        raise Fail(f"the reward returned {value!r} for {completion[:40]!r}: return a finite float")
+    return float(value)
+
+
+def check_reward(task: Any, reward: str, examples: list[Example]) -> Result:
+    """Gold completions must all earn the highest score seen; garbage must score below them."""
+    from arena_core.sandbox import resolve_reward
+
+    path = resolve_reward(reward)
+    fn = load_reward(path)
+    rows = examples[:REWARD_ROWS]
+    start = time.monotonic()
+    gold = [_score(fn, ex, gold_completion(task, ex)) for ex in rows]
+    garbage = [_score(fn, ex, text) for ex in rows[:2] for text in GARBAGE]
+    others = [
+        _score(fn, ex, gold_completion(task, other))
+        for ex, other in zip(rows, rows[1:] + rows[:1], strict=True)
+        if other.answer != ex.answer
+    ]
+    calls = len(gold) + len(garbage) + len(others)
+    took = (time.monotonic() - start) / max(1, calls)
+    top = max(gold + garbage + others)
+    source = "gold_completion()" if callable(getattr(task, "gold_completion", None)) else "answer"
+    if min(gold) <= max(garbage):
+        raise Fail(
+            f"reward {reward}: garbage (empty, 'I don't know.', noise) scores {max(garbage):g}, "
+            f"as high as a gold completion ({min(gold):g}, from the task's {source}): the "
+            "reward would not tell right from wrong. Check the reward's answer extraction, or "
+            "define gold_completion(example) in the task's answer format"
+        )
+    detail = (
+        f"reward {reward}: gold completions (task {source}) score {min(gold):g}"
+        f"{'' if min(gold) == max(gold) else f'-{max(gold):g}'}, garbage at most "
+        f"{max(garbage):g}"
+        + (f", other examples' answers at most {max(others):g}" if others else "")
+        + f" ({took * 1e3:.2f} ms per call)"
+    )
+    if min(gold) < top:
+        return warn(
+            f"{detail}; some gold completions score below the best score seen ({top:g}): the "
+            "gold completions should earn the maximum (define gold_completion(example))"
+        )
+    if others and max(others) >= min(gold):
+        return warn(f"{detail}; another example's answer scores as high as the right one")
+    return ok(detail)
+
+
+def check_text_task(
+    h: Harness,
+    task: Any,
+    *,
+    rebuild: Callable[[], Any] | None = None,
+    model: dict[str, Any] | None = None,
+    reward: str | None = None,
+    max_prompt_tokens: int | None = None,
+) -> None:
+    """Every text-task check, each recorded on the harness (dependent checks skip on FAIL)."""
+    h.run("contract", lambda: check_contract(task))
+    if "contract" in h.failed:
+        return
+    train = h.run("train_examples", lambda: check_train(task)) or []
+    h.run("determinism", lambda: check_determinism(task, rebuild), requires=("train_examples",))
+    held = h.run("eval_examples", lambda: check_eval(task)) or []
+    h.run(
+        "held_out",
+        lambda: check_held_out(task, held),
+        requires=("train_examples", "eval_examples"),
+    )
+    examples = train[:4] + held[:4]
+    h.run("messages", lambda: check_messages(task, examples))
+    tokenizer = None
+    if model and "messages" not in h.failed:
+        with h.keepalive("chat_template"):
+            tokenizer = load_tokenizer(model)
+    h.run(
+        "chat_template",
+        lambda: check_chat_template(task, examples, model, max_prompt_tokens, tokenizer),
+        requires=("messages",),
+    )
+    h.run(
+        "reward",
+        lambda: check_reward(task, reward or task.reward, train[:4] + held[:4]),
+        requires=("train_examples", "eval_examples"),
+    )
+    h.info["rows"] = [
+        [e.question, e.answer, gold_completion(task, e)] for e in (train[:6] + held[:2])
+    ]

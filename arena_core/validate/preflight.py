@@ -6,7 +6,6 @@ They are `arena validate`'s validators, so a run stops with the report a user wo
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 from typing import Any
 
@@ -27,65 +26,67 @@ class ValidationFailed(ArenaError):
 
 def _merge(into: Report, part: Report) -> None:
     for check in part.checks:
+        if check.name == "isolation":
+            continue  # said once, as `sandbox.isolation`
         into.add(f"{part.kind}.{check.name}", check.status, check.detail, **check.data)
     into.info[part.kind] = {"subject": part.subject, "verdict": part.verdict, **part.info}
 
 
-def _is_rl_env(obj: Any) -> bool:
-    """Gymnasium or PettingZoo classes get the env checks; text tasks are checked through their
-    dataset and reward (building them may need the network)."""
-    if not inspect.isclass(obj):
-        return False
-    try:
-        import gymnasium
-
-        if issubclass(obj, gymnasium.Env):
-            return True
-    except ImportError:
-        pass
-    try:
-        from pettingzoo import AECEnv, ParallelEnv
-
-        return issubclass(obj, AECEnv | ParallelEnv)
-    except ImportError:
-        return False
-
-
 def preflight_report(cfg: dict[str, Any]) -> Report:
-    """Run the reward, dataset and environment checks that apply to a composed config."""
+    """Run the environment, dataset and reward checks that apply to a composed config.
+
+    The environment is built as the trainer builds it (text tasks get the TextTask checks) and
+    its examples and gold completions are the rows the reward is scored on; a local `env.path`
+    dataset is checked when there is one. Built-in GSM8K-style rows are the last resort, and the
+    report's `reward.rows` line says which rows were used. User code runs under the run's sandbox
+    policy (`sandbox.*`), as in training; `sandbox.isolation` says which protections are in
+    force (a WARN when some are not, a FAIL when `sandbox.require_isolation=true` and they are not).
+    """
+    from arena_core.plugins import get_plugins
+    from arena_core.sandbox import SandboxPolicy
     from arena_core.validate.dataset import validate_dataset
     from arena_core.validate.env import validate_env
+    from arena_core.validate.isolation import add_isolation_check
     from arena_core.validate.reward import validate_reward
 
     env_cfg = cfg.get("env") or {}
     sandbox = cfg.get("sandbox") or {}
-    report = Report(subject=str(env_cfg.get("name", "")), kind="preflight")
+    name = str(env_cfg.get("name", ""))
+    report = Report(subject=name, kind="preflight")
+    policy = SandboxPolicy.from_config(sandbox)
+    if not add_isolation_check(report, policy, "sandbox.isolation"):
+        return report  # isolation is required and missing: no user code runs
     path, mapping = env_cfg.get("path"), env_cfg.get("column_mapping")
     local = bool(path) and Path(str(path)).expanduser().exists()
     if local:
         _merge(report, validate_dataset(str(path), column_mapping=mapping))
     elif path:
         report.add("dataset.load", FAIL, f"env.path {path} does not exist")
-    else:
+    elif "path" in env_cfg:
         report.add("dataset", SKIP, "no env.path: the dataset comes from the hub when training")
+    else:
+        report.add("dataset", SKIP, f"env {name} generates its examples: no dataset to check")
+    rows: list[tuple[str, ...]] = []
+    if name in get_plugins().registries.envs and report.verdict != FAIL:
+        part = validate_env(name, config=cfg, timeout_s=60.0, policy=policy)  # slow datasets
+        _merge(report, part)
+        rows = [tuple(r) for r in part.info.get("rows") or []]
     reward = cfg.get("reward") or env_cfg.get("reward")
     if reward:
+        options: dict[str, Any] = {}
+        if rows:
+            options = {"rows": rows, "rows_from": f"env {name}"}
+        elif local and report.verdict != FAIL:
+            options = {"dataset": str(path), "column_mapping": mapping}
         part = validate_reward(
             str(reward),
-            dataset=str(path) if local and report.verdict != FAIL else None,
-            column_mapping=mapping,
             timeout_s=float(sandbox.get("reward_timeout_s", 5.0)),
             workers=int(sandbox.get("workers", 2)),
             memory_mb=int(sandbox.get("memory_mb", 1024)),
+            policy=policy,
+            **options,
         )
         _merge(report, part)
-    name = env_cfg.get("name")
-    if name:
-        from arena_core.plugins import get_plugins
-
-        registry = get_plugins().registries.envs
-        if name in registry and _is_rl_env(registry.get(name).obj):
-            _merge(report, validate_env(str(name)))
     return report
 
 

@@ -39,6 +39,7 @@ class Report:
     kind: str
     checks: list[Check] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
+    fail_exit_code: int = 1  # 2 for a config that does not compose or validate (like arena-run)
 
     def add(self, name: str, status: str, detail: str = "", **data: Any) -> Check:
         check = Check(name, status, detail, dict(data))
@@ -59,7 +60,7 @@ class Report:
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.ok else 1
+        return 0 if self.ok else self.fail_exit_code
 
     def check(self, name: str) -> Check | None:
         return next((c for c in self.checks if c.name == name), None)

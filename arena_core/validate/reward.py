@@ -11,8 +11,16 @@ import statistics
 from collections import Counter, defaultdict
 from typing import Any
 
-from arena_core.sandbox import RewardContractError, RewardOutcome, RewardPool, resolve_reward
+from arena_core.sandbox import (
+    RewardContractError,
+    RewardOutcome,
+    RewardPool,
+    SandboxPolicy,
+    resolve_reward,
+    run_in_sandbox,
+)
 from arena_core.validate import reward_inputs as ri
+from arena_core.validate.isolation import add_isolation_check
 from arena_core.validate.report import FAIL, PASS, SKIP, WARN, Report
 
 SLOW_CALL_S = 0.1  # p50 above this: a 512-completion step spends seconds in the reward
@@ -29,12 +37,21 @@ def validate_reward(
     import_timeout_s: float = 60.0,
     workers: int = 2,
     memory_mb: int = 1024,
-    rows: list[tuple[str, str]] | None = None,
+    rows: list[tuple[str, ...]] | None = None,
+    rows_from: str = "given rows",
+    env: str | None = None,
+    overrides: list[str] | None = None,
+    policy: SandboxPolicy | None = None,
 ) -> Report:
     """Validate a reward file (a path or a registered name) and return the report.
 
-    `rows` (question, answer) pairs override the dataset; without either, built-in GSM8K-style
-    rows are used. Raises nothing for what the reward does: a file that does not import is a FAIL.
+    The rows it scores come from, in order: `rows` ((question, answer) or (question, answer,
+    gold completion) tuples, described by `rows_from`), the environment `env` (built with
+    arena-run's `overrides`; its examples and gold completions), `dataset`, else built-in
+    GSM8K-style rows. The `rows` check says which. Raises nothing for what the reward does: a
+    file that does not import is a FAIL. `policy` is the run's sandbox policy
+    (`SandboxPolicy.from_config(cfg["sandbox"])`): the reward runs under it as in training, and
+    the `isolation` check says which protections are in force.
     """
     report = Report(subject=str(reward), kind="reward")
     try:
@@ -43,12 +60,17 @@ def validate_reward(
         report.add("contract", FAIL, str(exc))
         return report
     report.subject = path
-    if rows is None:
-        rows, source = _rows(dataset, column_mapping, samples, report)
-        if rows is None:
-            return report
+    if not add_isolation_check(report, policy):
+        return report
+    if rows is None and env:
+        rows, rows_from = _env_rows(env, overrides or [], samples, report, policy)
+    elif rows is None:
+        rows, rows_from = _rows(dataset, column_mapping, samples, report)
     else:
-        source = "given rows"
+        report.add("rows", PASS, f"{len(rows)} rows from {rows_from}")
+    if rows is None:
+        return report
+    source = rows_from
     probes = ri.build_probes(rows)
     try:
         pool = RewardPool(
@@ -58,6 +80,7 @@ def validate_reward(
             fallback=0.0,
             memory_mb=memory_mb,
             import_timeout_s=import_timeout_s,
+            policy=policy,
         )
     except RewardContractError as exc:
         report.add("contract", FAIL, str(exc), line=exc.line)
@@ -69,14 +92,88 @@ def validate_reward(
         pool.close()
     report.info.update(path=path, rows=len(rows), rows_from=source, calls=len(probes))
     _analyse(report, probes, outcomes, timeout_s, pool.stats["stray_processes"])
+    _type_check(report, path, probes, outcomes, memory_mb, import_timeout_s, policy)
     return report
+
+
+def _type_check(
+    report: Report,
+    path: str,
+    probes: list[ri.Probe],
+    outcomes: list[RewardOutcome],
+    memory_mb: int,
+    import_timeout_s: float,
+    policy: SandboxPolicy | None,
+) -> None:
+    """An `int` or `bool` return works (the sandbox converts it: True -> 1.0, in training too) but
+    is reported, so "always a float" is true."""
+    check = report.check("return_type")
+    if check is None or check.status != PASS:
+        return
+    items = [list(p.item) for p, o in zip(probes, outcomes, strict=True) if o.ok][:12]
+    if not items:  # no call succeeded: there is no return type to judge (other checks say why)
+        check.status, check.detail = SKIP, "no call returned a value, so there is no type to check"
+        return
+    outcome = run_in_sandbox(
+        "arena_core.validate.reward_types:return_types",
+        args=[path, items],
+        timeout_s=import_timeout_s,
+        memory_mb=memory_mb,
+        path=path,
+        policy=policy,
+    )
+    kinds = outcome.value if outcome.ok and isinstance(outcome.value, list) else None
+    if not kinds:
+        check.detail = "a number on every input (its Python type could not be checked)"
+    elif kinds != ["float"]:
+        check.status = WARN
+        check.detail = (
+            f"returns {' and '.join(kinds)}, converted to float: return float(...) so the "
+            "score cannot silently be an integer division or a truth value"
+        )
+        check.data["types"] = kinds
+
+
+def _env_rows(
+    env: str, overrides: list[str], samples: int, report: Report, policy: SandboxPolicy | None
+) -> tuple[list[tuple[str, ...]] | None, str]:
+    """Examples and gold completions of environment `env`, sampled in a sandboxed child."""
+    from arena_core.validate.env import _files
+
+    outcome = run_in_sandbox(
+        "arena_core.validate.env_checks:sample_rows",
+        args=[env, max(1, samples), *_files(overrides, None)],
+        kwargs={"overrides": overrides},
+        timeout_s=120.0,  # loading the plugins, building the task (a dataset may load)
+        memory_mb=4096,
+        policy=policy,
+    )
+    rows = [tuple(r) for r in outcome.value or []] if outcome.ok else []
+    if not rows:
+        why = outcome.detail or "it gave no rows"
+        report.add(
+            "rows",
+            FAIL,
+            f"could not sample rows from env {env}: {why} (`arena validate env {env}` says more)",
+        )
+        return None, ""
+    source = f"env {env} (train and held-out examples with the task's gold completions)"
+    report.add("rows", PASS, f"{len(rows)} rows from {source}")
+    return rows, f"env {env}"
 
 
 def _rows(
     dataset: str | None, mapping: dict[str, str] | None, samples: int, report: Report
-) -> tuple[list[tuple[str, str]] | None, str]:
+) -> tuple[list[tuple[str, ...]] | None, str]:
     if not dataset:
-        return ri.DEFAULT_ROWS[: max(1, samples)], "built-in rows"
+        rows = ri.DEFAULT_ROWS[: max(1, samples)]
+        report.add(
+            "rows",
+            PASS,
+            f"{len(rows)} built-in GSM8K-style rows (numeric answers): nothing else was given; "
+            "pass --env NAME or --dataset PATH to score your own task's rows",
+        )
+        return rows, "built-in GSM8K-style rows"
     from arena_core.validate.dataset import load_rows
 
     try:
@@ -87,7 +184,7 @@ def _rows(
     if not rows:
         report.add("dataset", FAIL, f"{dataset} has no rows with a question and an answer")
         return None, ""
-    report.add("dataset", PASS, f"{len(rows)} rows from {dataset}")
+    report.add("rows", PASS, f"{len(rows)} rows from dataset {dataset}")
     return rows, str(dataset)
 
 

@@ -88,12 +88,17 @@ def long_inputs(answer: str) -> list[str]:
     ]
 
 
-def build_probes(rows: list[tuple[str, str]]) -> list[Probe]:
-    """Every class for every row; long inputs only for the first row, and last."""
+def build_probes(rows: list[tuple[str, ...]]) -> list[Probe]:
+    """Every class for every row; long inputs only for the first row, and last.
+
+    A row is (question, answer) or (question, answer, gold completion): an environment's own
+    gold completion (TextTask.gold_completion) is scored as gold next to the generic formats.
+    """
     probes: list[Probe] = []
-    for r, (question, answer) in enumerate(rows):
+    for r, row in enumerate(rows):
+        question, answer = row[0], row[1]
         final = final_answer(answer)
-        golds = [answer] + [f.format(a=final) for f in GOLD_FORMATS[1:]]
+        golds = [*row[2:3], answer] + [f.format(a=final) for f in GOLD_FORMATS[1:]]
         if final != answer.strip():
             golds.append(final)
         probes += [Probe(GOLD, r, question, answer, c) for c in dict.fromkeys(golds)]
@@ -107,6 +112,6 @@ def build_probes(rows: list[tuple[str, str]]) -> list[Probe]:
             Probe(PERTURBED, r, question, answer, perturb(answer)),
         ]
     if rows:
-        question, answer = rows[0]
+        question, answer = rows[0][0], rows[0][1]
         probes += [Probe(LONG, 0, question, answer, c) for c in long_inputs(answer)]
     return probes

@@ -9,17 +9,8 @@ import torch
 from arena_algorithms.cispo import CISPO
 from arena_algorithms.grpo import GRPO
 
-from arena_core.learn import losses
 from arena_core.learn.algorithm import TokenBatch
 from arena_core.learn.losses import aggregate, k3_kl, token_weights, truncated_is_weight
-
-
-@pytest.fixture(autouse=True, params=["kernels", "fallback"])
-def loss_impl(request, monkeypatch):
-    """Every hand-computed check runs against the kernels package and the built-in fallback."""
-    if request.param == "fallback":
-        monkeypatch.setattr(losses, "_kernels", None)
-    return request.param
 
 
 def test_grpo_std_advantages_by_hand() -> None:

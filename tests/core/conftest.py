@@ -159,12 +159,39 @@ class _Outcomes:
 
 
 def run_pytest_inprocess(args: list[str]) -> tuple[int, dict[str, str]]:
-    """A nested pytest session in this process (no interpreter start, no second plugin load)."""
+    """A nested pytest session in this process (no interpreter start, no second plugin load).
+
+    Its test modules are imported fresh and forgotten afterwards: pytest's importlib mode returns
+    a `sys.modules` entry of the same name when there is one, so after another nested session
+    (the example or the ATC plugin's) the README plugin's `tests/test_conformance.py` would run
+    that plugin's `test_conformance` module instead of its own.
+    """
+    roots = [Path(a).resolve() for a in args if not a.startswith("-") and Path(a).exists()]
+    _forget_test_modules(roots, collisions=True)
     collector = _Outcomes()
-    # importlib mode: nested test modules never clash with this session's modules by basename
-    code = pytest.main([*args, "-q", "-p", "no:cacheprovider", "--import-mode=importlib"],
-                       plugins=[collector])  # fmt: skip
+    try:
+        code = pytest.main([*args, "-q", "-p", "no:cacheprovider", "--import-mode=importlib"],
+                           plugins=[collector])  # fmt: skip
+    finally:
+        _forget_test_modules(roots, collisions=False)
     return int(code), collector.outcomes
+
+
+def _forget_test_modules(roots: list[Path], *, collisions: bool) -> None:
+    """Drop from sys.modules the modules loaded from files under `roots` or, with `collisions`,
+    modules elsewhere named like a test file under `roots` (`test_conformance`, or
+    `tests.test_conformance` under a plugin's rootdir), which pytest would reuse."""
+
+    def inside(module: ModuleType) -> bool:
+        file = getattr(module, "__file__", None)
+        return bool(file) and any(Path(file).resolve().is_relative_to(r) for r in roots)
+
+    stems = {f.stem for r in roots for f in ([r] if r.is_file() else r.rglob("*.py"))}
+    for name, module in list(sys.modules.items()):
+        if collisions and name.rpartition(".")[2] in stems and not inside(module):
+            del sys.modules[name]
+        elif not collisions and inside(module):
+            del sys.modules[name]
 
 
 def run_nested(tmp_path: Path, source: str) -> dict[str, str]:

@@ -30,7 +30,8 @@ def modules_built(monkeypatch: pytest.MonkeyPatch) -> list[torch.nn.Module]:
 def test_dry_run_prints_validated_yaml_and_builds_no_model(
     capsys: pytest.CaptureFixture[str], modules_built: list[torch.nn.Module]
 ) -> None:
-    rc = arena_run.main(["+algo=grpo", "algo.lr=1e-5", "model=tiny", "dry_run=true"])
+    overrides = ["+algo=grpo", "+env=arithmetic", "algo.lr=1e-5", "model=tiny", "dry_run=true"]
+    rc = arena_run.main(overrides)
     assert rc == 0
     cfg = yaml.safe_load(capsys.readouterr().out)  # trailing `# plan:` lines are YAML comments
     assert cfg["dry_run"] is True
@@ -43,7 +44,7 @@ def test_dry_run_prints_validated_yaml_and_builds_no_model(
 
 
 def test_dry_run_flag_is_the_same_as_the_override(capsys: pytest.CaptureFixture[str]) -> None:
-    assert arena_run.main(["+algo=grpo", "model=tiny", "--dry-run"]) == 0
+    assert arena_run.main(["+algo=grpo", "+env=arithmetic", "model=tiny", "--dry-run"]) == 0
     assert yaml.safe_load(capsys.readouterr().out)["dry_run"] is True
 
 

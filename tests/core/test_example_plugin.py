@@ -27,9 +27,12 @@ def test_arena_plugins_lists_the_example(plugins_listing: dict) -> None:
     assert row["error"] is None
     assert row["distribution"] == "arena-example" and row["version"] == VERSION
     assert row["module"] == "arena_example.plugin"
-    assert row["registered"] == {"envs": ["reverse_words"], "rewards": ["reverse_words_match"]}
+    assert row["registered"] == {
+        "envs": ["reverse_words", "countdown"],
+        "rewards": ["reverse_words_match", "countdown_match"],
+    }
     assert row["config_searchpath"] == ["pkg://arena_example.conf"]
-    assert row["config_options"] == ["env/reverse_words"]
+    assert row["config_options"] == ["env/countdown", "env/reverse_words"]
 
 
 def test_arena_run_uses_the_example_env(example_installed: str) -> None:

@@ -77,6 +77,26 @@ def test_arithmetic_held_out_is_disjoint_fixed_and_balanced() -> None:
     assert {styles.count(s) for s in ("plain", "word", "calc")} <= {166, 167}
 
 
+def test_arithmetic_never_trains_on_the_twin_of_a_held_out_sum() -> None:
+    """`b+a` is the same problem as a held-out `a+b`: held out too, so never trained on."""
+    task = make_arithmetic({})
+    held = {task.problem_key(e) for e in task.eval_examples(500)}
+    for a in range(100):
+        for b in range(100):
+            assert task.is_held_out(a, "+", b) == task.is_held_out(b, "+", a)
+    sums = [e for e in itertools.islice(task.train_examples(0), 5000) if e.meta["op"] == "+"]
+    assert not {task.problem_key(e) for e in sums} & held
+    assert task.problem_key(sums[0]) == task.canonical(sums[0].meta["b"], "+", sums[0].meta["a"])
+
+
+def test_gold_completions_earn_the_gsm8k_rewards_maximum(tmp_path) -> None:
+    data = tmp_path / "gsm8k.jsonl"
+    data.write_text(json.dumps({"question": "q", "answer": "2 + 3 = 5\n#### 5"}) + "\n")
+    for task in (make_arithmetic({}), make_gsm8k({"path": str(data), "eval_size": 1})):
+        for ex in itertools.islice(task.train_examples(0), 20):
+            assert reward_file.reward(ex.question, ex.answer, task.gold_completion(ex)) == 2.0
+
+
 def test_arithmetic_train_stream_is_seeded() -> None:
     task = make_arithmetic({})
     first = [e.question for e in itertools.islice(task.train_examples(3), 20)]

@@ -99,3 +99,15 @@ def test_num_iterations_uses_first_pass_as_old_policy(make_model) -> None:
     m = learner.step(_samples(model))
     assert any(not torch.equal(v, model.state_dict()[k]) for k, v in snapshot.items())
     assert 0.0 < m["clip_frac"] <= 1.0  # later passes move past the tight clip
+
+
+def test_kl_is_reported_only_when_computed(make_model) -> None:
+    """metrics.csv's `kl` is NaN (the learner leaves it out) when beta = 0, a number otherwise."""
+    for beta in (0.0, 0.05):
+        model = make_model()
+        learner = Learner(model, GRPO({"lr": 1e-3, "beta": beta}), micro_batch_tokens=256)
+        metrics = learner.step(_samples(model))
+        if beta:
+            assert metrics["kl"] >= 0.0
+        else:
+            assert "kl" not in metrics

@@ -235,6 +235,28 @@ def test_sampled_logprobs_are_the_learners(engine: VLLMBackend, tiny) -> None:
 
 
 @needs_vllm
+@pytest.mark.parametrize(("top_k", "top_p"), [(0, 0.9), (5, 0.95)])
+def test_filtered_sampling_logprobs_are_the_learners(engine: VLLMBackend, tiny, top_k, top_p):
+    """With top-k/top-p, vLLM reports logprobs of its filtered distribution; the learner's
+    default head scores the same filtered distribution (not the full softmax)."""
+    from arena_core.learn.logprobs import completion_logprobs, default_logprob_fn
+    from arena_core.learn.packing import Sample, pack
+
+    model, _, _, prompts = tiny
+    params = SamplingParams(max_new_tokens=NEW, temperature=0.8, top_k=top_k, top_p=top_p, seed=5)
+    learner_fn, unfiltered_fn = default_logprob_fn(top_k=top_k, top_p=top_p), default_logprob_fn()
+    gaps = []
+    for c in engine.generate(prompts, params):
+        mb = pack([Sample(c.prompt_ids, c.token_ids, c.logprobs, 0.0)], 10**6)[0]
+        with torch.no_grad():
+            learner = completion_logprobs(model, mb, temperature=0.8, logprob_fn=learner_fn)
+            full = completion_logprobs(model, mb, temperature=0.8, logprob_fn=unfiltered_fn)
+        assert c.logprobs == pytest.approx(learner.tolist(), abs=1e-4)
+        gaps.append(float((learner - full).max()))
+    assert max(gaps) > 1e-2  # the filter matters here: the full softmax would not match
+
+
+@needs_vllm
 def test_stop_string(engine: VLLMBackend, tiny) -> None:
     _, tok, _, prompts = tiny
     greedy = engine.generate(prompts[:1], SamplingParams(max_new_tokens=NEW, temperature=0))[0]

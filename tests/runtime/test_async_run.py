@@ -12,7 +12,7 @@ ASYNC_COLUMNS = {
     "tokens/generated",
     "tokens/trained",
     "groups/dropped_zero_adv",
-    "rollouts/cancelled_stale",
+    "groups/dropped_aborted",
     "staleness/max",
     "time/generator_idle_frac",
     "time/learner_idle_frac",

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from arena_core.sandbox import RewardPool
+from arena_core.sandbox import RewardPool, SandboxPolicy
 
 # One reward that misbehaves on demand, so one warm pool covers every kind of outcome.
 MULTI = """
@@ -62,9 +62,11 @@ def multi(write_reward):
 
 def test_scores_in_order_with_fallback(multi):
     items = [("q", "42", "the answer is 42"), ("q", "42", "no idea"), ("q", "7", "int")]
+    items.append(("q", "7", "bool"))  # int and bool are numbers: converted, as in validation
     out = multi.score(items)
-    assert [o.kind for o in out] == ["ok", "ok", "ok"]
-    assert [o.value for o in out] == [1.0, 0.0, 3.0]
+    assert [o.kind for o in out] == ["ok", "ok", "ok", "ok"]
+    assert [o.value for o in out] == [1.0, 0.0, 3.0, 1.0]
+    assert all(type(o.value) is float for o in out)
     assert multi.score([]) == []
 
 
@@ -76,7 +78,6 @@ def test_scores_in_order_with_fallback(multi):
         ("inf", "-inf"),
         ("str", "str"),
         ("list", "list"),
-        ("bool", "bool"),
     ],
 )
 def test_bad_returns_are_typed(multi, completion, needle):
@@ -200,10 +201,14 @@ def test_memory_creep_is_stopped(hostile):
     assert out.kind == "memory", out
 
 
+UNISOLATED = SandboxPolicy(isolation="none")
+
+
 def test_grandchild_dies_with_the_pool(hostile, tmp_path, monkeypatch, pid_alive):
+    """Unisolated (the fallback), the grandchild's pid reaches us: it is dead after close."""
     pidfile = tmp_path / "pids"
     monkeypatch.setenv("ARENA_TEST_PIDFILE", str(pidfile))
-    with RewardPool(str(hostile / "grandchild.py"), workers=1) as pool:
+    with RewardPool(str(hostile / "grandchild.py"), workers=1, policy=UNISOLATED) as pool:
         assert pool.score([("q", "4", "4")])[0].value == 1.0
         (pid,) = [int(x) for x in pidfile.read_text().split()]
         assert pid_alive(pid)
@@ -211,19 +216,34 @@ def test_grandchild_dies_with_the_pool(hostile, tmp_path, monkeypatch, pid_alive
     assert pool.stats["stray_processes"] == 1
 
 
-def test_grandchild_dies_when_its_worker_times_out(write_reward, tmp_path, pid_alive):
-    pidfile = tmp_path / "pid"
+def test_isolated_grandchild_is_counted_and_killed(hostile):
+    """Isolated, the grandchild lives in the worker's PID namespace: seen from here as the
+    worker's child, counted as a stray and killed with it (the autouse fixture checks none is
+    left)."""
+    with RewardPool(str(hostile / "grandchild.py"), workers=1) as pool:
+        assert pool.isolation.mode == "bwrap"
+        assert pool.score([("q", "4", "4")])[0].value == 1.0
+        worker = pool._slots[0].child.worker_process()
+        assert [p.name() for p in worker.children()] == ["sleep"]
+    assert pool.stats["stray_processes"] == 1
+
+
+@pytest.mark.parametrize("isolation", ["none", "auto"])
+def test_grandchild_dies_when_its_worker_times_out(write_reward, tmp_path, isolation):
+    import psutil
+
     path = write_reward(
         "import subprocess, time\n"
         "def reward(q, a, c):\n"
-        "    p = subprocess.Popen(['sleep', '300'], start_new_session=True)\n"
-        f"    open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
+        "    subprocess.Popen(['sleep', '300'], start_new_session=True)\n"
         "    time.sleep(3600)\n"
     )
-    with RewardPool(path, workers=1, timeout_s=1.0) as pool:
+    policy = SandboxPolicy(isolation=isolation)
+    with RewardPool(path, workers=1, timeout_s=1.0, policy=policy) as pool:
         (out,) = pool.score([("q", "a", "c")])
         assert out.kind == "timeout"
-        assert not pid_alive(int(pidfile.read_text()))  # even though it left the process group
+        # even though it left the process group, nothing of the worker is left under us
+        assert not [p for p in psutil.Process().children(recursive=True) if p.name() == "sleep"]
 
 
 def test_pool_workers_die_with_their_parent(write_reward, tmp_path, pid_alive):

@@ -1,3 +1,3 @@
-"""arena-example: a word-reversal text environment, its reward and a config option for Arena."""
+"""arena-example: text environments (reverse_words, countdown), their rewards and config options."""
 
 __version__ = "0.1.0"

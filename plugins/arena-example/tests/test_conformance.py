@@ -55,3 +55,26 @@ class TestRewardFileByPath(RewardConformance):
 
     reward = str(REWARD_FILE)
     samples = TestReverseWordsReward.samples[:1]
+
+
+class TestCountdownEnv(EnvConformance):
+    env_name = "countdown"
+    config = {"numbers": 3}
+
+
+class TestCountdownReward(RewardConformance):
+    reward = "countdown_match"
+    samples = [
+        (
+            "Numbers: 2 3 4. Target: 10.",
+            "2 + 4 * 2",
+            "<answer>2 * 3 + 4</answer>",
+            "<answer>2 * 3</answer>",
+        ),
+        (
+            "Numbers: 1 5 9. Target: 13.",
+            "9 + 5 - 1",
+            "<answer>9 + 5 - 1</answer>",
+            "<answer>9 + 9 - 5</answer>",
+        ),
+    ]

@@ -1,0 +1,88 @@
+"""`arena.deploy`: the `arena deploy` server, started in this process, with a client attached."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from arena_core.errors import ArenaError
+from arena_core.serve.client import HttpClient, Messages
+from arena_core.serve.protocol import Limits
+from arena_core.serve.server import ServeOptions, Server
+
+
+class Deployment:
+    """A running OpenAI-compatible server (`url`, `api_key`) and a client of it.
+
+    `generate(prompts)` sends a list of prompts as one request (decoded as one batch);
+    `stream(prompt)` yields text as it is decoded. Any OpenAI client works too:
+    `OpenAI(base_url=dep.url + "/v1", api_key=dep.api_key or "none")`.
+    """
+
+    def __init__(self, server: Server, model: str | None = None) -> None:
+        self.server = server
+        self.api_key = server.api_key
+        self.url = server.url
+        self.models = [m.name for m in server.models]
+        self.model = model or self.models[0]  # the first checkpoint named
+        self._client = HttpClient(self.url, api_key=self.api_key, model=self.model)
+
+    def generate(self, prompts: str | list[str], **params: Any) -> list[str]:
+        """Completions of `prompts`, in order (max_tokens, temperature=0, top_p, stop, seed)."""
+        return self._client.generate(prompts, **params)
+
+    def stream(self, prompt: str, **params: Any) -> Iterator[str]:
+        return self._client.stream(prompt, **params)
+
+    def chat(self, messages: Messages, **params: Any) -> str:
+        return self._client.chat(messages, **params)
+
+    def chat_stream(self, messages: Messages, **params: Any) -> Iterator[str]:
+        return self._client.chat_stream(messages, **params)
+
+    def close(self) -> None:
+        self._client.close()
+        self.server.close()
+
+    def __enter__(self) -> Deployment:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Deployment({self.url}, models={self.models})"
+
+
+def deploy(
+    target: Any,
+    *,
+    models: dict[str, Any] | None = None,
+    port: int = 0,
+    host: str = "127.0.0.1",
+    api_key: str | None = None,
+    runs: str | Path = "./runs",
+    limits: Limits | None = None,
+) -> Deployment:
+    """Serve `target` (a Checkpoint, a Run (its best checkpoint), or `RUN[:STEP|best]`) and any
+    `models={name: target}` besides, on `host:port` (0: a free port). Close it when done."""
+    refs = [_ref(target)] if target is not None else []
+    refs += [f"{name}={_ref(t)}" for name, t in (models or {}).items()]
+    options = ServeOptions(
+        host=host, port=port, api_key=api_key, runs=runs, limits=limits or Limits()
+    )
+    return Deployment(Server(refs, options).start())
+
+
+def _ref(target: Any) -> str:
+    from arena._runs import Checkpoint, Run
+
+    if isinstance(target, Checkpoint):
+        return target.ref
+    if isinstance(target, Run):
+        try:
+            return target.best().ref
+        except ArenaError:  # no held-out scores: its latest checkpoint
+            return target.latest().ref
+    return str(target)

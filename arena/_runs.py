@@ -1,0 +1,175 @@
+"""Runs and checkpoints in the SDK: `arena.train`, `arena.runs`, `Run`, `Checkpoint`.
+
+The same functions back `arena-run`, `arena runs ...`, `arena checkpoints ...` and `arena metrics`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from arena_core.store import index, report
+
+_PLAIN = re.compile(r"^[\w./:@-]+$")
+
+
+class Checkpoint:
+    """One checkpoint of a run; `ref` is what `arena deploy` and `arena.deploy` take."""
+
+    def __init__(self, run: Run, info: index.CheckpointInfo) -> None:
+        self.run, self.info = run, info
+
+    @property
+    def step(self) -> int:
+        return self.info.step
+
+    @property
+    def kind(self) -> str:
+        """ "full" (every weight) or "lora" (an adapter on its base)."""
+        return self.info.kind
+
+    @property
+    def scores(self) -> dict[str, float | None]:
+        """The held-out scores recorded with this checkpoint (empty when it was not evaluated)."""
+        return dict(self.info.scores)
+
+    @property
+    def path(self) -> Path:
+        """The weights directory: model/ (full) or adapter/ (LoRA)."""
+        return self.info.weights_dir
+
+    @property
+    def ref(self) -> str:
+        return f"{self.run.path}:{self.info.step}"
+
+    def export(self, out: str | Path, *, format: str = "merged") -> Path:
+        """`arena checkpoints export`: a merged HF model dir or a PEFT adapter dir."""
+        from arena_core.store.export import export_checkpoint
+
+        return export_checkpoint(self.run.path, self.info, out, fmt=format)
+
+    def deploy(self, **kwargs: Any) -> Any:
+        from arena._deploy import deploy
+
+        return deploy(self, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"Checkpoint({self.run.name}:{self.step}, {self.kind}, scores={self.info.scores})"
+
+
+class Run:
+    """A run directory, read on demand (nothing cached that could go stale)."""
+
+    def __init__(self, path: str | Path, runs: str | Path = "./runs") -> None:
+        self.path = index.resolve_run(str(path), runs)
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def info(self) -> index.RunInfo:
+        """The `arena runs list` row: status, algorithm, env, steps, best held-out reward..."""
+        return index.read_run(self.path)
+
+    @property
+    def status(self) -> str:
+        return self.info.status
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        return self.info.summary
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.info.config
+
+    def checkpoints(self, *, metric: str = index.DEFAULT_METRIC) -> list[Checkpoint]:
+        return [Checkpoint(self, c) for c in index.list_checkpoints(self.path, metric=metric)]
+
+    def best(self, *, metric: str = index.DEFAULT_METRIC) -> Checkpoint:
+        """The checkpoint with the best held-out `metric` (`arena checkpoints best`)."""
+        return Checkpoint(self, index.best_checkpoint(self.path, metric=metric))
+
+    def latest(self) -> Checkpoint:
+        return Checkpoint(self, index.select_checkpoint(str(self.path))[1])
+
+    def metrics(self, keys: Sequence[str] | None = None) -> Any:
+        """metrics.csv as a pyarrow Table (`.to_pandas()` for a DataFrame)."""
+        import pyarrow as pa
+
+        cols = report.metrics_table(self.path, list(keys) if keys else None)
+        return pa.table({k: pa.array(v, type=pa.float64()) for k, v in cols.items()})
+
+    def show(self) -> dict[str, Any]:
+        """`arena runs show`: config diff against defaults, plan and figures."""
+        return report.show(self.path)
+
+    def delete(self) -> None:
+        index.delete_run(self.path)
+
+    def __repr__(self) -> str:
+        return f"Run({str(self.path)!r})"
+
+
+def runs(path: str | Path = "./runs", *, project: str | None = None) -> list[Run]:
+    """Every run under `path` (newest first), as `arena runs list` shows them."""
+    return [Run(r.path) for r in index.list_runs(path, project=project)]
+
+
+def run(ref: str | Path, runs: str | Path = "./runs") -> Run:
+    """A run by directory or by name under `runs`."""
+    return Run(ref, runs)
+
+
+def train(config: Sequence[str] | Mapping[str, Any] | str, *, check: bool = True) -> Run:
+    """Train like `arena-run` and return the finished Run.
+
+    `config` is arena-run's overrides (`["+experiment=quickstart", "train.max_steps=20"]`) or a
+    mapping of the same (`{"+experiment": "quickstart", "train": {"max_steps": 20}}`). `check`
+    runs arena-run's preflight (reward, env and dataset validation) first.
+    """
+    from arena_core.cli.plan_summary import run_plan
+    from arena_core.config import compose_run_config
+    from arena_core.plugins import get_plugins, import_object
+
+    overrides = to_overrides(config)
+    cfg = compose_run_config(overrides)
+    algo = get_plugins().registries.algorithms
+    name = (cfg.get("algo") or {}).get("name")
+    loop = getattr(algo.get(str(name)).obj, "training_loop", None) if name in algo else None
+    if loop is not None:  # classic RL: the algorithm's own loop
+        return Run(import_object(loop)(cfg))
+    if check:
+        from arena_core.cli.preflight import preflight
+
+        preflight(cfg)
+    plan = run_plan(cfg)
+    from arena_core.runtime import run_training
+
+    return Run(run_training(cfg, plan=plan.to_dict() if plan is not None else None))
+
+
+def to_overrides(config: Sequence[str] | Mapping[str, Any] | str) -> list[str]:
+    """Hydra override strings from a list (as is), one string, or a (nested) mapping."""
+    if isinstance(config, str):
+        return [config]
+    if isinstance(config, Mapping):
+        out: list[str] = []
+        _flatten(config, "", out)
+        return out
+    return [str(o) for o in config]
+
+
+def _flatten(d: Mapping[str, Any], prefix: str, out: list[str]) -> None:
+    for key, value in d.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, Mapping) and value and not name.startswith("+"):
+            _flatten(value, name, out)
+        elif isinstance(value, str) and _PLAIN.match(value):
+            out.append(f"{name}={value}")
+        else:
+            out.append(f"{name}={json.dumps(value)}")

@@ -1,0 +1,99 @@
+"""`arena deploy RUN[:STEP|best]`: an OpenAI-compatible server for Arena checkpoints."""
+
+from __future__ import annotations
+
+import argparse
+
+from arena_core.cli.cmd_runs import add_runs_option
+from arena_core.serve.protocol import Limits
+
+EPILOG = """examples:
+  arena deploy quickstart-20250101-120000:best
+  arena deploy RUN --port 8001 --api-key secret
+  arena deploy --model a=RUN_A:best --model b=RUN_B:40     two models, picked by `model`
+  arena deploy RUN --host 0.0.0.0 --api-key "$KEY"        reachable from the network
+
+then, with the openai client:
+  OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="secret")"""
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    lim = Limits()
+    p = subparsers.add_parser(
+        "deploy",
+        help="serve checkpoints with an OpenAI-compatible API",
+        description="Serve one or more checkpoints at /v1/models, /v1/chat/completions and "
+        "/v1/completions (streaming, n, stop, seed, usage), /health. Concurrent requests are "
+        "decoded together in batches. Binds 127.0.0.1 unless --host says otherwise; any other "
+        "address requires an API key.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("ref", metavar="RUN[:STEP|best]", nargs="?", help="the checkpoint to serve")
+    p.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="NAME=RUN[:STEP]",
+        help="serve another checkpoint under NAME (repeatable; LoRA members share their base)",
+    )
+    add_runs_option(p)
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s)")
+    p.add_argument("--port", type=int, default=8000, help="port (0: a free one; default 8000)")
+    p.add_argument("--api-key", help="require `Authorization: Bearer KEY` (or ARENA_API_KEY)")
+    p.add_argument("--metric", default="eval/reward_mean", help="what RUN:best maximises")
+    p.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:1)")
+    p.add_argument("--max-tokens", type=int, default=lim.max_tokens, help="per request")
+    p.add_argument("--max-n", type=int, default=lim.max_n, help="choices per request")
+    p.add_argument(
+        "--max-pending",
+        type=int,
+        default=lim.max_pending,
+        help="requests waiting or running; more get 429 (default %(default)s)",
+    )
+    p.add_argument(
+        "--max-batch", type=int, default=lim.max_batch_rows, help="rows decoded together"
+    )
+    p.add_argument(
+        "--max-request-bytes", type=int, default=lim.max_request_bytes, help="body size limit"
+    )
+    p.add_argument("--log-level", default="warning", help="uvicorn log level")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from arena_core.errors import ArenaError
+    from arena_core.serve.server import ServeOptions, Server
+
+    refs = ([args.ref] if args.ref else []) + list(args.model)
+    if not refs:
+        raise ArenaError("name a checkpoint to serve: `arena deploy RUN:best` or --model NAME=RUN")
+    options = ServeOptions(
+        host=args.host,
+        port=args.port,
+        api_key=args.api_key,
+        runs=args.runs,
+        metric=args.metric,
+        device=args.device,
+        log_level=args.log_level,
+        limits=Limits(
+            max_request_bytes=args.max_request_bytes,
+            max_tokens=args.max_tokens,
+            max_n=args.max_n,
+            max_pending=args.max_pending,
+            max_batch_rows=args.max_batch,
+        ),
+    )
+    _quiet_loading()
+    server = Server(refs, options)
+    names = ", ".join(m.name for m in server.models)
+    print(f"serving {names} on {server.url}/v1 (Ctrl-C stops)", flush=True)
+    server.serve_forever()
+    return 0
+
+
+def _quiet_loading() -> None:
+    """No weight-loading progress bars in a server's log."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()

@@ -1,0 +1,149 @@
+"""`arena runs list|show|compare|delete`: the runs under a runs directory, read from disk."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from arena_core.store import index, report
+
+RUNS_HELP = "the runs directory (paths.runs of the runs; default ./runs)"
+
+
+def add_runs_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--runs", default="./runs", metavar="DIR", help=RUNS_HELP)
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "runs",
+        help="list, inspect, compare and delete runs",
+        description="Runs are read from their directories (no separate database): RUN is a run "
+        "directory or a run name under --runs. A run directory that cannot be read is listed as "
+        "'corrupt' with the reason.",
+    )
+    sub = p.add_subparsers(dest="runs_command", metavar="ACTION", required=True)
+    ls = sub.add_parser("list", help="one line per run, newest first")
+    add_runs_option(ls)
+    ls.add_argument("--project", help="only the runs of this project (config `project=NAME`)")
+    ls.add_argument("--json", action="store_true", help="print JSON")
+    ls.set_defaults(func=run_list)
+    show = sub.add_parser("show", help="a run's config diff against defaults, plan and figures")
+    show.add_argument("run", metavar="RUN")
+    add_runs_option(show)
+    show.add_argument("--json", action="store_true", help="print JSON")
+    show.set_defaults(func=run_show)
+    cmp = sub.add_parser("compare", help="held-out figures side by side and one PNG of curves")
+    cmp.add_argument("run", metavar="RUN", nargs="+")
+    add_runs_option(cmp)
+    cmp.add_argument("--png", default="compare.png", help="where to write the curves (PNG)")
+    cmp.add_argument("--json", action="store_true", help="print JSON")
+    cmp.set_defaults(func=run_compare)
+    rm = sub.add_parser("delete", help="delete a run directory (asks first)")
+    rm.add_argument("run", metavar="RUN")
+    add_runs_option(rm)
+    rm.add_argument("--yes", "-y", action="store_true", help="do not ask")
+    rm.set_defaults(func=run_delete)
+
+
+def _fmt(v: Any, digits: int = 3) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def _when(ts: float | None) -> str:
+    return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M") if ts else "-"
+
+
+def run_list(args: argparse.Namespace) -> int:
+    runs = index.list_runs(args.runs, project=args.project)
+    if args.json:
+        print(json.dumps([r.to_dict() for r in runs], indent=2))
+        return 0
+    if not runs:
+        where = Path(args.runs).resolve()
+        print(f"no runs under {where}" + (f" in project {args.project}" if args.project else ""))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(show_edge=False)
+    for col in ("name", "project", "status", "algo", "env", "steps", "best eval", "wall s"):
+        table.add_column(col)
+    table.add_column("started")
+    for r in runs:
+        steps = f"{_fmt(r.steps)}/{_fmt(r.max_steps)}" if r.max_steps else _fmt(r.steps)
+        status = r.status if not r.problem else f"{r.status}: {r.problem}"
+        table.add_row(
+            r.name,
+            r.project or "",
+            status,
+            _fmt(r.algorithm),
+            _fmt(r.env),
+            steps,
+            _fmt(r.best_eval_reward),
+            _fmt(r.wall_seconds, 0),
+            _when(r.started),
+        )
+    Console(width=160, markup=False).print(table)  # names and problems are not markup
+    return 0
+
+
+def run_show(args: argparse.Namespace) -> int:
+    run_dir = index.resolve_run(args.run, args.runs)
+    data = report.show(run_dir)
+    if args.json:
+        print(json.dumps(data, indent=2, default=str))
+        return 0
+    r = data["run"]
+    print(f"{r['name']}  ({r['path']})")
+    print(f"  status {r['status']}" + (f": {r['problem']}" if r["problem"] else ""))
+    print(f"  {r['algorithm']} on {r['env']}, steps {r['steps']}, checkpoints {r['checkpoints']}")
+    print("config (differs from the defaults):")
+    for key, (default, value) in data["config_diff"].items():
+        print(f"  {key} = {value!r}   (default {default!r})")
+    if data["plan"]:
+        plan = data["plan"]
+        print("plan:", plan.get("summary") or {k: plan[k] for k in list(plan)[:6]})
+    print("figures:")
+    for key, value in data["figures"].items():
+        print(f"  {key}: {_fmt(value)}")
+    return 0
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    dirs = [index.resolve_run(r, args.runs) for r in args.run]
+    data = report.compare(dirs, Path(args.png))
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    names = list(data["runs"])
+    width = max(len(k) for k in data["figures"])
+    print(" " * width + "  " + "  ".join(f"{n[:24]:>24}" for n in names))
+    for key in data["figures"]:
+        vals = "  ".join(f"{_fmt(data['runs'][n].get(key)):>24}" for n in names)
+        print(f"{key:<{width}}  {vals}")
+    print(f"curves: {data['png']}")
+    return 0
+
+
+def run_delete(args: argparse.Namespace) -> int:
+    run_dir = index.resolve_run(args.run, args.runs)
+    if not args.yes:
+        if not sys.stdin.isatty():
+            print(f"not deleting {run_dir}: pass --yes to delete without asking", file=sys.stderr)
+            return 1
+        answer = input(f"delete {run_dir} and all its checkpoints? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            print("kept")
+            return 1
+    index.delete_run(run_dir)
+    print(f"deleted {run_dir}")
+    return 0

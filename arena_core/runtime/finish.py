@@ -1,0 +1,199 @@
+"""How a run starts over and ends: resume checks, the closing summary, the plan check.
+
+Kept out of the loop so `llm_loop.py` reads as the loop: these are the messages a user reads
+first and last, and the checks that stop a resume from silently changing the recipe.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+from arena_core.errors import ArenaError, ConfigError
+from arena_core.store.atomic import atomic_write_json, read_json
+from arena_core.store.checkpoints import read_index
+from arena_core.store.rundir import CONFIG_FILE, config_changes, read_config
+
+SUMMARY_FILE = "summary.json"
+
+
+def finished_already(run_dir: Path, max_steps: int) -> bool:
+    """True (after saying so) when the run's latest checkpoint is at or past `max_steps`."""
+    index = read_index(run_dir)
+    steps = [int(c["step"]) for c in index.get("checkpoints", [])]
+    done = max(steps) if steps else 0
+    if done < max_steps:
+        return False
+    print(
+        f"{run_dir} already finished: its last checkpoint is step {done} and "
+        f"train.max_steps={max_steps}, so there is nothing to train. To train further, raise "
+        f"train.max_steps (e.g. train.max_steps={done + max(1, max_steps // 2)}).",
+        flush=True,
+    )
+    path = run_dir / SUMMARY_FILE
+    if path.is_file():
+        print(closing_summary(read_json(path)), flush=True)
+    return True
+
+
+def _normalised(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Defaults filled in, so a config given sparsely compares equal to its full form."""
+    from pydantic import ValidationError
+
+    from arena_core.config.schema import CoreConfig
+
+    try:
+        return CoreConfig.model_validate(cfg).model_dump(mode="json")
+    except ValidationError:
+        return cfg
+
+
+def check_resume_config(run_dir: Path, cfg: dict[str, Any], *, allow: bool) -> list[str]:
+    """Refuse (ConfigError) a resume whose config differs from the run's config.yaml in anything
+    but the free keys (`train.max_steps`, display settings), unless `allow`; returns the changes
+    (printed when allowed)."""
+    if not (run_dir / CONFIG_FILE).is_file():
+        return []
+    changes = config_changes(_normalised(read_config(run_dir)), _normalised(cfg))
+    if not changes:
+        return []
+    if not allow:
+        raise ConfigError(
+            [
+                *changes,
+                "set train.resume_allow_changes=true to resume with these changes, or "
+                "drop the overrides to continue the run as it was",
+            ],
+            header=f"Cannot resume {run_dir}: the config differs from its {CONFIG_FILE}",
+        )
+    print(f"resuming {run_dir} with a changed config (train.resume_allow_changes=true):")
+    for line in changes:
+        print(f"  {line}")
+    return changes
+
+
+def failed_summary(run_dir: Path, exc: BaseException) -> None:
+    """Record in summary.json that the run ended by `exc` outside the loop's own handling (a crash
+    while loading, a broken plugin...), keeping what an earlier attempt wrote."""
+    path = run_dir / SUMMARY_FILE
+    try:
+        summary = read_json(path) if path.is_file() else {"run_dir": str(run_dir)}
+    except (OSError, ValueError):
+        summary = {"run_dir": str(run_dir)}
+    interrupted = isinstance(exc, KeyboardInterrupt) or getattr(exc, "exit_code", 1) == 130
+    summary["status"] = "interrupted" if interrupted else "failed"
+    summary["interrupted"] = True
+    summary["error"] = (
+        f"{type(exc).__name__}: {exc}" if not isinstance(exc, ArenaError) else str(exc)
+    )
+    if "steps" not in summary:
+        steps = [int(c["step"]) for c in read_index(run_dir).get("checkpoints", [])]
+        summary["steps"] = max(steps) if steps else 0
+    try:
+        atomic_write_json(path, summary)
+    except OSError:  # pragma: no cover - a full disk must not hide the original error
+        pass
+
+
+def plan_check(plan: dict[str, Any], step_seconds: list[float]) -> str:
+    """`plan check: ...`: the first steps' measured mean against the plan's prediction."""
+    predicted = ((plan.get("predicted") or {}).get("step_seconds") or {}).get("total")
+    measured = statistics.fmean(step_seconds)
+    steps = f"steps 2-{len(step_seconds) + 1}"
+    if not predicted:
+        return f"plan check: {measured:.2f} s/step measured ({steps}); the plan predicted none"
+    ratio = predicted / measured
+    line = (
+        f"plan check: {measured:.2f} s/step measured ({steps}) vs {predicted:.2f} s predicted "
+        f"(x{ratio:.2f})"
+    )
+    if abs(ratio - 1) > 0.3:
+        line += ": off by more than 30% on this machine"
+        load, cores = _load()
+        if load > cores:
+            line += (
+                f" (load average {load:.1f} on {cores} cores: other work is slowing this run, "
+                "which no calibration predicts)"
+            )
+        else:
+            line += (
+                "; `arena plan --calibrate runtime.threads=N` fits the cost model to it (N: the "
+                "run's runtime.threads)"
+            )
+    return line
+
+
+def _load() -> tuple[float, int]:
+    """(1-minute load average, usable cores); (0, cores) where the OS has no load average."""
+    import os
+
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - macOS / Windows
+        cores = os.cpu_count() or 1
+    try:
+        return os.getloadavg()[0], cores
+    except (AttributeError, OSError):  # pragma: no cover - Windows
+        return 0.0, cores
+
+
+def _num(value: Any, pct: bool = False) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    return f"{100 * value:.1f}%" if pct else f"{value:.3f}"
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return (
+        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+        if seconds >= 3600
+        else (f"{seconds // 60}m{seconds % 60:02d}s")
+    )
+
+
+def closing_summary(summary: dict[str, Any], run_name: str | None = None) -> str:
+    """The lines printed when a run ends: before -> after, wall time, where everything is."""
+    status = summary.get("status", "finished")
+    name = run_name or Path(str(summary.get("run_dir", "run"))).name
+    best = summary.get("best_checkpoint")
+    lines = [
+        f"{status}: {name}, {summary.get('steps', 0)} steps in "
+        f"{_duration(float(summary.get('wall_seconds') or 0.0))}",
+        f"  held-out reward    {_num(summary.get('eval_reward_initial'))} -> "
+        f"{_num(summary.get('eval_reward_final'))} ({summary.get('eval_prompts', '?')} prompts, "
+        "greedy)",
+        f"  held-out accuracy  {_num(summary.get('eval_accuracy_initial'), True)} -> "
+        f"{_num(summary.get('eval_accuracy_final'), True)}",
+    ]
+    if best:
+        lines.append(
+            f"  best checkpoint    {best['path']} (step {best['step']}, held-out reward "
+            f"{_num(best.get('eval/reward_mean'))})"
+        )
+    elif summary.get("final_checkpoint"):
+        lines.append(f"  last checkpoint    {summary['final_checkpoint']}")
+    lines.append(f"  run directory      {summary.get('run_dir')}")
+    return "\n".join(lines)
+
+
+def declared_max_reward(reward_file: str | Path | None) -> float | None:
+    """A reward file's `MAX_REWARD = <number>` (read without running the file), or None."""
+    if reward_file is None:
+        return None
+    try:
+        tree = ast.parse(Path(reward_file).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "MAX_REWARD" for t in node.targets)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, int | float)
+        ):
+            return float(node.value.value)
+    return None

@@ -1,0 +1,188 @@
+"""Talking to a model: over HTTP to a running server, or in this process through the same engine.
+
+`HttpClient` and `LocalClient` have the same methods (`generate`, `stream`, `chat`, `chat_stream`),
+so `arena generate`, `arena chat` and the SDK's `Deployment` work the same against a deploy
+(`--url`) or directly on a checkpoint. Batches of prompts go out as one request, which the
+server's engine decodes together.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+from collections.abc import Iterator
+from typing import Any
+
+from arena_core.errors import ArenaError
+
+Messages = list[dict[str, str]]
+
+
+def _params(
+    max_tokens: int = 64,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    stop: str | list[str] | None = None,
+    seed: int | None = None,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"max_tokens": max_tokens, "temperature": temperature, "top_p": top_p}
+    if stop:
+        out["stop"] = stop
+    if seed is not None:
+        out["seed"] = seed
+    return out
+
+
+class HttpClient:
+    """A client of an Arena (or any OpenAI-compatible) server at `url`."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        api_key: str | None = None,
+        model: str | None = None,
+        timeout: float = 300,
+    ) -> None:
+        import httpx
+
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.url = url.rstrip("/")
+        self.model = model
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+
+    def models(self) -> list[str]:
+        return [m["id"] for m in self._check(self._http.get("/v1/models")).json()["data"]]
+
+    def generate(self, prompts: str | list[str], **params: Any) -> list[str]:
+        """One completion per prompt, in order; all prompts go in one request (one batch)."""
+        prompts = [prompts] if isinstance(prompts, str) else list(prompts)
+        body = {"model": self._model(), "prompt": prompts, **_params(**params)}
+        choices = self._check(self._http.post("/v1/completions", json=body)).json()["choices"]
+        return [c["text"] for c in sorted(choices, key=lambda c: c["index"])]
+
+    def stream(self, prompt: str, **params: Any) -> Iterator[str]:
+        body = {"model": self._model(), "prompt": prompt, "stream": True, **_params(**params)}
+        for chunk in self._sse("/v1/completions", body):
+            for c in chunk.get("choices", []):
+                if c.get("text"):
+                    yield c["text"]
+
+    def chat(self, messages: Messages, **params: Any) -> str:
+        body = {"model": self._model(), "messages": messages, **_params(**params)}
+        data = self._check(self._http.post("/v1/chat/completions", json=body)).json()
+        return data["choices"][0]["message"]["content"]
+
+    def chat_stream(self, messages: Messages, **params: Any) -> Iterator[str]:
+        body = {"model": self._model(), "messages": messages, "stream": True, **_params(**params)}
+        for chunk in self._sse("/v1/chat/completions", body):
+            for c in chunk.get("choices", []):
+                piece = (c.get("delta") or {}).get("content")
+                if piece:
+                    yield piece
+
+    def close(self) -> None:
+        self._http.close()
+
+    # -- plumbing --------------------------------------------------------------------------------
+    def _model(self) -> str | None:
+        if self.model is None:
+            self.model = self.models()[0]
+        return self.model
+
+    def _sse(self, path: str, body: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        with self._http.stream("POST", path, json=body) as resp:
+            if resp.status_code >= 400:
+                resp.read()
+                self._check(resp)
+            for line in resp.iter_lines():
+                if not line.startswith("data: "):
+                    continue
+                data = line[6:]
+                if data == "[DONE]":
+                    return
+                chunk = json.loads(data)
+                if "error" in chunk:
+                    raise ArenaError(f"{self.url}: {chunk['error'].get('message')}")
+                yield chunk
+
+    def _check(self, resp: Any) -> Any:
+        if resp.status_code < 400:
+            return resp
+        try:
+            message = resp.json()["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            message = resp.text[:200]
+        raise ArenaError(f"{self.url} answered {resp.status_code}: {message}")
+
+
+class LocalClient:
+    """The same calls on checkpoints loaded into this process (no server, no port)."""
+
+    def __init__(
+        self, refs: list[str], *, runs: str = "./runs", metric: str = "eval/reward_mean"
+    ) -> None:
+        from arena_core.serve.engine import Engine
+        from arena_core.serve.models import load_models
+
+        self.served = load_models(refs, runs, metric=metric)
+        self.engine = Engine(self.served)
+        self.model = self.served[0].name
+
+    def models(self) -> list[str]:
+        return [m.name for m in self.served]
+
+    def generate(self, prompts: str | list[str], **params: Any) -> list[str]:
+        prompts = [prompts] if isinstance(prompts, str) else list(prompts)
+        tok = self.engine.models[self.model].tokenizer
+        rows = [tok.encode(p, add_special_tokens=False) for p in prompts]
+        texts = [""] * len(rows)
+        for index, piece in self._run(rows, params):
+            texts[index] += piece
+        return texts
+
+    def stream(self, prompt: str, **params: Any) -> Iterator[str]:
+        tok = self.engine.models[self.model].tokenizer
+        for _, piece in self._run([tok.encode(prompt, add_special_tokens=False)], params):
+            yield piece
+
+    def chat(self, messages: Messages, **params: Any) -> str:
+        return "".join(self.chat_stream(messages, **params))
+
+    def chat_stream(self, messages: Messages, **params: Any) -> Iterator[str]:
+        prompt = self.engine.models[self.model].backend.encode_chat(messages)
+        for _, piece in self._run([prompt], params):
+            yield piece
+
+    def close(self) -> None:
+        self.engine.close()
+
+    def _run(self, rows: list[list[int]], params: dict[str, Any]) -> Iterator[tuple[int, str]]:
+        from arena_core.serve.engine import Request
+
+        if any(not r for r in rows):
+            raise ArenaError("a prompt is empty (no tokens)")
+        p = _params(**params)
+        stop = p.get("stop")
+        request = Request(
+            rows=rows,
+            indexes=list(range(len(rows))),
+            max_tokens=int(p["max_tokens"]),
+            temperature=float(p["temperature"]),
+            top_p=float(p["top_p"]),
+            stop=[stop] if isinstance(stop, str) else list(stop or []),
+            seed=p.get("seed"),
+        )
+        events: queue.Queue = queue.Queue()
+        job = self.engine.submit(self.model, request, events.put)
+        try:
+            while True:
+                event = events.get()
+                if event[0] == "done":
+                    return
+                if event[0] == "error":
+                    raise ArenaError(event[1])
+                if event[0] == "delta":
+                    yield event[1], event[2]
+        finally:
+            job.cancel()

@@ -1,0 +1,259 @@
+"""The batching engine: requests from many clients decoded together on one generation backend.
+
+One worker thread owns the models. It takes the oldest waiting request and every other waiting
+request that can share its decode batch (same model and sampling rule), up to `max_batch_rows`
+rows, and runs them as one batched, KV-cached `TorchBackend.generate` call. Per-row limits that
+differ between requests (max_tokens, stop strings, a client that left) are applied as tokens
+arrive through the backend's `on_token` hook, which ends a row the moment it is done, so one
+request's long answer costs the others nothing but the shared steps.
+
+Requests are bounded: at most `max_pending` are admitted (waiting or running); past that `submit`
+raises QueueFull, which the server turns into 429 with Retry-After.
+
+Streaming text: each row's tokens are decoded as a whole and only the part that can no longer
+change is emitted, holding back an incomplete UTF-8 character and any tail that could be the start
+of a stop string; the stop string itself is never returned (the OpenAI behaviour).
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import threading
+import traceback
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from arena_core.rollout.base import SamplingParams
+from arena_core.serve.models import ServedModel
+
+# Events a job's sink receives (from the worker thread):
+#   ("delta", index, text)                  new text of choice `index`
+#   ("finish", index, reason, n_tokens)     choice `index` ended: "stop" or "length"
+#   ("done",)                               every choice ended
+#   ("error", message)                      generation failed; no more events follow
+Event = tuple[Any, ...]
+
+
+class QueueFull(Exception):
+    """More requests than `max_pending` are waiting or running."""
+
+
+@dataclass
+class Request:
+    """What to sample for one request; `rows[i]` is the prompt of choice `indexes[i]`."""
+
+    rows: list[list[int]]
+    indexes: list[int]
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop: list[str] = field(default_factory=list)
+    seed: int | None = None
+
+
+class _Choice:
+    """One row's decoding state: tokens so far, text emitted so far, whether it ended."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.tokens: list[int] = []
+        self.emitted = 0
+        self.finished = False
+        self.eos = False  # ended by the EOS token (not part of the text, but a generated token)
+
+
+class Job:
+    """A submitted request: the worker fills it through `sink`; `cancel()` stops its rows."""
+
+    _ids = itertools.count()
+
+    def __init__(self, model: ServedModel, request: Request, sink: Callable[[Event], None]) -> None:
+        self.id = next(Job._ids)
+        self.model, self.request, self.sink = model, request, sink
+        self.choices = [_Choice(i) for i in request.indexes]
+        self.cancelled = False
+        self.completion_tokens = 0
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+    def batch_key(self) -> tuple[Any, ...]:
+        r = self.request
+        # a seeded request decodes alone: its samples must not depend on who else was waiting
+        alone = self.id if r.seed is not None else None
+        return (self.model.name, r.temperature if r.temperature > 0 else 0.0, r.top_p, alone)
+
+
+class Engine:
+    """Admits, batches and decodes requests for a set of served models (see module docstring)."""
+
+    def __init__(
+        self,
+        models: list[ServedModel],
+        *,
+        max_batch_rows: int = 32,
+        max_pending: int = 64,
+    ) -> None:
+        self.models = {m.name: m for m in models}
+        self.max_batch_rows = max(1, int(max_batch_rows))
+        self.max_pending = max(1, int(max_pending))
+        self._waiting: deque[Job] = deque()
+        self._pending = 0
+        self._cond = threading.Condition()
+        self._closed = False
+        self.batches = 0  # decode batches run (for tests and the bench)
+        self.max_rows_seen = 0
+        self._thread = threading.Thread(target=self._work, name="arena-serve-engine", daemon=True)
+        self._thread.start()
+
+    # -- admission -------------------------------------------------------------------------------
+    def submit(self, model: str, request: Request, sink: Callable[[Event], None]) -> Job:
+        """Queue `request` for `model`; events go to `sink`. Raises QueueFull or KeyError."""
+        served = self.models[model]
+        job = Job(served, request, sink)
+        with self._cond:
+            if self._closed:
+                raise QueueFull("the server is shutting down")
+            if self._pending >= self.max_pending:
+                raise QueueFull(f"{self._pending} requests already waiting or running")
+            self._pending += 1
+            self._waiting.append(job)
+            self._cond.notify()
+        return job
+
+    @property
+    def pending(self) -> int:
+        return self._pending
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout=10)
+
+    # -- the worker ------------------------------------------------------------------------------
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                while not self._waiting and not self._closed:
+                    self._cond.wait()
+                if self._closed and not self._waiting:
+                    return
+                batch = self._take_batch()
+            try:
+                self._run(batch)
+            except Exception as exc:  # a failed batch fails its requests, never the server
+                traceback.print_exc(file=sys.stderr)
+                for job in batch:
+                    try:
+                        job.sink(("error", f"generation failed: {type(exc).__name__}: {exc}"))
+                    except Exception:  # noqa: BLE001 - a dead listener must not kill the engine
+                        pass
+            finally:
+                with self._cond:
+                    self._pending -= len(batch)
+
+    def _take_batch(self) -> list[Job]:
+        first = self._waiting.popleft()
+        batch, rows = [first], len(first.choices)
+        key = first.batch_key()
+        for job in list(self._waiting):
+            if rows >= self.max_batch_rows:
+                break
+            if job.batch_key() == key and rows + len(job.choices) <= self.max_batch_rows:
+                self._waiting.remove(job)
+                batch.append(job)
+                rows += len(job.choices)
+        return batch
+
+    def _run(self, batch: list[Job]) -> None:
+        for job in batch:
+            if job.cancelled:  # the client left while it waited
+                job.sink(("done",))
+        batch = [j for j in batch if not j.cancelled]
+        if not batch:
+            return
+        first = batch[0]
+        model, req = first.model, first.request
+        prompts: list[list[int]] = []
+        owners: list[tuple[Job, _Choice]] = []
+        for job in batch:
+            for prompt, choice in zip(job.request.rows, job.choices, strict=True):
+                prompts.append(prompt)
+                owners.append((job, choice))
+        # no stop strings for the backend: _advance applies each request's own, so the backend's
+        # `finished` flag means EOS only
+        params = SamplingParams(
+            max_new_tokens=max(j.request.max_tokens for j in batch),
+            temperature=req.temperature,
+            top_p=req.top_p,
+            seed=req.seed,
+        )
+        self.batches += 1
+        self.max_rows_seen = max(self.max_rows_seen, len(prompts))
+        tokenizer = model.tokenizer
+
+        def on_token(row: int, token: int, eos: bool) -> bool:
+            job, choice = owners[row]
+            if choice.finished:
+                return True
+            if eos:
+                choice.eos = True
+            else:
+                choice.tokens.append(token)
+            self._advance(job, choice, tokenizer, eos)
+            return choice.finished
+
+        with model.active():
+            model.backend.generate(prompts, params, on_token=on_token)
+        for job, choice in owners:  # rows the backend ended itself (its max_new_tokens)
+            if not choice.finished:
+                self._advance(job, choice, tokenizer, True, reason="length")
+        for job in batch:
+            job.sink(("done",))
+
+    def _advance(
+        self, job: Job, choice: _Choice, tokenizer: Any, end: bool, reason: str = "stop"
+    ) -> None:
+        """Emit what is final of `choice`'s text; finish it on a stop string, EOS or its limit."""
+        req = job.request
+        text = tokenizer.decode(choice.tokens, skip_special_tokens=True)
+        cut = _first_stop(text, req.stop)
+        if cut is not None:
+            text, end, reason = text[:cut], True, "stop"
+        elif len(choice.tokens) >= req.max_tokens:
+            end, reason = True, "length"
+        elif job.cancelled:
+            end, reason = True, "length"
+        safe = len(text) if end else _safe_length(text, req.stop)
+        if safe > choice.emitted:
+            job.sink(("delta", choice.index, text[choice.emitted : safe]))
+            choice.emitted = safe
+        if end:
+            choice.finished = True
+            n_tokens = len(choice.tokens) + int(choice.eos)
+            job.completion_tokens += n_tokens
+            job.sink(("finish", choice.index, reason, n_tokens))
+
+
+def _first_stop(text: str, stops: list[str]) -> int | None:
+    hits = [text.find(s) for s in stops if s and s in text]
+    return min(hits) if hits else None
+
+
+def _safe_length(text: str, stops: list[str]) -> int:
+    """How much of `text` can be sent: not a partial UTF-8 character, nor a tail that a stop
+    string could still start with."""
+    end = len(text)
+    while end and text[end - 1] == "\ufffd":
+        end -= 1
+    hold = 0
+    for s in stops:
+        for k in range(min(len(s) - 1, end), 0, -1):
+            if text[end - k : end] == s[:k]:
+                hold = max(hold, k)
+                break
+    return end - hold

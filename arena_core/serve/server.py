@@ -1,0 +1,154 @@
+"""Starting the server: checks that keep it safe, then uvicorn in the foreground or a thread.
+
+`arena deploy` and `arena.deploy()` both come here. Binding anywhere but a loopback address
+requires an API key: a server reachable from the network must not answer strangers.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from arena_core.errors import ArenaError
+from arena_core.serve.protocol import Limits
+
+API_KEY_ENV = "ARENA_API_KEY"
+
+
+@dataclass
+class ServeOptions:
+    """Everything `arena deploy` takes besides the models."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key: str | None = None
+    runs: str | Path = "./runs"
+    metric: str = "eval/reward_mean"
+    device: str = "cpu"
+    log_level: str = "warning"
+    limits: Limits = field(default_factory=Limits)
+
+
+def resolve_api_key(host: str, api_key: str | None) -> str | None:
+    """The key to require: --api-key, else $ARENA_API_KEY; mandatory off loopback."""
+    key = api_key or os.environ.get(API_KEY_ENV) or None
+    if key is None and not _is_loopback(host):
+        raise ArenaError(
+            f"--host {host} makes the server reachable from other machines, so an API key is "
+            f"required: pass --api-key KEY or set {API_KEY_ENV} (clients send "
+            "`Authorization: Bearer KEY`), or bind --host 127.0.0.1."
+        )
+    return key
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """Bind before loading models, so a taken port fails in a second, not after the load."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ArenaError(
+            f"cannot listen on {host}:{port}: {exc.strerror}. Pick another --port "
+            "(0 picks a free one)."
+        ) from None
+    sock.listen(2048)
+    return sock
+
+
+class Server:
+    """A running server: `url`, `port`, `engine`; `close()` stops it (a thread) or Ctrl-C."""
+
+    def __init__(self, refs: list[str], options: ServeOptions) -> None:
+        import uvicorn
+
+        from arena_core.serve.app import create_app
+        from arena_core.serve.engine import Engine
+        from arena_core.serve.models import load_models
+
+        self.options = options
+        self.api_key = resolve_api_key(options.host, options.api_key)
+        self.sock = bind(options.host, options.port)
+        self.port = int(self.sock.getsockname()[1])
+        try:
+            self.models = load_models(
+                refs,
+                options.runs,
+                metric=options.metric,
+                device=options.device,
+                max_batch_size=options.limits.max_batch_rows,
+            )
+        except BaseException:
+            self.sock.close()
+            raise
+        limits = options.limits
+        self.engine = Engine(
+            self.models, max_batch_rows=limits.max_batch_rows, max_pending=limits.max_pending
+        )
+        self.app = create_app(self.engine, api_key=self.api_key, limits=limits)
+        config = uvicorn.Config(
+            self.app,
+            log_level=options.log_level,
+            timeout_graceful_shutdown=2,
+            lifespan="off",
+        )
+        self._uvicorn = uvicorn.Server(config)
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host = self.options.host
+        shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+        return f"http://{f'[{shown}]' if ':' in shown else shown}:{self.port}"
+
+    def serve_forever(self) -> None:
+        """Serve in this thread until Ctrl-C (uvicorn handles the signal)."""
+        try:
+            self._uvicorn.run(sockets=[self.sock])
+        finally:
+            self.engine.close()
+            self.sock.close()
+
+    def start(self, timeout_s: float = 30.0) -> Server:
+        """Serve from a background thread; returns once it accepts connections."""
+        self._thread = threading.Thread(
+            target=self._uvicorn.run, kwargs={"sockets": [self.sock]}, daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._uvicorn.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self.close()
+                raise ArenaError(f"the server did not start on {self.url}")
+            time.sleep(0.02)
+        return self
+
+    def close(self) -> None:
+        self._uvicorn.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self.engine.close()
+        self.sock.close()
+
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -1,0 +1,356 @@
+"""The one run index: what runs and checkpoints exist, read from the run directories themselves.
+
+Nothing here is a second source of truth: every listing re-reads `config.yaml`, `summary.json`
+and `checkpoints/index.json` of each run directory, so the CLI, the SDK and the server can never
+disagree with what is on disk. A directory that cannot be read (a half-written run, a corrupt
+file) is listed with status "corrupt" and the reason, never an exception, so one bad run cannot
+hide the others.
+
+References: wherever a command takes RUN it is a run directory or a run name under the runs
+directory (`paths.runs`, also inside its project folders); `RUN:STEP` and `RUN:best` name one
+checkpoint (the latest when no suffix is given).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from arena_core.errors import ArenaError
+from arena_core.store.checkpoints import INDEX, checkpoints_dir
+
+DEFAULT_METRIC = "eval/reward_mean"
+# the headline held-out figure by kind of run: LLM runs score rewards, classic RL runs returns;
+# "best" without --metric takes the first one a run has
+HEADLINE_METRICS = (DEFAULT_METRIC, "eval/return_mean")
+_RUN_MARKERS = ("config.yaml", "summary.json", "checkpoints")
+
+
+@dataclass
+class RunInfo:
+    """One row of `arena runs list`: what a user needs to pick a run."""
+
+    name: str
+    path: Path
+    project: str | None = None
+    status: str = "unknown"  # finished, failed, interrupted, incomplete (no summary), corrupt
+    algorithm: str | None = None
+    env: str | None = None
+    steps: int | None = None
+    max_steps: int | None = None
+    best_eval_reward: float | None = None
+    wall_seconds: float | None = None
+    started: float | None = None  # epoch seconds (config.yaml's modification time)
+    checkpoints: int = 0
+    problem: str | None = None  # why the run is "corrupt"
+    config: dict[str, Any] = field(default_factory=dict, repr=False)
+    summary: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["path"] = str(self.path)
+        out.pop("config")
+        out.pop("summary")
+        return out
+
+
+@dataclass
+class CheckpointInfo:
+    """One checkpoint of a run, as `checkpoints/index.json` records it, plus what is on disk."""
+
+    step: int
+    dir: Path
+    kind: str  # "full" (model/) or "lora" (adapter/)
+    scores: dict[str, float | None]
+    size_bytes: int
+    time: float | None = None
+    best: bool = False
+    latest: bool = False
+    elite: bool = False
+
+    @property
+    def weights_dir(self) -> Path:
+        """The directory `from_pretrained` loads: model/ (full) or adapter/ (LoRA)."""
+        return self.dir / ("adapter" if self.kind == "lora" else "model")
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["dir"] = str(self.dir)
+        return out
+
+
+# -- finding runs ----------------------------------------------------------------------------------
+
+
+def is_run_dir(path: Path) -> bool:
+    """Whether `path` looks like a run directory (it holds any of a run's files)."""
+    return path.is_dir() and any((path / m).exists() for m in _RUN_MARKERS)
+
+
+def list_runs(runs: str | Path = "./runs", *, project: str | None = None) -> list[RunInfo]:
+    """Every run under `runs` (and its project folders), newest first; never raises on a bad run."""
+    root = Path(runs)
+    if not root.is_dir():
+        return []
+    found: list[RunInfo] = []
+    for child in sorted(root.iterdir()):
+        if not child.is_dir() or child.name.startswith("."):
+            continue
+        if is_run_dir(child):
+            if project is None:
+                found.append(read_run(child))
+        elif project is None or child.name == project:
+            found += [
+                read_run(g, project=child.name)
+                for g in sorted(child.iterdir())
+                if is_run_dir(g) and not g.name.startswith(".")
+            ]
+    found.sort(key=lambda r: r.started or 0.0, reverse=True)
+    return found
+
+
+def list_projects(runs: str | Path = "./runs") -> dict[str, int]:
+    """Project name -> number of runs in it."""
+    counts: dict[str, int] = {}
+    for run in list_runs(runs):
+        if run.project:
+            counts[run.project] = counts.get(run.project, 0) + 1
+    return counts
+
+
+def read_run(path: Path, *, project: str | None = None) -> RunInfo:
+    """Everything `runs list/show` says about one run directory; problems become status."""
+    path = Path(path)
+    info = RunInfo(name=path.name, path=path, project=project)
+    problems: list[str] = []
+    cfg_file = path / "config.yaml"
+    try:
+        info.started = cfg_file.stat().st_mtime if cfg_file.exists() else path.stat().st_mtime
+    except OSError:
+        info.started = None
+    if cfg_file.is_file():
+        try:
+            cfg = yaml.safe_load(cfg_file.read_text(encoding="utf-8")) or {}
+            if not isinstance(cfg, dict):
+                raise ValueError("not a mapping")
+            info.config = cfg
+            info.algorithm = _name(cfg.get("algo"))
+            info.env = _name(cfg.get("env"))
+            info.max_steps = (cfg.get("train") or {}).get("max_steps")
+            info.project = info.project or cfg.get("project")
+        except (yaml.YAMLError, ValueError, UnicodeDecodeError) as exc:
+            problems.append(f"config.yaml unreadable ({_short(exc)})")
+    else:
+        problems.append("no config.yaml")
+    summary = _read_json(path / "summary.json", problems)
+    try:
+        ckpts = list_checkpoints(path)
+    except ArenaError as exc:
+        problems.append(str(exc))
+        ckpts = []
+    info.checkpoints = len(ckpts)
+    if summary is not None:
+        info.summary = summary
+        info.steps = summary.get("steps")
+        info.wall_seconds = summary.get("wall_seconds")
+        info.best_eval_reward = _headline_best(summary.get("evals") or [])
+        info.status = str(
+            summary.get("status") or ("interrupted" if summary.get("interrupted") else "finished")
+        )
+    else:
+        info.status = "incomplete"  # still running, or killed before writing its summary
+        info.steps = max((c.step for c in ckpts), default=None)
+        info.best_eval_reward = _headline_best([c.scores for c in ckpts])
+    if problems:
+        info.status = "corrupt"
+        info.problem = "; ".join(problems)
+    return info
+
+
+def _headline_best(records: list[dict[str, Any]]) -> float | None:
+    """The best value of the first headline metric that any record has."""
+    for key in HEADLINE_METRICS:
+        values = [r.get(key) for r in records]
+        values = [v for v in values if _is_score(v)]
+        if values:
+            return max(values)
+    return None
+
+
+def _is_score(value: Any) -> bool:
+    """A number that can rank: not missing, not NaN (an evaluation that could not score)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == value
+
+
+def _read_json(path: Path, problems: list[str]) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        return data
+    except (ValueError, UnicodeDecodeError) as exc:
+        problems.append(f"{path.name} unreadable ({_short(exc)})")
+        return None
+
+
+def _short(exc: Exception) -> str:
+    return str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+
+
+def _name(section: Any) -> str | None:
+    return section.get("name") if isinstance(section, dict) else None
+
+
+def resolve_run(ref: str | Path, runs: str | Path = "./runs") -> Path:
+    """A run directory from a path or a run name under `runs` (or under one of its projects)."""
+    path = Path(ref).expanduser()
+    if is_run_dir(path):
+        return path
+    root = Path(runs)
+    candidates = [root / str(ref)]
+    if root.is_dir():
+        candidates += [p / str(ref) for p in root.iterdir() if p.is_dir()]
+    for cand in candidates:
+        if is_run_dir(cand):
+            return cand
+    names = [r.name for r in list_runs(root)][:10]
+    hint = f" Runs there: {', '.join(names)}." if names else " There are no runs there."
+    raise ArenaError(
+        f"no run '{ref}': not a run directory, and no run of that name under {root.resolve()}."
+        f"{hint} Pass a run directory, or --runs DIR where the runs are (`arena runs list`)."
+    )
+
+
+def split_ref(ref: str) -> tuple[str, str | None]:
+    """'RUN:STEP' or 'RUN:best' -> (RUN, selector); a plain RUN -> (RUN, None)."""
+    head, sep, tail = str(ref).rpartition(":")
+    if sep and head and (tail == "best" or tail.isdigit() or tail == "latest"):
+        return head, tail
+    return str(ref), None
+
+
+# -- checkpoints -------------------------------------------------------------------------------------
+
+
+def list_checkpoints(run_dir: Path, *, metric: str = DEFAULT_METRIC) -> list[CheckpointInfo]:
+    """The run's checkpoints (oldest first) with scores, size and best/latest/elite marks."""
+    root = checkpoints_dir(Path(run_dir))
+    index_file = root / INDEX
+    if not index_file.is_file():
+        return []
+    try:
+        index = json.loads(index_file.read_text(encoding="utf-8"))
+        entries = list(index["checkpoints"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ArenaError(f"{index_file} unreadable ({_short(exc)})") from None
+    out = []
+    for e in entries:
+        d = root / str(e.get("dir", ""))
+        if not d.is_dir():
+            continue  # deleted by keep_checkpoints between reading the index and listing
+        out.append(
+            CheckpointInfo(
+                step=int(e["step"]),
+                dir=d,
+                kind=str(e.get("kind", "lora" if (d / "adapter").is_dir() else "full")),
+                scores=dict(e.get("scores") or {}),
+                size_bytes=_dir_size(d),
+                time=e.get("time"),
+                latest=e.get("dir") == index.get("latest"),
+                elite=bool(e.get("elite", False)),
+            )
+        )
+    best = _best(out, metric)
+    if best is not None:
+        best.best = True
+    return out
+
+
+def _best(ckpts: list[CheckpointInfo], metric: str) -> CheckpointInfo | None:
+    for key in HEADLINE_METRICS if metric == DEFAULT_METRIC else (metric,):
+        scored = [c for c in ckpts if _is_score(c.scores.get(key))]
+        if scored:  # ties: the more trained one
+            return max(scored, key=lambda c: (c.scores[key], c.step))
+    return None
+
+
+def score_of(ckpt: CheckpointInfo, metric: str = DEFAULT_METRIC) -> tuple[str, float] | None:
+    """(metric, value) that ranks `ckpt`: `metric`, or for the default the first headline one."""
+    for key in HEADLINE_METRICS if metric == DEFAULT_METRIC else (metric,):
+        value = ckpt.scores.get(key)
+        if _is_score(value):
+            return key, float(value)
+    return None
+
+
+def find_best(run_dir: Path, *, metric: str = DEFAULT_METRIC) -> CheckpointInfo | None:
+    """The best checkpoint, or None when there is none scored: the one ranking of the store
+    (`best_checkpoint` here and in `arena_core.store.checkpoints` both come here)."""
+    return _best(list_checkpoints(run_dir, metric=metric), metric)
+
+
+def best_checkpoint(run_dir: Path, *, metric: str = DEFAULT_METRIC) -> CheckpointInfo:
+    """The checkpoint with the highest held-out `metric` (ties: the later step)."""
+    ckpts = list_checkpoints(run_dir, metric=metric)
+    if not ckpts:
+        raise ArenaError(f"{run_dir} has no checkpoints (no {checkpoints_dir(run_dir) / INDEX}).")
+    best = _best(ckpts, metric)
+    if best is None:
+        known = sorted({k for c in ckpts for k in c.scores})
+        raise ArenaError(
+            f"no checkpoint of {run_dir} has a held-out score '{metric}'. Scored metrics: "
+            f"{', '.join(known) or 'none (set eval.every so checkpoints are evaluated)'}; "
+            "pick one with --metric, or name a step as RUN:STEP."
+        )
+    return best
+
+
+def select_checkpoint(
+    ref: str, runs: str | Path = "./runs", *, metric: str = DEFAULT_METRIC
+) -> tuple[Path, CheckpointInfo]:
+    """`RUN`, `RUN:STEP`, `RUN:best` or `RUN:latest` -> (run directory, checkpoint)."""
+    run_ref, selector = split_ref(ref)
+    run_dir = resolve_run(run_ref, runs)
+    if selector == "best":
+        return run_dir, best_checkpoint(run_dir, metric=metric)
+    ckpts = list_checkpoints(run_dir, metric=metric)
+    if not ckpts:
+        raise ArenaError(
+            f"{run_dir} has no checkpoints yet; a run writes one every train.checkpoint_every "
+            "steps and at its end."
+        )
+    if selector is None or selector == "latest":
+        return run_dir, next((c for c in ckpts if c.latest), ckpts[-1])
+    step = int(selector)
+    for c in ckpts:
+        if c.step == step:
+            return run_dir, c
+    raise ArenaError(
+        f"{run_dir} has no checkpoint at step {step}; steps: {', '.join(str(c.step) for c in ckpts)}"
+    )
+
+
+def delete_run(run_dir: Path) -> None:
+    """Remove a run directory (the index forgets it because the index is the directories)."""
+    run_dir = Path(run_dir)
+    if not is_run_dir(run_dir):
+        raise ArenaError(f"{run_dir} is not a run directory; nothing deleted.")
+    shutil.rmtree(run_dir)
+
+
+def _dir_size(path: Path) -> int:
+    total = 0
+    for p in path.rglob("*"):
+        try:
+            if p.is_file():
+                total += p.stat().st_size
+        except OSError:
+            pass
+    return total

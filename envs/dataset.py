@@ -1,0 +1,106 @@
+"""A dataset file as an environment: `+env=dataset env.path=FILE env.category=sft|preference|...`.
+
+One env for every category, loaded by the same code as `arena validate dataset`
+(`arena_core.data.load_dataset`: JSONL, CSV, parquet, a directory of split files or a Hugging Face
+dataset saved to disk), with the same `column_mapping` convention as the gsm8k env, so a file
+that validates is a file that trains. The category says which algorithms can use it: reasoning
+data feeds GRPO/CISPO (this task is then a TextTask like gsm8k's), sft data feeds SFT,
+preference data feeds DPO; a mismatch is a config error before any model loads.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Literal
+
+from arena_envs.common import PromptConfig, PromptedTask
+from pydantic import Field
+
+from arena_core.data import load_dataset
+from arena_core.tasks import Example
+
+
+class DatasetEnvConfig(PromptConfig):
+    """The `env` section for `env=dataset`."""
+
+    name: str = "dataset"
+    path: str = Field(
+        ...,
+        description="JSONL/CSV/parquet file, a directory of <split>.<ext> files, or a Hugging "
+        "Face dataset saved to disk (save_to_disk / its parquet shards).",
+    )
+    category: Literal["reasoning", "sft", "preference"] = Field(
+        "sft",
+        description="reasoning (question, answer) for GRPO/CISPO, sft (prompt, target) for SFT, "
+        "preference (prompt, chosen, rejected) for DPO.",
+    )
+    column_mapping: dict[str, str] | None = Field(
+        None, description='Your column names by canonical name: {"prompt": "instruction", ...}.'
+    )
+    split: str = Field("train", description="Training split (when path is a directory).")
+    eval_split: str | None = Field(
+        None,
+        description="Held-out split of a directory; None = a seeded slice of eval_size rows is "
+        "held out of the training split (training never sees it).",
+    )
+    system_prompt: str = Field("", description="System message; empty = none.")
+    user_template: str = Field("{question}", description="`{question}` = the row's prompt.")
+    eval_size: int = Field(64, ge=1, description="Held-out rows (at most half the file).")
+    reward: str | None = Field(  # type: ignore[assignment]
+        None,
+        description="Reward for held-out reward evaluation; None = gsm8k for reasoning data, "
+        "no reward evaluation otherwise.",
+    )
+
+
+class DatasetTask(PromptedTask):
+    """Canonical rows split into training and held-out; for reasoning data also a TextTask."""
+
+    def __init__(self, cfg: DatasetEnvConfig) -> None:
+        super().__init__(cfg)
+        self.name = cfg.name
+        self.path = cfg.path
+        self.category = cfg.category
+        self.reward = cfg.reward or ("gsm8k" if cfg.category == "reasoning" else "")
+        self.train_rows, self.eval_rows = self._load(cfg)
+
+    @staticmethod
+    def _load(cfg: DatasetEnvConfig) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+        load = dict(category=cfg.category, column_mapping=cfg.column_mapping)
+        path = Path(cfg.path).expanduser()
+        if cfg.eval_split is not None and not path.is_file():
+            train = load_dataset(cfg.path, split=cfg.split, **load)
+            return train, load_dataset(cfg.path, split=cfg.eval_split, **load)[: cfg.eval_size]
+        rows = load_dataset(cfg.path, split=cfg.split, **load)
+        order = list(range(len(rows)))
+        random.Random(cfg.seed).shuffle(order)
+        held = set(order[: min(cfg.eval_size, len(rows) // 2)])
+        train = [r for i, r in enumerate(rows) if i not in held]
+        return train, [rows[i] for i in order if i in held]
+
+    def prompt_messages(self, prompt: str) -> list[dict[str, str]]:
+        """The chat messages that prompt the model with a row's `prompt`."""
+        return self.messages(Example(question=prompt, answer=""))
+
+    # -- TextTask, for reasoning data (GRPO/CISPO) ------------------------------------------------
+    def train_examples(self, seed: int) -> Iterator[Example]:
+        """Reasoning rows as an endless stream, reshuffled each epoch."""
+        rows = [Example(r["question"], r["answer"]) for r in self.train_rows]
+        rng = random.Random(seed)
+        order = list(range(len(rows)))
+        while True:
+            rng.shuffle(order)
+            for i in order:
+                yield rows[i]
+
+    def eval_examples(self, n: int) -> list[Example]:
+        return [Example(r["question"], r["answer"]) for r in self.eval_rows[:n]]
+
+
+def make_dataset(env_cfg: dict) -> DatasetTask:
+    """Registered factory: the validated `env` section -> the task."""
+    if not isinstance(env_cfg, DatasetEnvConfig):
+        env_cfg = DatasetEnvConfig(**env_cfg)
+    return DatasetTask(env_cfg)

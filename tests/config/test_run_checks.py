@@ -1,0 +1,93 @@
+"""arena-run, its dry run and `arena validate config` refuse the same configs with the same code,
+and presets compose with another env (issue 10, items 3, 4 and the config parts of 9)."""
+
+from __future__ import annotations
+
+import pytest
+
+from arena_core.cli import main as arena_cli
+from arena_core.cli import run as arena_run
+from arena_core.config import compose_config, compose_run_config
+from arena_core.errors import ConfigError
+
+REFUSED = {
+    "no algorithm": (["+env=arithmetic", "model=tiny"], "algo: no algorithm chosen"),
+    "no env": (["+algo=grpo", "model=tiny"], "env: no environment chosen"),
+    "~env of a preset": (["+experiment=quickstart", "~env"], "`~env` removed the env"),
+    "env=null": (["+experiment=quickstart", "env=null"], "env=null: a run needs an env"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_dry_run_and_validate_config_refuse_what_a_run_refuses(
+    case: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    overrides, message = REFUSED[case]
+    with pytest.raises(ConfigError) as caught:
+        compose_run_config(overrides)  # what arena-run calls before training
+    assert any(message in p for p in caught.value.problems), caught.value.problems
+    assert arena_run.main([*overrides, "dry_run=true"]) == 2
+    assert message in capsys.readouterr().err
+    assert arena_cli.main(["validate", "config", *overrides, "--json"]) == 2
+    assert message in capsys.readouterr().out
+
+
+def test_preset_env_is_replaced_not_appended() -> None:
+    cfg = compose_run_config(["+experiment=quickstart", "env=gsm8k", "env.path=/data/x.jsonl"])
+    assert cfg["env"]["name"] == "gsm8k" and cfg["env"]["path"] == "/data/x.jsonl"
+    assert cfg["model"]["name_or_path"] == "arena:tiny"  # the preset's other settings stay
+    assert cfg["algo"]["group_size"] == 8 and cfg["train"]["max_steps"] == 80
+    same = compose_run_config(["+experiment=quickstart", "+env=gsm8k", "env.path=/data/x.jsonl"])
+    assert same == cfg  # `+env=` reads the same as `env=` with a preset
+
+
+def test_hardware_h100_suggests_h100_80() -> None:
+    with pytest.raises(ConfigError) as caught:
+        compose_config(["+algo=grpo", "+env=arithmetic", "hardware=h100"])
+    assert "did you mean 'h100-80'?" in caught.value.problems[0]
+
+
+def test_cross_field_errors_name_the_keys() -> None:
+    """A model-level validator (min above max) names the keys it is about, not the section."""
+    from pydantic import model_validator
+
+    from arena_core.config.schema import Strict
+    from arena_core.config.validate import check_section
+
+    class Window(Strict):
+        low: int = 0
+        high: int = 1
+
+        @model_validator(mode="after")
+        def _order(self) -> Window:
+            if self.low > self.high:
+                raise ValueError(f"low ({self.low}) is above high ({self.high}): swap them")
+            return self
+
+    _, problems = check_section({"low": 5, "high": 2}, Window, "env", "my_plugin")
+    assert problems == [
+        "env.low, env.high: low (5) is above high (2): swap them (plugin my_plugin)"
+    ]
+
+
+def test_a_missing_resume_target_is_refused_before_the_run(
+    tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The run refuses `train.resume=DIR` without a checkpoint; its dry run and `arena validate
+    config` must too (exit 2), and checking must not create the directory."""
+    missing = tmp_path / "does" / "not" / "exist"
+    overrides = ["+experiment=quickstart", f"train.resume={missing}", f"paths.runs={tmp_path}"]
+    assert arena_run.main([*overrides, "dry_run=true"]) == 2
+    assert "nothing to resume" in capsys.readouterr().err
+    assert arena_cli.main(["validate", "config", *overrides, "--json"]) == 2
+    assert "nothing to resume" in capsys.readouterr().out
+    assert not (tmp_path / "does").exists()
+
+
+def test_validate_config_prints_overrides_with_brackets_verbatim(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Rich would read `[csv,wandb]` as markup and drop it from the header."""
+    overrides = ["+experiment=quickstart", "logger.names=[csv,tensorboard]"]
+    arena_cli.main(["validate", "config", *overrides])
+    assert "logger.names=[csv,tensorboard]" in capsys.readouterr().out

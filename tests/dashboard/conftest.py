@@ -1,0 +1,156 @@
+"""Fixtures of the dashboard tests: run directories written the way a run writes them (including
+the broken ways), a dashboard served on 127.0.0.1, a real quickstart run trained by `arena-run`
+in a child process while a browser watches, and headless Chromium (skips when not installed).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from arena_core.serve.dashboard.server import DashboardServer
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+from dashboard_browser import Browser, find_chromium  # noqa: E402
+
+COLUMNS = ["step", "reward/mean", "reward/correctness", "loss", "kl", "eval/reward_mean"]
+LIVE_STEPS = 10
+LIVE_RUN = [
+    "+experiment=quickstart",
+    f"train.max_steps={LIVE_STEPS}",
+    "train.checkpoint_every=5",
+    "train.prompts_per_step=2",
+    "algo.group_size=2",
+    "eval.every=5",
+    "eval.num_prompts=4",
+    "generation.max_new_tokens=12",
+    "sandbox.workers=1",
+    "runtime.progress=lines",
+]
+
+
+def write_run(
+    root: Path,
+    name: str,
+    *,
+    steps: int = 5,
+    summary: bool = True,
+    extra_lines: str = "",
+    config: dict[str, Any] | None = None,
+) -> Path:
+    """A run directory as the runtime leaves it: config.yaml, metrics.csv, summary.json and a
+    checkpoint index (metrics written with the csv module, like CsvMetrics)."""
+    run = root / name
+    (run / "checkpoints" / f"step_{steps:06d}" / "model").mkdir(parents=True)
+    cfg = config or {
+        "run_name": "demo",
+        "algo": {"name": "grpo"},
+        "env": {"name": "arithmetic"},
+        "model": {"name_or_path": "arena:tiny"},
+        "train": {"max_steps": steps},
+    }
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    with open(run / "metrics.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(COLUMNS)
+        for s in range(1, steps + 1):
+            w.writerow([s, s / 10, s / 20, -s / 100, "nan", (s / 8) if s == steps else ""])
+    if extra_lines:
+        with open(run / "metrics.csv", "a", newline="") as fh:
+            fh.write(extra_lines)
+    (run / "checkpoints" / "index.json").write_text(
+        json.dumps(
+            {
+                "latest": f"step_{steps:06d}",
+                "checkpoints": [
+                    {
+                        "step": steps,
+                        "dir": f"step_{steps:06d}",
+                        "kind": "full",
+                        "scores": {"eval/reward_mean": 0.5},
+                    }
+                ],
+            }
+        )
+    )
+    if summary:
+        evals = [{"step": 0, "eval/reward_mean": 0.1}, {"step": steps, "eval/reward_mean": 0.5}]
+        (run / "summary.json").write_text(
+            json.dumps({"status": "finished", "steps": steps, "wall_seconds": 12.5, "evals": evals})
+        )
+    return run
+
+
+@pytest.fixture
+def serve() -> Iterator[Any]:
+    """serve(runs_dir, **options) -> a started DashboardServer (closed after the test)."""
+    started: list[DashboardServer] = []
+
+    def start(runs: Path, **kwargs: Any) -> DashboardServer:
+        server = DashboardServer(runs, port=0, **kwargs).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.close()
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    binary = find_chromium()
+    if binary is None:
+        pytest.skip("no chromium binary (apt-get install chromium, or set ARENA_CHROMIUM)")
+    return binary
+
+
+@pytest.fixture(scope="session")
+def browser(chromium: str) -> Iterator[Browser]:
+    b = Browser(chromium)
+    yield b
+    b.close()
+
+
+@pytest.fixture(scope="session")
+def live_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """A short quickstart run training in a child process (`arena.train`, as `arena-run` does
+    after its pre-flight checks, which tests/cli covers); yields {runs, proc, dashboard, log}
+    at once, while it starts (the dashboard serves its runs directory)."""
+    runs = tmp_path_factory.mktemp("dash-runs")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    train = "import sys, arena; arena.train(sys.argv[1:], check=False)"
+    cmd = [sys.executable, "-c", train, *LIVE_RUN, f"paths.runs={runs}"]
+    log = open(runs.parent / "live-run.log", "w")  # noqa: SIM115
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    server = DashboardServer(runs, port=0).start()
+    try:
+        yield {"runs": runs, "proc": proc, "dashboard": server, "log": runs.parent / "live-run.log"}
+    finally:
+        server.close()
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=20)
+        log.close()
+
+
+def wait_for_run_dir(runs: Path, proc: subprocess.Popen, timeout_s: float = 90) -> Path:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = [p for p in runs.iterdir() if (p / "config.yaml").is_file()]
+        if found:
+            return found[0]
+        if proc.poll() is not None:
+            raise AssertionError(f"arena-run exited with {proc.returncode} before its run dir")
+        time.sleep(0.05)
+    raise AssertionError("arena-run made no run directory")

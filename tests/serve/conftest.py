@@ -1,0 +1,129 @@
+"""One tiny quickstart run (full fine-tuning) and one LoRA run serve every test here; the full
+run's best checkpoint is deployed once with `arena deploy` in a child process.
+
+Traffic goes only to 127.0.0.1, to servers these fixtures start and stop.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+API_KEY = "test-key-123"
+SHORT_RUN = [
+    "+experiment=quickstart",
+    "train.max_steps=2",
+    "train.checkpoint_every=1",
+    "train.prompts_per_step=2",
+    "algo.group_size=2",
+    "eval.every=1",
+    "eval.num_prompts=4",
+    "generation.max_new_tokens=12",
+    "sandbox.workers=1",
+    "runtime.progress=lines",
+]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_torch_thread() -> Iterator[None]:
+    """Tiny matrices: one thread is fastest, and two on a busy 2-core machine are several times
+    slower (see tests/conftest.py's one_torch_thread); session-wide for the in-process servers."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def api_key() -> str:
+    return API_KEY
+
+
+@pytest.fixture(scope="session")
+def runs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("serve-runs")
+
+
+@pytest.fixture(scope="session")
+def quick_run(runs_dir: Path):
+    """A 2-step quickstart run (full weights, checkpoints at steps 1 and 2), via the SDK."""
+    import arena
+
+    return arena.train([*SHORT_RUN, f"paths.runs={runs_dir}"])
+
+
+@pytest.fixture(scope="session")
+def lora_run(runs_dir: Path):
+    """The same run with a LoRA adapter (r=4, alpha=8) on the tiny base."""
+    import arena
+
+    overrides = [*SHORT_RUN, f"paths.runs={runs_dir}", "model.lora.r=4", "model.lora.alpha=8"]
+    overrides += ["run_name=lora", "project=demo"]  # grouped under runs_dir/demo/
+    overrides += ["algo.lr=0.05"]  # a big step: the adapter must change the outputs
+    return arena.train(overrides, check=False)
+
+
+@pytest.fixture(scope="session")
+def deployed(quick_run) -> Iterator[str]:
+    """`arena deploy RUN:best` in a child process, with a key and small limits; yields its URL."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "arena_core.cli.main",
+        "deploy",
+        f"{quick_run.path}:best",
+        "--port",
+        "0",
+        "--api-key",
+        API_KEY,
+        "--max-pending",
+        "4",
+        "--max-batch",
+        "8",
+        "--max-tokens",
+        "64",
+        "--max-request-bytes",
+        "20000",
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
+    url = None
+    deadline = time.monotonic() + 60
+    lines = []
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        match = re.search(r"on (http://127\.0\.0\.1:\d+)/v1", line)
+        if match:
+            url = match.group(1)
+            break
+    if url is None:
+        proc.kill()
+        pytest.fail("arena deploy did not start:\n" + "".join(lines) + (proc.stdout.read() or ""))
+    # keep reading its output, so a chatty server can never block on a full pipe
+    threading.Thread(target=proc.stdout.read, daemon=True).start()
+    assert httpx.get(f"{url}/health", timeout=10).json()["status"] == "ok"
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

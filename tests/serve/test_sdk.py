@@ -1,0 +1,189 @@
+"""The Python SDK (`import arena`) and serving several checkpoints, LoRA members on one base."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+from openai import OpenAI
+
+import arena
+from arena_core.cli.main import main
+from arena_core.errors import ArenaError
+from arena_core.models import load_policy
+from arena_core.rollout.base import SamplingParams
+from arena_core.rollout.torch_backend import TorchBackend
+from arena_core.serve.server import ServeOptions, Server
+
+PROMPTS = ["12+3=", "What is 5*5?", "9-4="]
+
+
+def _in_process(path, prompts, n=16) -> list[str]:
+    policy = load_policy({"name_or_path": str(path), "lora": {"r": 0}})
+    params = SamplingParams(max_new_tokens=n, temperature=0.0)
+    return [
+        c.text for c in TorchBackend(policy.model, policy.tokenizer).generate_text(prompts, params)
+    ]
+
+
+def test_sdk_runs_checkpoints_and_metrics(quick_run, runs_dir) -> None:
+    listed = arena.runs(runs_dir)
+    assert quick_run.path in [r.path for r in listed]
+    run = arena.run(quick_run.name, runs=runs_dir)  # by name under the runs directory
+    assert run.path == quick_run.path and run.status == "finished"
+    steps = [c.step for c in run.checkpoints()]
+    assert steps == [1, 2]
+    best = run.best(metric="eval/accuracy")
+    assert best.step in steps and "eval/accuracy" in best.scores
+    table = run.metrics(keys=["reward/mean", "loss"])
+    assert table.column_names == ["step", "reward/mean", "loss"]
+    assert table.column("step").to_pylist() == [1.0, 2.0]
+    assert arena.validate_reward is not None and callable(arena.validate_env)
+
+
+def test_deployment_batches_prompts_and_streams(quick_run) -> None:
+    best = quick_run.best()
+    with arena.deploy(best) as dep:
+        assert dep.url.startswith("http://127.0.0.1:")
+        texts = dep.generate(PROMPTS, max_tokens=16)
+        assert dep.server.engine.max_rows_seen == len(PROMPTS)  # one batch, not three calls
+        assert texts == _in_process(best.path, PROMPTS)
+        streamed = list(dep.stream(PROMPTS[0], max_tokens=16))
+        assert len(streamed) > 1 and "".join(streamed) == texts[0]
+        chat = dep.chat([{"role": "user", "content": "What is 2+2?"}], max_tokens=16)
+        assert (
+            "".join(dep.chat_stream([{"role": "user", "content": "What is 2+2?"}], max_tokens=16))
+            == chat
+        )
+
+
+def test_concurrent_clients_share_decode_batches(quick_run) -> None:
+    with arena.deploy(quick_run.best()) as dep:
+        engine = dep.server.engine
+        before = engine.batches
+        results: dict[int, str] = {}
+
+        def ask(i: int) -> None:
+            results[i] = dep.generate(PROMPTS[i % 3], max_tokens=24, temperature=1.0, seed=None)[0]
+
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert len(results) == 12
+        assert engine.batches - before < 12 and engine.max_rows_seen > 1
+
+
+def test_project_groups_runs_in_its_own_folder(lora_run, quick_run, runs_dir) -> None:
+    assert lora_run.path.parent == runs_dir / "demo"
+    assert [r.path for r in arena.runs(runs_dir, project="demo")] == [lora_run.path]
+    assert {r.path for r in arena.runs(runs_dir)} >= {lora_run.path, quick_run.path}
+
+
+def test_population_of_lora_members_on_one_base(lora_run) -> None:
+    one, two = lora_run.checkpoints()
+    refs = [f"first={one.ref}", f"second={two.ref}"]
+    with Server(refs, ServeOptions(port=0, api_key="k")).start() as server:
+        client = OpenAI(base_url=f"{server.url}/v1", api_key="k", max_retries=0)
+        listed = {m.id: m for m in client.models.list().data}
+        assert set(listed) == {"first", "second", "arena:tiny"}
+        assert listed["first"].parent == listed["second"].parent == "arena:tiny"
+        assert server.models[0].module is server.models[1].module  # one base in memory
+        for name, ckpt in (("first", one), ("second", two), ("first", one)):
+            r = client.completions.create(model=name, prompt=PROMPTS, max_tokens=12, temperature=0)
+            got = [c.text for c in sorted(r.choices, key=lambda c: c.index)]
+            assert got == _in_process(ckpt.path, PROMPTS, n=12), name
+        r = client.completions.create(
+            model="arena:tiny", prompt=PROMPTS, max_tokens=12, temperature=0
+        )
+        base = [c.text for c in sorted(r.choices, key=lambda c: c.index)]
+        assert base == _in_process("arena:tiny", PROMPTS, n=12)  # the base: adapters off
+
+
+def test_public_bind_requires_a_key(quick_run, monkeypatch) -> None:
+    monkeypatch.delenv("ARENA_API_KEY", raising=False)
+    with pytest.raises(ArenaError, match="API key is\\s+required"):
+        Server([quick_run.path.as_posix()], ServeOptions(host="0.0.0.0", port=0))
+    assert main(["deploy", str(quick_run.path), "--host", "0.0.0.0", "--port", "0"]) == 1
+
+
+def test_cli_generate_in_process_and_against_a_deploy(quick_run, capsys) -> None:
+    ref = f"{quick_run.path}:best"
+    assert main(["generate", ref, PROMPTS[0], "--max-tokens", "16"]) == 0
+    local = capsys.readouterr().out
+    assert local.rstrip("\n") == _in_process(quick_run.best().path, PROMPTS[:1])[0]
+    with arena.deploy(quick_run.best(), api_key="k") as dep:
+        args = ["generate", "--url", dep.url, "--api-key", "k", PROMPTS[0], "--max-tokens", "16"]
+        assert main([*args, "--stream"]) == 0
+        assert capsys.readouterr().out == local
+        assert main(["generate", "--url", dep.url, "--api-key", "bad", "x"]) == 1
+        assert "401" in capsys.readouterr().err
+
+
+def test_cli_chat_and_runs_show_on_a_real_run(quick_run, runs_dir, capsys, monkeypatch) -> None:
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("What is 2+2?\nAnd 3+3?\n\n"))
+    assert main(["chat", f"{quick_run.path}:best", "--max-tokens", "12"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and all(lines)  # one streamed answer per question, history kept
+    assert main(["runs", "show", quick_run.name, "--runs", str(runs_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "train.max_steps = 2" in out and "status finished" in out
+
+
+def _policy_run(root, algo: str):
+    """A run of a non-LLM algorithm as its loop writes it (weights without config.json)."""
+    run = root / f"{algo}-run"
+    (run / "checkpoints" / "step_000001" / "model").mkdir(parents=True)
+    (run / "checkpoints" / "step_000001" / "model" / "arena_policy.json").write_text("{}")
+    (run / "config.yaml").write_text(f"algo:\n  name: {algo}\n")
+    entry = {"step": 1, "dir": "step_000001", "kind": "full", "scores": {"eval/return_mean": 9.0}}
+    index = {"latest": "step_000001", "checkpoints": [entry]}
+    (run / "checkpoints" / "index.json").write_text(json.dumps(index))
+    return run
+
+
+def test_other_algorithm_kinds_add_their_own_routes(tmp_path) -> None:
+    from fastapi.testclient import TestClient
+
+    from arena_core.serve.app import create_app, register_kind_routes
+    from arena_core.serve.engine import Engine
+    from arena_core.serve.models import ServedModel, load_models, register_kind_loader
+
+    with pytest.raises(ArenaError, match="'nokind' run: .*register_kind_loader"):
+        load_models([str(_policy_run(tmp_path, "nokind"))])
+
+    def load(name, run_dir, ckpt, device) -> ServedModel:
+        return ServedModel(name, "toy-policy", backend=None, tokenizer=None)
+
+    def add_routes(app, models) -> None:
+        @app.post("/v1/act")
+        async def act(body: dict) -> dict:
+            return {"model": models[0].name, "action": len(body["observation"])}
+
+    register_kind_loader("toy-policy", load)
+    register_kind_routes("toy-policy", add_routes)
+    engine = Engine(load_models([f"walker={_policy_run(tmp_path, 'toy-policy')}:best"]))
+    try:
+        http = TestClient(create_app(engine, api_key="k"))
+        auth = {"Authorization": "Bearer k"}
+        r = http.post("/v1/act", json={"observation": [0, 1, 2]}, headers=auth)
+        assert r.json() == {"model": "walker", "action": 3}
+        assert http.post("/v1/act", json={"observation": []}).status_code == 401
+        listed = http.get("/v1/models", headers=auth).json()["data"]
+        assert listed[0]["kind"] == "toy-policy" and listed[0]["root"].endswith("step_000001")
+        r = http.post("/v1/completions", json={"prompt": "x"}, headers=auth)
+        assert r.status_code == 404 and "not served" in r.json()["error"]["message"]
+    finally:
+        engine.close()
+
+
+def test_train_accepts_a_mapping_of_overrides() -> None:
+    from arena._runs import to_overrides
+
+    got = to_overrides({"+experiment": "quickstart", "train": {"max_steps": 3}, "run_name": "a b"})
+    assert got == ["+experiment=quickstart", "train.max_steps=3", 'run_name="a b"']
+    assert to_overrides("train.max_steps=2") == ["train.max_steps=2"]
