@@ -64,13 +64,21 @@ def deploy(
     api_key: str | None = None,
     runs: str | Path = "./runs",
     limits: Limits | None = None,
+    backend: str = "torch",
 ) -> Deployment:
     """Serve `target` (a Checkpoint, a Run (its best checkpoint), or `RUN[:STEP|best]`) and any
-    `models={name: target}` besides, on `host:port` (0: a free port). Close it when done."""
+    `models={name: target}` besides, on `host:port` (0: a free port). Close it when done.
+    `backend="vllm"` generates with vLLM (its engine core is a spawned process: call this under
+    `if __name__ == "__main__":` in a script)."""
     refs = [_ref(target)] if target is not None else []
     refs += [f"{name}={_ref(t)}" for name, t in (models or {}).items()]
     options = ServeOptions(
-        host=host, port=port, api_key=api_key, runs=runs, limits=limits or Limits()
+        host=host,
+        port=port,
+        api_key=api_key,
+        runs=runs,
+        limits=limits or Limits(),
+        backend=backend,
     )
     return Deployment(Server(refs, options).start())
 

@@ -87,6 +87,12 @@ class Run:
     def config(self) -> dict[str, Any]:
         return self.info.config
 
+    @property
+    def validation(self) -> dict[str, Any] | None:
+        """The pre-flight report the run started on (validation.json); None when it kept none
+        (`check=False`, classic RL, SFT/DPO), `{"problem": ...}` when it cannot be read."""
+        return index.read_validation(self.path)
+
     def checkpoints(self, *, metric: str = index.DEFAULT_METRIC) -> list[Checkpoint]:
         return [Checkpoint(self, c) for c in index.list_checkpoints(self.path, metric=metric)]
 
@@ -130,7 +136,8 @@ def train(config: Sequence[str] | Mapping[str, Any] | str, *, check: bool = True
 
     `config` is arena-run's overrides (`["+experiment=quickstart", "train.max_steps=20"]`) or a
     mapping of the same (`{"+experiment": "quickstart", "train": {"max_steps": 20}}`). `check`
-    runs arena-run's preflight (reward, env and dataset validation) first.
+    runs arena-run's preflight (reward, env and dataset validation) first; the run keeps its
+    report as validation.json.
     """
     from arena_core.cli.plan_summary import run_plan
     from arena_core.config import compose_run_config
@@ -143,14 +150,16 @@ def train(config: Sequence[str] | Mapping[str, Any] | str, *, check: bool = True
     loop = getattr(algo.get(str(name)).obj, "training_loop", None) if name in algo else None
     if loop is not None:  # classic RL: the algorithm's own loop
         return Run(import_object(loop)(cfg))
+    report = None
     if check:
         from arena_core.cli.preflight import preflight
 
-        preflight(cfg)
+        report = preflight(cfg).to_dict()  # kept as the run's validation.json
     plan = run_plan(cfg)
     from arena_core.runtime import run_training
 
-    return Run(run_training(cfg, plan=plan.to_dict() if plan is not None else None))
+    plan_dict = plan.to_dict() if plan is not None else None
+    return Run(run_training(cfg, plan=plan_dict, validation=report))
 
 
 def to_overrides(config: Sequence[str] | Mapping[str, Any] | str) -> list[str]:

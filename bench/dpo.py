@@ -34,9 +34,9 @@ LAST_NUMBER = re.compile(r"-?\d+")
 def _pair(task, ex, rng: random.Random) -> dict[str, str]:
     """The task's demonstration (the format arena:tiny was warm-started on) as chosen, the same
     text with a wrong final number as rejected."""
-    from arena_core.runtime.offline_data import _demo
+    from arena_core.runtime.offline_data import demonstration
 
-    chosen = _demo(task, ex)
+    chosen = demonstration(task, ex)
     last = list(LAST_NUMBER.finditer(chosen))[-1]
     wrong = int(last.group(0)) + rng.choice([-10, -2, -1, 1, 2, 10])
     rejected = chosen[: last.start()] + str(wrong) + chosen[last.end() :]

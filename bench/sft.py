@@ -27,7 +27,7 @@ import torch
 def make_data(root: Path, n_train: int, n_eval: int) -> list[dict[str, str]]:
     """train.jsonl / test.jsonl of (prompt, target) from the arithmetic env's demonstrations."""
     from arena_core.runtime.build import make_env
-    from arena_core.runtime.offline_data import _demo
+    from arena_core.runtime.offline_data import demonstration
 
     task = make_env({"name": "arithmetic"})
     stream = task.train_examples(0)
@@ -37,8 +37,10 @@ def make_data(root: Path, n_train: int, n_eval: int) -> list[dict[str, str]]:
     for name, exs in (("train", train), ("test", held)):
         with (root / f"{name}.jsonl").open("w") as f:
             for ex in exs:
-                f.write(json.dumps({"prompt": ex.question, "target": _demo(task, ex)}) + "\n")
-    return [{"prompt": ex.question, "target": _demo(task, ex)} for ex in held]
+                f.write(
+                    json.dumps({"prompt": ex.question, "target": demonstration(task, ex)}) + "\n"
+                )
+    return [{"prompt": ex.question, "target": demonstration(task, ex)} for ex in held]
 
 
 def held_out_loss(model, tokenizer, rows: list[dict[str, str]], max_length: int) -> float:

@@ -10,6 +10,7 @@ from arena_core.serve.protocol import Limits
 EPILOG = """examples:
   arena deploy quickstart-20250101-120000:best
   arena deploy RUN --port 8001 --api-key secret
+  arena deploy RUN --backend vllm                          generate with vLLM
   arena deploy --model a=RUN_A:best --model b=RUN_B:40     two models, picked by `model`
   arena deploy RUN --host 0.0.0.0 --api-key "$KEY"        reachable from the network
 
@@ -24,7 +25,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="serve checkpoints with an OpenAI-compatible API",
         description="Serve one or more checkpoints at /v1/models, /v1/chat/completions and "
         "/v1/completions (streaming, n, stop, seed, usage), /health. Concurrent requests are "
-        "decoded together in batches. Binds 127.0.0.1 unless --host says otherwise; any other "
+        "decoded together in batches. A PPO/IPPO checkpoint answers POST /v1/act "
+        "(observation in, action out) instead. Binds 127.0.0.1 unless --host says otherwise; any other "
         "address requires an API key.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -43,6 +45,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--api-key", help="require `Authorization: Bearer KEY` (or ARENA_API_KEY)")
     p.add_argument("--metric", default="eval/reward_mean", help="what RUN:best maximises")
     p.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:1)")
+    p.add_argument(
+        "--backend",
+        default="torch",
+        choices=["torch", "vllm"],
+        help="generation backend (default torch). vllm: needs the [vllm] extra, starts an engine "
+        "(20-70 s on CPU) and serves LoRA checkpoints merged; its streams arrive as chunks once "
+        "each choice is complete (no per-token hook), torch streams token by token",
+    )
     p.add_argument("--max-tokens", type=int, default=lim.max_tokens, help="per request")
     p.add_argument("--max-n", type=int, default=lim.max_n, help="choices per request")
     p.add_argument(
@@ -75,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
         runs=args.runs,
         metric=args.metric,
         device=args.device,
+        backend=args.backend,
         log_level=args.log_level,
         limits=Limits(
             max_request_bytes=args.max_request_bytes,

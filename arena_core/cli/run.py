@@ -69,7 +69,7 @@ def execute(overrides: list[str]) -> int:
     own_loop = _algorithm_loop(cfg)
     if own_loop is not None:  # classic RL (PPO, IPPO): the algorithm names the loop that runs it
         return _run_algorithm_loop(cfg, own_loop)
-    preflight(cfg)
+    report = preflight(cfg)
     if cfg.get("dry_run"):
         print_config(cfg)
         print_plan_summary(cfg)
@@ -79,7 +79,9 @@ def execute(overrides: list[str]) -> int:
         print(plan.summary_line(), flush=True)
     from arena_core.runtime import run_training
 
-    run_dir = run_training(cfg, plan=plan.to_dict() if plan is not None else None)
+    run_dir = run_training(
+        cfg, plan=plan.to_dict() if plan is not None else None, validation=report.to_dict()
+    )
     print(f"run directory: {run_dir}")
     return 0
 

@@ -115,6 +115,7 @@ def _init_from(cfg: dict[str, Any], ref: str, *, device: str, runs: str | Path) 
     """
     from arena_core.store.index import select_checkpoint
 
+    ref = _newest_named(ref, runs)
     try:
         _, ckpt = select_checkpoint(ref, runs)
     except ArenaError as exc:
@@ -135,6 +136,22 @@ def _init_from(cfg: dict[str, Any], ref: str, *, device: str, runs: str | Path) 
         model.requires_grad_(True)
     print(f"model: initialised from {ckpt.dir} (step {ckpt.step}, {ckpt.kind})", flush=True)
     return _finish(LoadedPolicy(model, start.tokenizer, ref, is_lora=is_lora), device)
+
+
+def _newest_named(ref: str, runs: str | Path) -> str:
+    """`NAME[:SEL]` where NAME is a run_name (directories are NAME-<date>-<time>) -> the newest
+    such run's directory; anything else is returned unchanged for the run index to resolve."""
+    from arena_core.store.index import is_run_dir, list_runs, split_ref
+
+    name, selector = split_ref(ref)
+    if is_run_dir(Path(name).expanduser()) or is_run_dir(Path(runs) / name):
+        return ref
+    stamped = [r.path for r in list_runs(runs) if r.name.startswith(f"{name}-")]
+    stamped = [p for p in stamped if p.name[len(name) + 1 :].replace("-", "").isdigit()]
+    if not stamped:
+        return ref
+    newest = max(stamped, key=lambda p: p.name)
+    return f"{newest}:{selector}" if selector else str(newest)
 
 
 def _finish(policy: LoadedPolicy, device: str) -> LoadedPolicy:

@@ -52,7 +52,7 @@ from arena_core.store.checkpoints import (
     save_checkpoint,
 )
 from arena_core.store.metrics import plot_reward_curve
-from arena_core.store.rundir import new_run_dir, resolve_resume, write_config
+from arena_core.store.rundir import new_run_dir, resolve_resume, write_config, write_validation
 
 DEFAULT_MICRO_BATCH_TOKENS = 2048  # until the planner picks one
 PLAN_CHECK_STEPS = 3  # steps after the first (warm-up) that the plan's prediction is checked on
@@ -69,23 +69,33 @@ class RunInterrupted(ArenaError):
     exit_code = 130
 
 
-def run_training(cfg: dict[str, Any], plan: dict[str, Any] | None = None) -> Path:
+def run_training(
+    cfg: dict[str, Any],
+    plan: dict[str, Any] | None = None,
+    validation: dict[str, Any] | None = None,
+) -> Path:
     """Train as `cfg` says; returns the run directory (see the module docstring).
 
     `plan` is the planner's result (`arena-run` passes it): it is saved as plan.json and supplies
-    the micro-batch token budget when `train.micro_batch_tokens` is not pinned.
+    the micro-batch token budget when `train.micro_batch_tokens` is not pinned. `validation` is
+    the pre-flight report `arena-run` checked (saved as validation.json for the dashboard).
     """
     core = CoreConfig.model_validate(cfg)
     threads = torch.get_num_threads()
     if core.runtime.threads:
         torch.set_num_threads(core.runtime.threads)
     try:
-        return _run(core, cfg, plan)
+        return _run(core, cfg, plan, validation)
     finally:
         torch.set_num_threads(threads)  # a library call must not change the caller's threads
 
 
-def _run(core: CoreConfig, cfg: dict[str, Any], plan: dict[str, Any] | None) -> Path:
+def _run(
+    core: CoreConfig,
+    cfg: dict[str, Any],
+    plan: dict[str, Any] | None,
+    validation: dict[str, Any] | None = None,
+) -> Path:
     algorithm = build_algorithm(core.algo)
     task = build_task(core.env)
     reward_file = reward_path(core.reward, task)  # fails fast, before any model loads
@@ -101,6 +111,7 @@ def _run(core: CoreConfig, cfg: dict[str, Any], plan: dict[str, Any] | None) -> 
         name = core.run_name or f"{core.algo['name']}-{core.env['name']}"  # type: ignore[index]
         run_dir = new_run_dir(runs, name)
         write_config(run_dir, cfg)
+    write_validation(run_dir, validation)
     print(f"run directory: {run_dir}", flush=True)
     try:
         return _train(core, cfg, plan, run_dir, algorithm, task, reward_file, resuming)

@@ -78,7 +78,7 @@ class Row:
     rejected: str = ""
 
 
-def _demo(task: Any, ex: Example) -> str:
+def demonstration(task: Any, ex: Example) -> str:
     demo = ex.meta.get("demo") if ex.meta else None
     return str(demo) if demo else gold_completion(task, ex)
 
@@ -103,7 +103,7 @@ class OfflineData:
         return Row(index, messages, target=r["target"])
 
     def _example(self, ex: Example) -> Row:
-        return Row(-1, self.task.messages(ex), target=_demo(self.task, ex))
+        return Row(-1, self.task.messages(ex), target=demonstration(self.task, ex))
 
     def stream(self, seed: int, skip: int = 0) -> Iterator[Row]:
         """Endless training rows, reshuffled each epoch from `seed`; `skip` drops the first rows

@@ -2,7 +2,8 @@
 
 One worker thread owns the models. It takes the oldest waiting request and every other waiting
 request that can share its decode batch (same model and sampling rule), up to `max_batch_rows`
-rows, and runs them as one batched, KV-cached `TorchBackend.generate` call. Per-row limits that
+rows, and runs them as one batched `generate` call of the model's serving backend (torch or vLLM,
+`arena_core.serve.backends`). Per-row limits that
 differ between requests (max_tokens, stop strings, a client that left) are applied as tokens
 arrive through the backend's `on_token` hook, which ends a row the moment it is done, so one
 request's long answer costs the others nothing but the shared steps.
@@ -133,6 +134,11 @@ class Engine:
             self._closed = True
             self._cond.notify_all()
         self._thread.join(timeout=10)
+        backends = {id(m.backend): m.backend for m in self.models.values()}
+        for backend in backends.values():  # a vLLM engine's processes end here
+            close = getattr(backend, "close", None)
+            if close is not None:
+                close()
 
     # -- the worker ------------------------------------------------------------------------------
     def _work(self) -> None:

@@ -7,7 +7,8 @@ population costs one base in memory. The base itself is served too (adapters dis
 
 `kind` says which routes a model answers: "llm" models get the OpenAI routes; other algorithm
 kinds (a classic-RL policy answering `/v1/act`) register their own through `register_kind_routes`
-in `arena_core.serve.app`.
+in `arena_core.serve.app`, from the function their algorithm class names in `serving` (PPO and
+IPPO: `arena_core.runtime.gym_serve.register_serving`), imported when such a checkpoint loads.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ class ServedModel:
 
     name: str
     kind: str  # "llm" (OpenAI routes); other kinds register their own routes
-    backend: Any  # a TorchBackend over `module`
+    backend: Any  # a ServingBackend (arena_core.serve.backends): TorchBackend over `module`, ...
     tokenizer: Any
     parent: str | None = None  # the base a LoRA adapter applies to
     adapter: str | None = None  # the PEFT adapter name to activate; None = the plain weights
@@ -44,6 +45,9 @@ class ServedModel:
 
     @property
     def context_length(self) -> int:
+        known = getattr(self.backend, "context_length", None)  # backends without a module
+        if known:
+            return int(known)
         cfg = getattr(self.module, "config", None)
         return int(getattr(cfg, "max_position_embeddings", 0) or 1 << 20)
 
@@ -116,11 +120,15 @@ def load_models(
     metric: str = DEFAULT_METRIC,
     device: str = "cpu",
     max_batch_size: int | None = None,
+    backend: str = "torch",
 ) -> list[ServedModel]:
-    """Load every referenced checkpoint; names default to the run name (plus `:STEP`)."""
+    """Load every referenced checkpoint; names default to the run name (plus `:STEP`).
+    `backend` names the generation backend (`arena_core.serve.backends.SERVING_BACKENDS`)."""
     from arena_core.models import load_policy
     from arena_core.rollout.torch_backend import TorchBackend
+    from arena_core.serve.backends import serving_backend
 
+    engine = serving_backend(backend)
     if not refs:
         raise ArenaError("nothing to serve: name a run or checkpoint, e.g. `arena deploy RUN:best`")
     served: list[ServedModel] = []
@@ -145,14 +153,9 @@ def load_models(
             model.source = {**source, **model.source}
             served.append(model)
             continue
-        if ckpt.kind != "lora":
-            policy = load_policy(
-                {"name_or_path": str(ckpt.weights_dir), "lora": {"r": 0}}, device=device
-            )
-            backend = TorchBackend(
-                policy.model, policy.tokenizer, device=device, max_batch_size=max_batch_size
-            )
-            served.append(ServedModel(name, "llm", backend, policy.tokenizer, source=source))
+        if ckpt.kind != "lora" or not engine.shares_lora_base:
+            backend, tokenizer = engine.open(ckpt.weights_dir, device, max_batch_size)
+            served.append(ServedModel(name, "llm", backend, tokenizer, source=source))
             continue
         base_name = _adapter_base(ckpt.weights_dir)
         base = bases.get(base_name)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import signal
 import socket
 import threading
 import time
@@ -31,6 +32,7 @@ class ServeOptions:
     runs: str | Path = "./runs"
     metric: str = "eval/reward_mean"
     device: str = "cpu"
+    backend: str = "torch"  # a name in arena_core.serve.backends.SERVING_BACKENDS
     log_level: str = "warning"
     limits: Limits = field(default_factory=Limits)
 
@@ -73,6 +75,10 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _exit_on_signal(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
 class Server:
     """A running server: `url`, `port`, `engine`; `close()` stops it (a thread) or Ctrl-C."""
 
@@ -94,6 +100,7 @@ class Server:
                 metric=options.metric,
                 device=options.device,
                 max_batch_size=options.limits.max_batch_rows,
+                backend=options.backend,
             )
         except BaseException:
             self.sock.close()
@@ -119,10 +126,16 @@ class Server:
         return f"http://{f'[{shown}]' if ':' in shown else shown}:{self.port}"
 
     def serve_forever(self) -> None:
-        """Serve in this thread until Ctrl-C (uvicorn handles the signal)."""
+        """Serve in this thread until Ctrl-C or SIGTERM (uvicorn handles the signal).
+
+        uvicorn re-raises the signal once it has stopped; SIGTERM's default action would then
+        kill the process before `finally`, leaving a vLLM engine's processes behind, so SIGTERM
+        becomes SystemExit here and the engine is closed like on Ctrl-C."""
+        previous = signal.signal(signal.SIGTERM, _exit_on_signal)
         try:
             self._uvicorn.run(sockets=[self.sock])
         finally:
+            signal.signal(signal.SIGTERM, previous)
             self.engine.close()
             self.sock.close()
 

@@ -172,6 +172,26 @@ def read_run(path: Path, *, project: str | None = None) -> RunInfo:
     return info
 
 
+def read_validation(run_dir: Path) -> dict[str, Any] | None:
+    """The run's pre-flight report (validation.json: verdict and checks), None when the run has
+    none (started with check=False, a classic-RL or offline run, or before runs kept it), or
+    `{"problem": ...}` when the file cannot be read: shown as such, never raised."""
+    path = Path(run_dir) / "validation.json"
+    problems: list[str] = []
+    try:
+        report = _read_json(path, problems)
+    except OSError as exc:
+        return {"problem": f"validation.json unreadable ({_short(exc)})"}
+    if problems:
+        return {"problem": problems[0]}
+    if report is None:
+        return None
+    checks = report.get("checks")
+    if not isinstance(checks, list) or not all(isinstance(c, dict) for c in checks):
+        return {"problem": "validation.json unreadable (no list of checks)"}
+    return report
+
+
 def _headline_best(records: list[dict[str, Any]]) -> float | None:
     """The best value of the first headline metric that any record has."""
     for key in HEADLINE_METRICS:

@@ -15,9 +15,10 @@ from typing import Any
 import yaml
 
 from arena_core.errors import ArenaError, ConfigError
-from arena_core.store.atomic import atomic_write_text
+from arena_core.store.atomic import atomic_write_json, atomic_write_text
 
 CONFIG_FILE = "config.yaml"
+VALIDATION_FILE = "validation.json"  # arena-run's pre-flight report (reward, env, dataset checks)
 
 
 def _slug(text: str) -> str:
@@ -43,6 +44,22 @@ def new_run_dir(runs: str | Path, name: str) -> Path:
 def write_config(run_dir: Path, cfg: dict[str, Any]) -> None:
     """The resolved config, as YAML, so the run can be reproduced and inspected."""
     atomic_write_text(run_dir / CONFIG_FILE, yaml.safe_dump(cfg, sort_keys=False))
+
+
+def write_validation(run_dir: Path, report: dict[str, Any] | None) -> None:
+    """The pre-flight report (`Report.to_dict()`: check names, statuses, details) the run started
+    on, so the dashboard and `arena runs` can show it after the terminal is gone. A resume writes
+    the report of its own pre-flight. Reports hold no secrets (validators never print them); the
+    sample rows the env check handed to the reward check (the user's data) are left out."""
+    if report is None:
+        return
+    info = {
+        part: {k: v for k, v in facts.items() if not (k == "rows" and isinstance(v, list))}
+        if isinstance(facts, dict)
+        else facts
+        for part, facts in (report.get("info") or {}).items()
+    }
+    atomic_write_json(run_dir / VALIDATION_FILE, {**report, "info": info})
 
 
 def read_config(run_dir: Path) -> dict[str, Any]:

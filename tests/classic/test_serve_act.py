@@ -11,6 +11,8 @@ import httpx
 from arena_core.runtime.gym_policy import load_gym_policy
 from arena_core.serve.server import ServeOptions, Server
 
+from .conftest import ENVS, train
+
 KEY = "act-test-key"
 
 
@@ -49,3 +51,34 @@ def test_deploy_answers_act_like_the_policy(tiny_cartpole: Path) -> None:
         # the key is required here as on the OpenAI routes
         keyless = httpx.post(f"{server.url}/v1/act", json={"observation": [0.0] * 4})
         assert keyless.status_code == 401 and "API key" in keyless.json()["error"]["message"]
+
+
+def test_a_multi_agent_policy_acts_per_agent_beside_a_ppo_one(
+    tiny_cartpole: Path, tmp_path: Path
+) -> None:
+    """IPPO inherits PPO's serving; both kinds share the one `/v1/act` route."""
+    walkers = train(
+        tmp_path,
+        "+algo=ippo",
+        "+env=pettingzoo",
+        f"env.id={ENVS}:LineWalkers",
+        "env.num_envs=2",
+        "algo.num_steps=8",
+        "train.max_steps=1",
+    )
+    refs = [f"cartpole={tiny_cartpole}", f"walkers={walkers}"]
+    server = Server(refs, ServeOptions(port=0, runs=tmp_path)).start()
+    with server, httpx.Client(base_url=server.url, timeout=30) as client:
+        kinds = {m["id"]: m["kind"] for m in client.get("/v1/models").json()["data"]}
+        assert kinds == {"cartpole": "ppo", "walkers": "ippo"}
+        act = load_gym_policy(walkers)
+        for agent in ("walker_0", "late_0"):
+            body = {"model": "walkers", "observation": [0.0, 1.0, 0.0], "agent": agent}
+            reply = client.post("/v1/act", json=body)
+            assert reply.status_code == 200, reply.text
+            assert reply.json()["action"] == act([0.0, 1.0, 0.0], agent=agent)
+        nobody = client.post("/v1/act", json={"model": "walkers", "observation": [0.0] * 3})
+        assert nobody.status_code == 400 and nobody.json()["error"]["param"] == "agent"
+        # with two policies served the request must name one
+        unnamed = client.post("/v1/act", json={"observation": [0.0] * 4})
+        assert unnamed.status_code == 404 and "cartpole" in unnamed.json()["error"]["message"]

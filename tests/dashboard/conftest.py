@@ -124,12 +124,12 @@ def browser(chromium: str) -> Iterator[Browser]:
 
 @pytest.fixture(scope="session")
 def live_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """A short quickstart run training in a child process (`arena.train`, as `arena-run` does
-    after its pre-flight checks, which tests/cli covers); yields {runs, proc, dashboard, log}
-    at once, while it starts (the dashboard serves its runs directory)."""
+    """A short quickstart run training in a child process (`arena.train`, as `arena-run` does:
+    its pre-flight checks first, kept as the run's validation.json); yields {runs, proc,
+    dashboard, log} at once, while it starts (the dashboard serves its runs directory)."""
     runs = tmp_path_factory.mktemp("dash-runs")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    train = "import sys, arena; arena.train(sys.argv[1:], check=False)"
+    train = "import sys, arena; arena.train(sys.argv[1:])"
     cmd = [sys.executable, "-c", train, *LIVE_RUN, f"paths.runs={runs}"]
     log = open(runs.parent / "live-run.log", "w")  # noqa: SIM115
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -154,3 +154,14 @@ def wait_for_run_dir(runs: Path, proc: subprocess.Popen, timeout_s: float = 90) 
             raise AssertionError(f"arena-run exited with {proc.returncode} before its run dir")
         time.sleep(0.05)
     raise AssertionError("arena-run made no run directory")
+
+
+def finished_run(live: dict[str, Any], timeout_s: float = 120) -> Path:
+    """The live run's directory once its child process has exited 0 (fails with its log)."""
+    proc = live["proc"]
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        pytest.fail("arena-run did not finish:\n" + live["log"].read_text()[-3000:])
+    assert proc.returncode == 0, live["log"].read_text()[-3000:]
+    return wait_for_run_dir(live["runs"], proc)

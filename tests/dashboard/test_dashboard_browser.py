@@ -10,21 +10,11 @@ import re
 import time
 from pathlib import Path
 
-import pytest
 from conftest import LIVE_STEPS, wait_for_run_dir, write_run
+from conftest import finished_run as _finished
 from dashboard_browser import dump_dom
 
 STEP_JS = "document.getElementById('step').textContent"
-
-
-def _finished(live: dict, timeout_s: float = 120) -> Path:
-    proc = live["proc"]
-    try:
-        proc.wait(timeout=timeout_s)
-    except Exception:
-        pytest.fail("arena-run did not finish:\n" + live["log"].read_text()[-3000:])
-    assert proc.returncode == 0, live["log"].read_text()[-3000:]
-    return wait_for_run_dir(live["runs"], proc)
 
 
 def test_step_counter_advances_while_a_run_trains(browser, live_runs) -> None:
@@ -78,6 +68,11 @@ def test_run_page_draws_the_reward_curve(chromium, live_runs) -> None:
     held_out = re.search(r'<path [^>]*data-key="eval/reward_mean"[^>]*>', dom)
     assert held_out and 'data-n="3"' in held_out.group(0)  # steps 0, 5 and 10
     assert f"arena deploy {run.name}:{LIVE_STEPS}" in dom
+    # the pre-flight the run started on (its reward and env checks), with their badges
+    section = dom[dom.index('<section id="validation">') :]
+    section = section[: section.index("</section>")]
+    assert 'class="status check-PASS">PASS' in section
+    assert ">reward.gold_vs_garbage<" in section and ">env.held_out<" in section
 
 
 def test_population_page_shows_members_and_selection(tmp_path: Path, serve, chromium) -> None:

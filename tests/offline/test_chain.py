@@ -43,6 +43,7 @@ def test_sft_then_dpo_then_grpo(pref_file: Path, tmp_runs: Path, common: list[st
             *quick,
             *common,
             "model.name_or_path=arena:tiny-init",
+            "run_name=sft",
         ],
         tmp_runs,
     )
@@ -59,7 +60,7 @@ def test_sft_then_dpo_then_grpo(pref_file: Path, tmp_runs: Path, common: list[st
             f"env.path={pref_file}",
             "env.category=preference",
             "env.eval_size=4",
-            f"model.init_from={sft.name}:2",
+            "model.init_from=sft:2",  # a run_name: the newest run of that name
             "model.lora.r=4",
             "algo.lr=1e-3",
             "train.max_steps=2",

@@ -172,6 +172,7 @@ def run_detail(info: index.RunInfo) -> dict[str, Any]:
         "run": data.run_row(info),
         "config": info.config,
         "plan": data.plan(info, m),
+        "validation": index.read_validation(info.path),
         "evals": evals,
         "columns": m.columns,
         "last_step": m.steps[-1] if m.steps else None,

@@ -191,6 +191,7 @@ def run_page(
         + f'<section><h2>Curves</h2><div class="charts" id="charts">{charts}</div>{picker}'
         + "</section>"
         + _plan_html(detail.get("plan"))
+        + _validation_html(detail.get("validation"))
         + _checkpoints_html(ckpts)
         + _population_html(population)
         + _evals_html(detail.get("evals") or [])
@@ -336,6 +337,32 @@ def _lineage(members: list[dict[str, Any]], elite: str) -> str:
         return f"<ul>{items}</ul>"
 
     return f'<div class="lineage">{tree("", 0)}</div>'
+
+
+def _validation_html(report: dict[str, Any] | None) -> str:
+    """The pre-flight report the run started on: its verdict, then each check with its badge."""
+    head = '<section id="validation"><h2>Validation</h2>'
+    if report is None:
+        return (
+            head + '<p class="empty">No validation report (run started with check=False or '
+            "before this version).</p></section>"
+        )
+    if "problem" in report:
+        return head + f'<p class="problem">{_e(report["problem"])}</p></section>'
+    verdict = str(report.get("verdict") or "")
+    rows = "".join(
+        f"<tr><td>{_e(c.get('name'))}</td><td>{_check_badge(c.get('status'))}</td>"
+        f"<td>{_e(c.get('detail'))}</td></tr>"
+        for c in report.get("checks") or []
+    )
+    return (
+        head + f"<p>pre-flight of {_e(report.get('subject'))}: {_check_badge(verdict)}</p>"
+        f"<table><tr><th>check</th><th>status</th><th>detail</th></tr>{rows}</table></section>"
+    )
+
+
+def _check_badge(status: Any) -> str:
+    return f'<span class="status check-{_e(status)}">{_e(status)}</span>'
 
 
 def _evals_html(evals: list[dict[str, Any]]) -> str:
