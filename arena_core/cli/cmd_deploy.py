@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from arena_core.cli.cmd_runs import add_runs_option
+from arena_core.serve.backends import SERVING_BACKENDS
 from arena_core.serve.protocol import Limits
 
 EPILOG = """examples:
@@ -48,7 +49,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--backend",
         default="torch",
-        choices=["torch", "vllm"],
+        choices=sorted(SERVING_BACKENDS),
         help="generation backend (default torch). vllm: needs the [vllm] extra, starts an engine "
         "(20-70 s on CPU) and serves LoRA checkpoints merged; its streams arrive as chunks once "
         "each choice is complete (no per-token hook), torch streams token by token",

@@ -34,7 +34,6 @@ class ServingBackend(Protocol):
     """What the batching engine needs from a generation backend."""
 
     name: str
-    streams_tokens: bool  # True: on_token fires as each token is decoded
 
     def generate(
         self, prompts: list[list[int]], params: SamplingParams, *, on_token: TokenCallback
@@ -61,7 +60,6 @@ def _open_torch(weights_dir: Path, device: str, max_batch: int | None) -> tuple[
 
     policy = load_policy({"name_or_path": str(weights_dir), "lora": {"r": 0}}, device=device)
     backend = TorchBackend(policy.model, policy.tokenizer, device=device, max_batch_size=max_batch)
-    backend.streams_tokens = True
     return backend, policy.tokenizer
 
 
@@ -69,7 +67,6 @@ class VLLMServing:
     """`VLLMBackend` behind the serving interface (see the module docstring)."""
 
     name = "vllm"
-    streams_tokens = False
     model = None  # no torch module in this process
 
     def __init__(self, weights_dir: Path, max_batch: int | None) -> None:
