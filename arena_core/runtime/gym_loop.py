@@ -35,6 +35,7 @@ from arena_core.runtime.gym_spaces import network_spec
 from arena_core.runtime.gym_update import annealed_lr, ppo_update
 from arena_core.runtime.gym_vec import EnvStepError, make_vec
 from arena_core.runtime.progress import Progress
+from arena_core.runtime.threads import torch_threads
 
 EVAL_SEED_OFFSET = 1_000_000  # evaluation envs never share seeds with training envs
 
@@ -49,12 +50,8 @@ def run_gym_training(cfg: dict[str, Any], plan: dict[str, Any] | None = None) ->
     """Train a PPO-style algorithm as `cfg` says; returns the run directory."""
     core = CoreConfig.model_validate(cfg)
     algo = build_algorithm(core.algo)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(core.runtime.threads or algo.config.threads)
-    try:
+    with torch_threads(core.runtime.threads or algo.config.threads):
         return _run(core, cfg, algo)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def preflight(cfg: dict[str, Any]) -> str:

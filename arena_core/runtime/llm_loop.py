@@ -44,6 +44,7 @@ from arena_core.runtime.finish import (
 from arena_core.runtime.progress import Progress
 from arena_core.runtime.rewards import RewardScorer
 from arena_core.runtime.rollout import GroupCollector, PromptEncoder, StepBatch
+from arena_core.runtime.threads import torch_threads
 from arena_core.store.atomic import atomic_write_json
 from arena_core.store.checkpoints import (
     best_checkpoint,
@@ -81,13 +82,8 @@ def run_training(
     the pre-flight report `arena-run` checked (saved as validation.json for the dashboard).
     """
     core = CoreConfig.model_validate(cfg)
-    threads = torch.get_num_threads()
-    if core.runtime.threads:
-        torch.set_num_threads(core.runtime.threads)
-    try:
+    with torch_threads(core.runtime.threads):
         return _run(core, cfg, plan, validation)
-    finally:
-        torch.set_num_threads(threads)  # a library call must not change the caller's threads
 
 
 def _run(

@@ -32,6 +32,7 @@ from arena_core.runtime.gym_run import GymRun
 from arena_core.runtime.gym_update import annealed_lr, ppo_update
 from arena_core.runtime.marl_policies import PolicySet, agent_groups
 from arena_core.runtime.progress import Progress
+from arena_core.runtime.threads import torch_threads
 
 MAX_EVAL_STEPS = 100_000
 
@@ -40,12 +41,8 @@ def run_marl_training(cfg: dict[str, Any], plan: dict[str, Any] | None = None) -
     """Train IPPO as `cfg` says; returns the run directory."""
     core = CoreConfig.model_validate(cfg)
     algo = build_algorithm(core.algo)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(core.runtime.threads or algo.config.threads)
-    try:
+    with torch_threads(core.runtime.threads or algo.config.threads):
         return _run(core, cfg, algo)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def preflight(cfg: dict[str, Any]) -> str:

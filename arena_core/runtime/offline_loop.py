@@ -26,6 +26,7 @@ from arena_core.runtime.build import build_algorithm, make_env
 from arena_core.runtime.finish import check_resume_config, failed_summary, finished_already
 from arena_core.runtime.offline_data import Encoder, OfflineData, mismatch, task_category
 from arena_core.runtime.offline_eval import Evaluator
+from arena_core.runtime.threads import torch_threads
 from arena_core.store.atomic import atomic_write_json
 from arena_core.store.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
 from arena_core.store.rundir import new_run_dir, resolve_resume, write_config
@@ -37,13 +38,8 @@ _SUMMARY_NAMES = {"eval/reward_mean": "eval_reward"}  # the LLM loop's summary n
 def run_offline_training(cfg: dict[str, Any]) -> Path:
     """Train an offline algorithm (SFT, DPO) as `cfg` says; returns the run directory."""
     core = CoreConfig.model_validate(cfg)
-    threads = torch.get_num_threads()
-    if core.runtime.threads:
-        torch.set_num_threads(core.runtime.threads)
-    try:
+    with torch_threads(core.runtime.threads):
         return _run(core, cfg)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _run(core: CoreConfig, cfg: dict[str, Any]) -> Path:

@@ -119,15 +119,9 @@ class _Guard:
         return ApiError(400, self._too_large_text(), code="request_too_large").response()
 
 
-def create_app(
-    engine: Engine, *, api_key: str | None = None, limits: Limits | None = None
-) -> FastAPI:
-    """The app over `engine`'s models (see the module docstring)."""
-    limits = limits or Limits()
-    models = list(engine.models.values())
-    app = FastAPI(title="Arena", version=__version__, docs_url=None, redoc_url=None)
-    app.state.engine = engine
-    app.add_middleware(_Guard, api_key=api_key, max_bytes=limits.max_request_bytes)
+def install_error_handlers(app: FastAPI, who: str, log_name: str) -> None:
+    """Every error leaves `app` in the OpenAI error shape, never as a traceback: the deploy
+    server and the dashboard share these so neither can leak one the other would not."""
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
@@ -140,10 +134,23 @@ def create_app(
 
     @app.exception_handler(Exception)
     async def _internal(_: Request, exc: Exception) -> JSONResponse:
-        print(f"arena serve: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"{who}: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return ApiError(
-            500, "internal server error (details in the server log)", "server_error"
+            500, f"internal server error (details in {log_name})", "server_error"
         ).response()
+
+
+def create_app(
+    engine: Engine, *, api_key: str | None = None, limits: Limits | None = None
+) -> FastAPI:
+    """The app over `engine`'s models (see the module docstring)."""
+    limits = limits or Limits()
+    models = list(engine.models.values())
+    app = FastAPI(title="Arena", version=__version__, docs_url=None, redoc_url=None)
+    app.state.engine = engine
+    app.add_middleware(_Guard, api_key=api_key, max_bytes=limits.max_request_bytes)
+
+    install_error_handlers(app, "arena serve", "the server log")
 
     @app.get("/health")
     async def health() -> dict[str, Any]:

@@ -79,20 +79,90 @@ def _exit_on_signal(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)
 
 
-class Server:
+class UvicornHost:
+    """A bound socket served by uvicorn, in the foreground or a thread: the one way the deploy
+    server and the dashboard run, so both get the same start, stop and signal handling.
+
+    Subclasses bind first (`_bind`), load what they serve, then call `_serve_app`; `_release`
+    frees what they hold (an engine) when the host stops."""
+
+    what = "the server"
+
+    def _bind(self, host: str, port: int) -> None:
+        self.host = host
+        self.sock = bind(host, port)
+        self.port = int(self.sock.getsockname()[1])
+        self._thread: threading.Thread | None = None
+
+    def _serve_app(self, app: Any, log_level: str, graceful_s: float) -> None:
+        import uvicorn
+
+        config = uvicorn.Config(
+            app, log_level=log_level, timeout_graceful_shutdown=graceful_s, lifespan="off"
+        )
+        self._uvicorn = uvicorn.Server(config)
+
+    def _release(self) -> None:
+        """Free what the subclass holds; called once the server stopped."""
+
+    @property
+    def url(self) -> str:
+        shown = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        return f"http://{f'[{shown}]' if ':' in shown else shown}:{self.port}"
+
+    def serve_forever(self) -> None:
+        """Serve in this thread until Ctrl-C or SIGTERM (uvicorn handles the signal).
+
+        uvicorn re-raises the signal once it has stopped; SIGTERM's default action would then
+        kill the process before `finally`, leaving a vLLM engine's processes behind, so SIGTERM
+        becomes SystemExit here and everything is released like on Ctrl-C."""
+        previous = signal.signal(signal.SIGTERM, _exit_on_signal)
+        try:
+            self._uvicorn.run(sockets=[self.sock])
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            self._release()
+            self.sock.close()
+
+    def start(self, timeout_s: float = 30.0) -> Any:
+        """Serve from a background thread; returns once it accepts connections."""
+        self._thread = threading.Thread(
+            target=self._uvicorn.run, kwargs={"sockets": [self.sock]}, daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._uvicorn.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self.close()
+                raise ArenaError(f"{self.what} did not start on {self.url}")
+            time.sleep(0.02)
+        return self
+
+    def close(self) -> None:
+        self._uvicorn.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self._release()
+        self.sock.close()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class Server(UvicornHost):
     """A running server: `url`, `port`, `engine`; `close()` stops it (a thread) or Ctrl-C."""
 
     def __init__(self, refs: list[str], options: ServeOptions) -> None:
-        import uvicorn
-
         from arena_core.serve.app import create_app
         from arena_core.serve.engine import Engine
         from arena_core.serve.models import load_models
 
         self.options = options
         self.api_key = resolve_api_key(options.host, options.api_key)
-        self.sock = bind(options.host, options.port)
-        self.port = int(self.sock.getsockname()[1])
+        self._bind(options.host, options.port)  # before loading: a taken port fails at once
         try:
             self.models = load_models(
                 refs,
@@ -110,58 +180,7 @@ class Server:
             self.models, max_batch_rows=limits.max_batch_rows, max_pending=limits.max_pending
         )
         self.app = create_app(self.engine, api_key=self.api_key, limits=limits)
-        config = uvicorn.Config(
-            self.app,
-            log_level=options.log_level,
-            timeout_graceful_shutdown=2,
-            lifespan="off",
-        )
-        self._uvicorn = uvicorn.Server(config)
-        self._thread: threading.Thread | None = None
+        self._serve_app(self.app, options.log_level, graceful_s=2)
 
-    @property
-    def url(self) -> str:
-        host = self.options.host
-        shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
-        return f"http://{f'[{shown}]' if ':' in shown else shown}:{self.port}"
-
-    def serve_forever(self) -> None:
-        """Serve in this thread until Ctrl-C or SIGTERM (uvicorn handles the signal).
-
-        uvicorn re-raises the signal once it has stopped; SIGTERM's default action would then
-        kill the process before `finally`, leaving a vLLM engine's processes behind, so SIGTERM
-        becomes SystemExit here and the engine is closed like on Ctrl-C."""
-        previous = signal.signal(signal.SIGTERM, _exit_on_signal)
-        try:
-            self._uvicorn.run(sockets=[self.sock])
-        finally:
-            signal.signal(signal.SIGTERM, previous)
-            self.engine.close()
-            self.sock.close()
-
-    def start(self, timeout_s: float = 30.0) -> Server:
-        """Serve from a background thread; returns once it accepts connections."""
-        self._thread = threading.Thread(
-            target=self._uvicorn.run, kwargs={"sockets": [self.sock]}, daemon=True
-        )
-        self._thread.start()
-        deadline = time.monotonic() + timeout_s
-        while not self._uvicorn.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                self.close()
-                raise ArenaError(f"the server did not start on {self.url}")
-            time.sleep(0.02)
-        return self
-
-    def close(self) -> None:
-        self._uvicorn.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+    def _release(self) -> None:
         self.engine.close()
-        self.sock.close()
-
-    def __enter__(self) -> Server:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()

@@ -28,11 +28,10 @@ from typing import Annotated, Any
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from arena_core import __version__
 from arena_core.errors import ArenaError
-from arena_core.serve.app import ApiError, _Guard
+from arena_core.serve.app import ApiError, _Guard, install_error_handlers
 from arena_core.serve.dashboard import data, pages
 from arena_core.serve.dashboard.guard import BrowserGuard
 from arena_core.store import index
@@ -55,21 +54,7 @@ def create_dashboard_app(
     app.add_middleware(BrowserGuard, api_key=api_key, loopback=loopback)
     app.mount("/static", StaticFiles(directory=static_dir()), name="static")
 
-    @app.exception_handler(ApiError)
-    async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return exc.response()
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = "not_found" if exc.status_code == 404 else None
-        return ApiError(exc.status_code, str(exc.detail), code=code).response()
-
-    @app.exception_handler(Exception)
-    async def _internal(_: Request, exc: Exception) -> JSONResponse:
-        print(f"arena dashboard: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return ApiError(
-            500, "internal server error (details in the dashboard's log)", "server_error"
-        ).response()
+    install_error_handlers(app, "arena dashboard", "the dashboard's log")
 
     def run_or_404(name: str) -> index.RunInfo:
         try:
