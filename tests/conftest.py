@@ -74,12 +74,28 @@ def no_leftover_children():
     import time
 
     before = {p.pid for p in _live_children()}
+
+    def new_children() -> list:
+        # A process that an older child (a session-wide browser, say) forks while this test runs
+        # is not this test's: only count processes with no pre-existing ancestor.
+        fresh = []
+        for proc in _live_children():
+            if proc.pid in before:
+                continue
+            try:
+                ancestors = {parent.pid for parent in proc.parents()}
+            except Exception:
+                continue
+            if not ancestors & before:
+                fresh.append(proc)
+        return fresh
+
     yield
     deadline = time.monotonic() + 5.0
-    left = [p for p in _live_children() if p.pid not in before]
+    left = new_children()
     while left and time.monotonic() < deadline:
         time.sleep(0.05)
-        left = [p for p in _live_children() if p.pid not in before]
+        left = new_children()
     assert not left, f"child processes left behind: {[(p.pid, p.cmdline()) for p in left]}"
 
 
