@@ -3,7 +3,8 @@
 The per-token loss is `-log pi(token)` and goes through the same learner as GRPO (token-budget
 micro-batches, the fused logprob head, exact gradient accumulation): an SFT sample is a
 `Sample` whose completion tokens are the tokens that carry loss. Completion-only loss (the
-default, TRL's for prompt/completion data) makes the prompt the sample's context; with
+default, TRL's for prompt/completion data) makes the prompt the sample's context; a multi-turn
+chat (`messages`) is one sample whose loss mask keeps every assistant turn; with
 `completion_only=false` every token after the first carries loss. The offline loop
 (`arena_core/runtime/offline_loop.py`, named in `training_loop`) feeds it rows of an `sft` dataset
 (`+env=dataset env.category=sft`) or the demonstrations of a text task (`gold_completion`).

@@ -55,3 +55,14 @@ def register_loggers(register: Register) -> None:
     from arena_core.loggers.builtin import register_builtin_loggers
 
     register_builtin_loggers(register)
+
+
+@hookimpl
+def register_tool_parsers(register: Register) -> None:
+    from arena_core.tools.parsing import HermesParser
+
+    register(
+        "hermes",
+        HermesParser,
+        description='<tool_call>{"name": ..., "arguments": {...}}</tool_call> (Qwen2.5/Qwen3)',
+    )

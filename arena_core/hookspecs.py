@@ -80,6 +80,17 @@ def register_loggers(register: Register) -> None:
 
 
 @hookspec
+def register_tool_parsers(register: Register) -> None:
+    """Register tool-call parsers (the built-in ``hermes``), chosen by ``env.tool_parser``.
+
+    :param register: call ``register(name, parser, schema=None, description="")``; ``parser`` is
+        an object (or a class built without arguments) with ``name`` and ``find(text)`` returning
+        ``arena_core.tools.parsing.ToolCall``s with outcome ``ok``, ``invalid_json`` or
+        ``unclosed`` (see ``arena_core.tools.parsing``).
+    """
+
+
+@hookspec
 def config_searchpath() -> list[str]:
     """Config directories this plugin contributes to Hydra's search path.
 
@@ -95,6 +106,7 @@ ALL_HOOKS: tuple[str, ...] = (
     "register_hardware",
     "register_backends",
     "register_loggers",
+    "register_tool_parsers",
     "config_searchpath",
 )
 
@@ -105,4 +117,5 @@ KIND_OF_HOOK: dict[str, str] = {
     "register_hardware": "hardware",
     "register_backends": "backends",
     "register_loggers": "loggers",
+    "register_tool_parsers": "tool_parsers",
 }

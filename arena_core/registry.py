@@ -12,7 +12,15 @@ from typing import Any
 
 from arena_core.errors import PluginError, UnknownNameError, did_you_mean
 
-KINDS: tuple[str, ...] = ("envs", "rewards", "algorithms", "hardware", "backends", "loggers")
+KINDS: tuple[str, ...] = (
+    "envs",
+    "rewards",
+    "algorithms",
+    "hardware",
+    "backends",
+    "loggers",
+    "tool_parsers",
+)
 SINGULAR = {
     "envs": "environment",
     "rewards": "reward",
@@ -20,6 +28,7 @@ SINGULAR = {
     "hardware": "hardware profile",
     "backends": "backend",
     "loggers": "logger",
+    "tool_parsers": "tool-call parser",
 }
 
 # Names that a package shipped in this repository (but installed separately) provides: an unknown

@@ -17,9 +17,18 @@ while the initial evaluation runs), and the runs evaluate only before and after 
 
 With `--learning` it also runs the full quickstart in sync and in async (max_staleness 1) and
 reports both held-out rewards (the "learning is not hurt" check; ~2 x 5 minutes).
+
+With `--processes` it runs the full 80-step quickstart twice more, as a user would: the plain
+sync run (one process) and the async run with generation in its own process, a Ray engine
+actor (`hardware=cpu hardware.count=2 runtime.mode=async plan.trainer_devices=1 plan.engines=1
+plan.colocate=false`). Nothing is slowed: `ratio_processes` is the async run's summed step time
+over the sync run's (goal <= 0.6), reported beside both held-out rewards (goal: within 0.05)
+and the CPU weight-sync time per step (trainer post -> verified receipt in the engine process,
+`time/weight_sync_s`; `time/weight_sync_pause_s` is what the learner itself waited).
 Last line: one JSON object.
 
-Usage: python bench/async_vs_sync.py [--steps 8] [--delay 0.015] [--learning]
+Usage: python bench/async_vs_sync.py [--steps 8] [--delay 0.015] [--learning] [--processes]
+      [--only-processes]
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import argparse
 import csv
 import json
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -53,9 +63,13 @@ def run(overrides: list[str], runs: Path) -> Path:
     return Path(match[-1].strip())
 
 
-def step_seconds(run_dir: Path) -> dict[str, float]:
+def metric_rows(run_dir: Path) -> list[dict[str, str]]:
     with open(run_dir / "metrics.csv") as fh:
-        rows = list(csv.DictReader(fh))
+        return list(csv.DictReader(fh))
+
+
+def step_seconds(run_dir: Path) -> dict[str, float]:
+    rows = metric_rows(run_dir)
     total = sum(float(r["time/step_s"]) for r in rows)
     gen = sum(float(r["time/generate_s"]) for r in rows)
     learn = sum(float(r["time/learn_s"]) for r in rows)
@@ -79,11 +93,61 @@ def compare(name: str, overrides: list[str], runs: Path) -> dict[str, float]:
     }
 
 
+PROCESS_MODE = [
+    "hardware=cpu",
+    "hardware.count=2",
+    "runtime.mode=async",
+    "plan.trainer_devices=1",
+    "plan.engines=1",
+    "plan.colocate=false",
+]
+
+
+def compare_processes(runs: Path) -> dict[str, object]:
+    """The full quickstart: sync in one process vs async with a Ray engine actor."""
+    sync_dir = run(["runtime.mode=sync"], runs)
+    proc_dir = run(PROCESS_MODE, runs)
+    sync, proc = step_seconds(sync_dir), step_seconds(proc_dir)
+    s_sum = json.loads((sync_dir / "summary.json").read_text())
+    p_sum = json.loads((proc_dir / "summary.json").read_text())
+    rows = metric_rows(proc_dir)
+    sync_s = [float(r["time/weight_sync_s"]) for r in rows if r.get("time/weight_sync_s")]
+    sync_s = [v for v in sync_s if v == v]  # NaN: no acknowledgement arrived that step
+    pause = [float(r["time/weight_sync_pause_s"]) for r in rows]
+    ratio = proc["step_s"] / sync["step_s"]
+    delta = p_sum["eval_reward_final"] - s_sum["eval_reward_final"]
+    print(
+        f"processes: sync {sync['step_s']:.1f} s (generate {sync['generate_s']:.1f}, learn "
+        f"{sync['learn_s']:.1f}) vs async+engine actor {proc['step_s']:.1f} s -> ratio "
+        f"{ratio:.3f}; held-out reward {s_sum['eval_reward_final']:.3f} vs "
+        f"{p_sum['eval_reward_final']:.3f}"
+    )
+    return {
+        "processes_steps": proc["steps"],
+        "processes_sync_s": round(sync["step_s"], 2),
+        "processes_async_s": round(proc["step_s"], 2),
+        "processes_sync_wall_s": round(s_sum["wall_seconds"], 2),
+        "processes_async_wall_s": round(p_sum["wall_seconds"], 2),
+        "ratio_processes": round(ratio, 4),
+        "ratio_processes_wall": round(p_sum["wall_seconds"] / s_sum["wall_seconds"], 4),
+        "processes_sync_eval_reward_final": s_sum["eval_reward_final"],
+        "processes_async_eval_reward_final": p_sum["eval_reward_final"],
+        "processes_eval_reward_delta": round(delta, 4),
+        "weight_sync_s_per_step_cpu": round(statistics.fmean(sync_s), 4) if sync_s else None,
+        "weight_sync_pause_s_per_step_cpu": round(statistics.fmean(pause), 4) if pause else None,
+        "goal_ratio_processes": 0.6,
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--delay", type=float, default=0.015, help="decode_delay_s of the slowed job")
     ap.add_argument("--learning", action="store_true", help="also compare full quickstart runs")
+    ap.add_argument(
+        "--processes", action="store_true", help="also sync vs async with a Ray engine actor"
+    )
+    ap.add_argument("--only-processes", action="store_true", help="only the --processes part")
     args = ap.parse_args()
     runs = Path(tempfile.mkdtemp(prefix="arena-bench-async-"))
     short = [
@@ -93,10 +157,16 @@ def main() -> int:
         "train.checkpoint_every=0",
     ]
     result: dict[str, object] = {"steps": args.steps, "decode_delay_s": args.delay}
+    if args.only_processes:
+        result.update(compare_processes(runs))
+        print(json.dumps(result))
+        return 0
     result.update(compare("cpu_default", short, runs))
     slowed = [*short, f"++backend.decode_delay_s={args.delay}"]
     print(f"simulated remote engine: local torch engine slowed by {args.delay} s per decode step")
     result.update(compare("simulated_remote_engine", slowed, runs))
+    if args.processes:
+        result.update(compare_processes(runs))
     if args.learning:
         for mode in ("sync", "async"):
             run_dir = run([f"runtime.mode={mode}", "runtime.max_staleness=1"], runs)

@@ -25,7 +25,7 @@ import torch
 
 
 def make_data(root: Path, n_train: int, n_eval: int) -> list[dict[str, str]]:
-    """train.jsonl / test.jsonl of (prompt, target) from the arithmetic env's demonstrations."""
+    """train.jsonl / test.jsonl of (prompt, response) from the arithmetic env's demonstrations."""
     from arena_core.runtime.build import make_env
     from arena_core.runtime.offline_data import demonstration
 
@@ -38,9 +38,9 @@ def make_data(root: Path, n_train: int, n_eval: int) -> list[dict[str, str]]:
         with (root / f"{name}.jsonl").open("w") as f:
             for ex in exs:
                 f.write(
-                    json.dumps({"prompt": ex.question, "target": demonstration(task, ex)}) + "\n"
+                    json.dumps({"prompt": ex.question, "response": demonstration(task, ex)}) + "\n"
                 )
-    return [{"prompt": ex.question, "target": demonstration(task, ex)} for ex in held]
+    return [{"prompt": ex.question, "response": demonstration(task, ex)} for ex in held]
 
 
 def held_out_loss(model, tokenizer, rows: list[dict[str, str]], max_length: int) -> float:
@@ -52,7 +52,7 @@ def held_out_loss(model, tokenizer, rows: list[dict[str, str]], max_length: int)
     nll, n = 0.0, 0
     with torch.no_grad():
         for r in rows:
-            s = enc.sample([{"role": "user", "content": r["prompt"]}], r["target"])
+            s = enc.sample([{"role": "user", "content": r["prompt"]}], r["response"])
             ids = torch.tensor([s.prompt_ids + s.completion_ids])
             logp = torch.log_softmax(model(ids).logits[0, :-1].float(), -1)
             start = len(s.prompt_ids) - 1
@@ -115,7 +115,7 @@ def run_trl(data: Path, out: Path, args: argparse.Namespace) -> dict[str, float]
         return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
     ds = Dataset.from_list(
-        [{"prompt": prompt(r["prompt"]), "completion": r["target"]} for r in rows]
+        [{"prompt": prompt(r["prompt"]), "completion": r["response"]} for r in rows]
     )
     config = SFTConfig(
         output_dir=str(out),

@@ -4,8 +4,9 @@ One env for every category, loaded by the same code as `arena validate dataset`
 (`arena_core.data.load_dataset`: JSONL, CSV, parquet, a directory of split files or a Hugging Face
 dataset saved to disk), with the same `column_mapping` convention as the gsm8k env, so a file
 that validates is a file that trains. The category says which algorithms can use it: reasoning
-data feeds GRPO/CISPO (this task is then a TextTask like gsm8k's), sft data feeds SFT,
-preference data feeds DPO; a mismatch is a config error before any model loads.
+data feeds GRPO/CISPO (this task is then a TextTask like gsm8k's), sft data (`prompt` +
+`response`, or a chat `messages` column) feeds SFT, preference data feeds DPO; a mismatch is a
+config error before any model loads.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from arena_envs.common import PromptConfig, PromptedTask
 from pydantic import Field
 
 from arena_core.data import load_dataset
+from arena_core.errors import ConfigError
 from arena_core.tasks import Example
 
 
@@ -33,8 +35,8 @@ class DatasetEnvConfig(PromptConfig):
     )
     category: Literal["reasoning", "sft", "preference"] = Field(
         "sft",
-        description="reasoning (question, answer) for GRPO/CISPO, sft (prompt, target) for SFT, "
-        "preference (prompt, chosen, rejected) for DPO.",
+        description="reasoning (question, answer) for GRPO/CISPO, sft (prompt, response; or "
+        "messages) for SFT, preference (prompt, chosen, rejected) for DPO.",
     )
     column_mapping: dict[str, str] | None = Field(
         None, description='Your column names by canonical name: {"prompt": "instruction", ...}.'
@@ -50,8 +52,8 @@ class DatasetEnvConfig(PromptConfig):
     eval_size: int = Field(64, ge=1, description="Held-out rows (at most half the file).")
     reward: str | None = Field(  # type: ignore[assignment]
         None,
-        description="Reward for held-out reward evaluation; None = gsm8k for reasoning data, "
-        "no reward evaluation otherwise.",
+        description="Reward for held-out reward evaluation (prompt/response rows); None = gsm8k "
+        "for reasoning data, no reward evaluation otherwise.",
     )
 
 
@@ -65,9 +67,15 @@ class DatasetTask(PromptedTask):
         self.category = cfg.category
         self.reward = cfg.reward or ("gsm8k" if cfg.category == "reasoning" else "")
         self.train_rows, self.eval_rows = self._load(cfg)
+        if self.reward and any("messages" in r for r in self.eval_rows):
+            raise ConfigError(
+                f"env.reward={self.reward}: held-out reward evaluation needs prompt + response "
+                f"rows, but {cfg.path} holds chat (messages) rows. Unset env.reward (the "
+                "held-out loss still evaluates the run)."
+            )
 
     @staticmethod
-    def _load(cfg: DatasetEnvConfig) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    def _load(cfg: DatasetEnvConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         load = dict(category=cfg.category, column_mapping=cfg.column_mapping)
         path = Path(cfg.path).expanduser()
         if cfg.eval_split is not None and not path.is_file():

@@ -6,6 +6,8 @@ from arena_envs.arithmetic import ArithmeticConfig, make_arithmetic
 from arena_envs.dataset import DatasetEnvConfig, make_dataset
 from arena_envs.gsm8k import Gsm8kConfig, make_gsm8k
 from arena_envs.gym import GymEnvConfig, PettingZooEnvConfig, make_gym, make_pettingzoo
+from arena_envs.mcp import MCPEnvConfig, make_mcp
+from arena_envs.tool_calc import ToolCalcConfig, make_tool_calc
 
 from arena_core import hookimpl
 from arena_core.hookspecs import Register
@@ -24,6 +26,13 @@ def register_envs(register: Register) -> None:
         make_arithmetic,
         schema=ArithmeticConfig,
         description="Offline generated 1-2 digit arithmetic in GSM8K format (quickstart task)",
+    )
+    register(
+        "tool_calc",
+        make_tool_calc,
+        schema=ToolCalcConfig,
+        description="Offline 2-3 digit arithmetic with a calculator tool (env.tools=python|mcp): "
+        "multi-turn episodes, Hermes tool calls",
     )
     register(
         "dataset",
@@ -45,6 +54,13 @@ def register_envs(register: Register) -> None:
         schema=PettingZooEnvConfig,
         description="A PettingZoo parallel env: env.id=mpe2.simple_spread_v3 (module with "
         "parallel_env()), pkg.mod:Class or env.path=file.py:Class; for IPPO",
+    )
+    register(
+        "mcp",
+        make_mcp,
+        schema=MCPEnvConfig,
+        description="Any MCP server's tools (env.command=... stdio or env.url=... HTTP), prompts "
+        "from env.path, reward(question, answer, completion, state); multi-turn GRPO/CISPO",
     )
 
 

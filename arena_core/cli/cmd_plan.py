@@ -3,6 +3,7 @@
     arena plan +algo=grpo +env=gsm8k model.name_or_path=Qwen/Qwen3-30B-A3B model.lora.r=16 \
         hardware=h100-80 hardware.count=8 [--json]
     arena plan --calibrate        # fit the cost model to this machine (CPU, or the local GPU)
+    arena plan --calibrate RUN_DIR  # fit it to a finished run's measured step times (plan.json)
 """
 
 from __future__ import annotations
@@ -27,17 +28,34 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument(
         "--calibrate",
-        action="store_true",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="RUN_DIR",
         help="run micro-benchmarks on this machine and store fitted coefficients (without "
         "them, CPU plans use the calibration shipped with Arena and GPU plans datasheet "
-        "priors, marked 'uncalibrated')",
+        "priors, marked 'uncalibrated'); with RUN_DIR, fit them to that finished run's "
+        "measured generate/learn/sync seconds instead",
     )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    run_dir = args.calibrate or ""
+    if "=" in run_dir:  # `--calibrate runtime.threads=1`: an override, not a run directory
+        args.overrides, run_dir = [run_dir, *args.overrides], ""
     overrides = normalize_overrides(list(args.overrides))
-    if args.calibrate:
+    if run_dir:
+        from arena_core.planner.calibrate import describe
+        from arena_core.planner.calibrate_run import calibrate_from_run
+
+        cal, path = calibrate_from_run(run_dir)
+        print(describe(cal), file=sys.stderr if args.json else sys.stdout)
+        print(f"stored {path}", file=sys.stderr if args.json else sys.stdout)
+        if args.json:
+            print(json.dumps({"profile": cal.profile, "path": str(path), "fit": cal.measured}))
+        return 0
+    if args.calibrate is not None:
         from arena_core.planner.calibrate import describe, run_calibration
 
         hw = _explicit_hardware(overrides)

@@ -22,6 +22,9 @@ EPILOG = """examples:
   arena validate env gsm8k env.path=data/gsm8k.jsonl model=tiny
   arena validate env CartPole-v1 --rollouts 5
   arena validate env my_envs.py:GridWorld
+  arena validate env --mcp-command "python my_server.py"
+  arena validate env --mcp-url http://127.0.0.1:8000/mcp
+  arena validate env mcp env.command="python my_server.py" env.reward=my_reward.py
   arena validate dataset data/train.jsonl --category reasoning
   arena validate config +algo=grpo +env=gsm8k"""
 
@@ -76,7 +79,7 @@ def add_parser(subparsers: Any) -> None:
         "and seeded, held-out examples never trained on, messages rendered by the model's chat "
         "template, gold answers scored highest by the default reward.",
     )
-    env.add_argument("target", metavar="TARGET")
+    env.add_argument("target", metavar="TARGET", nargs="?", default=None)
     env.add_argument(
         "overrides",
         nargs="*",
@@ -85,6 +88,20 @@ def add_parser(subparsers: Any) -> None:
     env.add_argument("--rollouts", type=int, default=0, help="random episodes to run and time")
     env.add_argument("--seed", type=int, default=0)
     env.add_argument("--timeout", type=float, default=10.0, help="seconds per operation")
+    env.add_argument("--mcp-command", help='an MCP server over stdio: "python my_server.py"')
+    env.add_argument("--mcp-url", help="an MCP server over streamable HTTP: http://host:port/mcp")
+    env.add_argument(
+        "--episode-state",
+        choices=["shared", "fresh", "reset"],
+        default="shared",
+        help="how the MCP episode check isolates state (as env.episode_state; default shared)",
+    )
+    env.add_argument("--start-timeout", type=float, default=30.0, help="MCP server start (s)")
+    env.add_argument(
+        "--isolate-server",
+        action="store_true",
+        help="run the stdio MCP server under bubblewrap (as env.isolate_server=true)",
+    )
     _json_flag(env)
 
     dataset = sub.add_parser("dataset", help="a dataset file, folder or name")
@@ -136,6 +153,25 @@ def report_for(args: argparse.Namespace) -> Any:
             timeout_s=args.timeout,
             import_timeout_s=args.import_timeout,
             policy=sandbox_policy([*args.overrides, *env_overrides]),
+        )
+    if args.what == "env" and (args.mcp_command or args.mcp_url):
+        from arena_core.validate.mcp import validate_mcp
+
+        if args.mcp_command and args.mcp_url:
+            raise ArenaError("give --mcp-command or --mcp-url, not both")
+        return validate_mcp(
+            command=args.mcp_command,
+            url=args.mcp_url,
+            episode_state=args.episode_state,
+            timeout_s=args.timeout,
+            start_timeout_s=args.start_timeout,
+            seed=args.seed,
+            isolate=args.isolate_server,
+        )
+    if args.what == "env" and not args.target:
+        raise ArenaError(
+            "arena validate env needs a TARGET (name, pkg.mod:Class or file.py:Class) or "
+            "--mcp-command/--mcp-url"
         )
     if args.what == "env":
         from arena_core.validate.env import validate_env

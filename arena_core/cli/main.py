@@ -21,6 +21,7 @@ SUBCOMMANDS = (
     "deploy",
     "generate",  # also registers `chat`
     "dashboard",
+    "manifest",
 )
 
 

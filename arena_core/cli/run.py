@@ -23,6 +23,7 @@ EPILOG = """examples:
   arena-run +algo=dpo +env=dataset env.path=prefs.jsonl env.category=preference
   arena-run +experiment=quickstart model.init_from=RUN:best        start from another run
   arena-run +algo=ppo +env=gym env.path=my_env.py:MyEnv   your env file (runs sandboxed)
+  arena-run --manifest examples/manifests/grpo_gsm8k.yaml   an Arena/AgileRL manifest
 
 Config groups: algo, env, model, experiment (see `arena plugins` for what is installed).
 Set ARENA_DEBUG=1 to see tracebacks."""
@@ -37,6 +38,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides (key=value, +group=option)")
     parser.add_argument("--dry-run", action="store_true", help="same as dry_run=true")
+    parser.add_argument(
+        "--manifest",
+        metavar="FILE",
+        help="an Arena/AgileRL manifest (YAML: algorithm, environment or dataset, network, "
+        "training, mutation, selection); overrides given too win over it",
+    )
+    parser.add_argument(
+        "--num-nodes",
+        type=int,
+        metavar="N",
+        help="spread the plan over N Ray nodes (same as hardware.nodes=N; see cluster.address)",
+    )
     return parser
 
 
@@ -44,6 +57,8 @@ def _overrides(args: argparse.Namespace) -> list[str]:
     overrides = list(args.overrides)
     if args.dry_run:
         overrides.append("dry_run=true")
+    if args.num_nodes is not None:
+        overrides.append(f"hardware.nodes={args.num_nodes}")
     return overrides
 
 
@@ -53,7 +68,7 @@ def print_config(cfg: dict[str, Any]) -> None:
     print(yaml.safe_dump(cfg, sort_keys=False, default_flow_style=False), end="")
 
 
-def execute(overrides: list[str]) -> int:
+def execute(overrides: list[str], manifest: str | None = None) -> int:
     """Check (config, job, pre-flight), then print the plan and either stop (dry run) or train.
 
     A dry run makes every check a run makes, so it refuses (exit 2 or 1) what a run refuses.
@@ -62,7 +77,12 @@ def execute(overrides: list[str]) -> int:
     from arena_core.cli.preflight import preflight
     from arena_core.config import compose_run_config
 
-    cfg = compose_run_config(overrides)
+    if manifest:  # the same config as overrides, problems named by their manifest path
+        from arena_core.evolution.manifest import compose_manifest
+
+        cfg = compose_manifest(manifest, overrides)
+    else:
+        cfg = compose_run_config(overrides)
     from arena_core.runtime.offline_data import check_data_category
 
     check_data_category(cfg)  # DPO on sft data, GRPO on preference data...: before any model loads
@@ -118,7 +138,7 @@ def _run_algorithm_loop(cfg: dict[str, Any], loop: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return run_guarded(lambda: execute(_overrides(args)))
+    return run_guarded(lambda: execute(_overrides(args), args.manifest))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from arena_core.evolution.config import EvolutionConfig
+
 
 class Strict(BaseModel):
     """Base for every config section: unknown keys are errors."""
@@ -40,6 +42,11 @@ class ModelConfig(Strict):
         None,
         description="Start from another run's checkpoint: RUN, RUN:STEP, RUN:best or RUN:latest "
         "(a LoRA checkpoint is merged; this run's lora section applies on top).",
+    )
+    init_adapter: Literal["merge", "continue"] = Field(
+        "merge",
+        description="With init_from a LoRA run: merge its adapter into the base (then this run's "
+        "lora section applies), or continue training that adapter (reference: the start).",
     )
 
 
@@ -106,6 +113,12 @@ class RuntimeConfig(Strict):
         "auto", description="Progress display: a bar on a terminal, log lines otherwise."
     )
     threads: int | None = Field(None, ge=1, description="torch CPU threads; null = torch default.")
+    device: str = Field(
+        "auto",
+        pattern=r"^(auto|cpu|cuda(:\d+)?)$",
+        description="Where the policy trains and generates: auto (CUDA when a GPU is present), "
+        "cpu or cuda[:N] (arena_core.runtime.device).",
+    )
     generation_timeout_s: float | None = Field(
         1800.0,
         gt=0,
@@ -139,6 +152,33 @@ class PathsConfig(Strict):
 class HardwareConfig(Strict):
     name: str = Field("auto", description="A registered hardware profile, or 'auto' to detect.")
     count: int = Field(1, ge=1)
+    nodes: int = Field(
+        1, ge=1, description="Nodes the plan spreads over (Ray; `arena-run --num-nodes N`)."
+    )
+
+
+class ClusterConfig(Strict):
+    """Where a multi-process plan runs (arena_core.distributed; single-process runs ignore it)."""
+
+    address: str | None = Field(
+        None,
+        description="null: start a local Ray for this run and stop it after; 'auto' or "
+        "'ray://host:port': join that running cluster.",
+    )
+    cpus_per_bundle: float = Field(1.0, gt=0, description="CPUs reserved per device bundle.")
+    engine_restarts: int = Field(
+        3, ge=0, description="Times a dead engine actor is restarted before the run stops."
+    )
+    checksum_every: int = Field(
+        1,
+        ge=0,
+        description="Verify per-tensor checksums of received weights every N syncs (0: never).",
+    )
+    transport: Literal["auto", "object_store", "nccl", "gloo"] = Field(
+        "auto",
+        description="Weight transport to engine actors: auto = NCCL broadcast on split GPUs, "
+        "else Ray's object store; gloo = the broadcast path on CPU.",
+    )
 
 
 class BackendConfig(BaseModel):
@@ -174,8 +214,10 @@ class CoreConfig(Strict):
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     paths: PathsConfig = Field(default_factory=PathsConfig)
     hardware: HardwareConfig = Field(default_factory=HardwareConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     backend: BackendConfig = Field(default_factory=BackendConfig)
     logger: LoggerConfig = Field(default_factory=LoggerConfig)
+    evolution: EvolutionConfig = Field(default_factory=EvolutionConfig)
     plan: dict[str, Any] = Field(default_factory=dict, description="Pinned planner fields.")
     algo: dict[str, Any] | None = None
     env: dict[str, Any] | None = None

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from arena_core.config.schema import CoreConfig
 from arena_core.errors import ConfigError, UnknownNameError, did_you_mean
+from arena_core.evolution.config import evolution_problems
 from arena_core.plugins import PluginSet
 
 _FRIENDLY = {
@@ -139,6 +140,7 @@ def validate_config(raw: dict[str, Any], plugins: PluginSet) -> dict[str, Any]:
         _check_names(cfg, plugins, problems)
     _check_plugin_section(cfg, "algo", "algorithms", plugins, problems)
     _check_plugin_section(cfg, "env", "envs", plugins, problems)
+    problems.extend(evolution_problems(cfg, plugins))  # needs the normalised algo section
     backend = cfg.get("backend")
     if isinstance(backend, dict) and len(plugins.registries.backends):
         _check_plugin_section(cfg, "backend", "backends", plugins, problems)

@@ -1,8 +1,12 @@
-"""Loading datasets into canonical columns: local CSV / JSONL / parquet files or a hub id.
+"""Loading datasets into canonical columns: local CSV / JSONL / parquet files, a Hugging Face
+dataset saved to disk, or a hub id.
 
 Every category has fixed column names (`CATEGORIES`) so the rest of Arena never sees a user's
-naming; `column_mapping` says which of the user's columns fills each canonical one. Format
-dispatch is a table of readers by extension rather than a chain of branches.
+naming; `column_mapping` says which of the user's columns fills each canonical one. sft data is
+`prompt` + `response`, or a chat `messages` column instead (`arena_core.data.chat`). Format
+dispatch is a table of readers by extension rather than a chain of branches. Training
+(`+env=dataset`, gsm8k) and `arena validate dataset` both read through `local_rows` and map
+through `canonicalize`, so a file that validates is a file that trains.
 """
 
 from __future__ import annotations
@@ -13,14 +17,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from arena_core.data.chat import CHAT_COLUMN, parse_messages
 from arena_core.errors import ArenaError
 from arena_core.hub import hub_reachable, hub_unreachable_message
 
 CATEGORIES: dict[str, tuple[str, ...]] = {
     "reasoning": ("question", "answer"),
     "preference": ("prompt", "chosen", "rejected"),
-    "sft": ("prompt", "target"),
+    "sft": ("prompt", "response"),
 }
+# Categories whose rows may carry these columns instead of the canonical ones.
+ALTERNATIVES: dict[str, tuple[str, ...]] = {"sft": (CHAT_COLUMN,)}
 
 
 class DatasetError(ArenaError):
@@ -75,6 +82,47 @@ def looks_local(source: str) -> bool:
     return p.exists() or p.suffix in READERS or source.startswith((".", "/", "~"))
 
 
+def is_saved_dataset(directory: Path) -> bool:
+    """A directory written by `datasets`' `save_to_disk` (a Dataset or a DatasetDict)."""
+    return (directory / "state.json").is_file() or (directory / "dataset_dict.json").is_file()
+
+
+def read_saved(directory: Path, split: str) -> tuple[list[dict[str, Any]], str]:
+    """Rows of a `save_to_disk` directory (its Arrow shards, read with pyarrow: no `datasets`
+    import) and the name errors give it; a DatasetDict's `split` is its subdirectory."""
+    if (directory / "dataset_dict.json").is_file():
+        splits = json.loads((directory / "dataset_dict.json").read_text()).get("splits", [])
+        if split not in splits:
+            raise DatasetError(
+                f"dataset {directory} (saved with save_to_disk) has no split '{split}'. "
+                f"Splits: {splits}. Set env.split / env.eval_split to one of them."
+            )
+        directory = directory / split
+    import pyarrow as pa
+
+    try:
+        state = json.loads((directory / "state.json").read_text())
+        rows: list[dict[str, Any]] = []
+        for shard in state.get("_data_files", []):
+            with pa.memory_map(str(directory / shard["filename"])) as f:
+                rows += pa.ipc.open_stream(f).read_all().to_pylist()
+    except Exception as exc:  # OSError, JSON, or pyarrow's own ArrowInvalid
+        raise DatasetError(
+            f"cannot read the saved dataset {directory}: {type(exc).__name__}: {exc}"
+        ) from None
+    return rows, str(directory)
+
+
+def local_rows(path: Path, split: str = "train") -> tuple[list[dict[str, Any]], str]:
+    """Raw rows of a local file or directory (`<split>.<ext>`, hub parquet shards, or a
+    `save_to_disk` dataset) and the name errors give it: the one reader of local data."""
+    if path.is_dir():
+        if is_saved_dataset(path):
+            return read_saved(path, split)
+        path = find_split_file(path, split)
+    return read_rows(path), str(path)
+
+
 def find_split_file(directory: Path, split: str) -> Path:
     """`<dir>/<split>.<ext>`, or the hub's parquet layout `<dir>/**/<split>-*.parquet`."""
     for ext in READERS:
@@ -87,7 +135,8 @@ def find_split_file(directory: Path, split: str) -> Path:
     present = sorted(p.name for p in directory.iterdir())
     raise DatasetError(
         f"no '{split}' file in dataset directory {directory}: expected {split}.jsonl, "
-        f"{split}.csv or {split}.parquet. Found: {present or '(empty directory)'}."
+        f"{split}.csv or {split}.parquet, or a dataset saved with save_to_disk. Found: "
+        f"{present or '(empty directory)'}."
     )
 
 
@@ -126,44 +175,65 @@ def _read_hub(source: str, split: str, config: str | None) -> list[dict[str, Any
     return ds.to_list()
 
 
+def columns_of(category: str, column_mapping: dict[str, str] | None, first: dict) -> tuple:
+    """The canonical columns rows of `category` carry: the category's own, or its alternative
+    (sft: `messages`) when the first row has that column and not the first canonical one."""
+    columns = CATEGORIES[category]
+    mapping = column_mapping or {}
+    for alt in ALTERNATIVES.get(category, ()):
+        if mapping.get(alt, alt) in first and mapping.get(columns[0], columns[0]) not in first:
+            return (alt,)
+    return columns
+
+
 def canonicalize(
     rows: list[dict[str, Any]],
     category: str,
     column_mapping: dict[str, str] | None,
     where: str,
-) -> list[dict[str, str]]:
-    """Rename the user's columns to the category's canonical ones and check every row has them."""
-    columns = CATEGORIES[category]
+) -> list[dict[str, Any]]:
+    """Rename the user's columns to the category's canonical ones and check every row has them
+    (text values; a chat column's turns as `[{"role", "content"}]`)."""
+    known = CATEGORIES[category] + ALTERNATIVES.get(category, ())
     mapping = dict(column_mapping or {})
-    unknown = sorted(set(mapping) - set(columns))
+    unknown = sorted(set(mapping) - set(known))
     if unknown:
         raise DatasetError(
             f"column mapping for {where} names {unknown}, which are not {category} columns; "
-            f"the keys are the canonical names {list(columns)}, the values your column names."
+            f"the keys are the canonical names {list(known)}, the values your column names."
         )
     if not rows:
         raise DatasetError(f"dataset {where} is empty: no rows. Check the file or the split.")
+    columns = columns_of(category, mapping, rows[0])
     available = list(rows[0].keys())
     for canonical in columns:
         source_col = mapping.get(canonical, canonical)
         if source_col not in rows[0]:
             example = json.dumps({canonical: available[0] if available else "your_column"})
+            alt = "".join(f" (or a chat column '{a}')" for a in ALTERNATIVES.get(category, ()))
             raise DatasetError(
                 f"dataset {where} has no column '{source_col}' (needed for the {category} column "
-                f"'{canonical}'). Available columns: {available}. Map yours with "
-                f"--column-mapping '{example}' (or data.column_mapping in the config)."
+                f"'{canonical}'{alt}). Available columns: {available}. Map yours with "
+                f"--column-mapping '{example}' (or env.column_mapping in the config)."
             )
     out = []
     for i, row in enumerate(rows):
-        item = {}
+        item: dict[str, Any] = {}
         for canonical in columns:
-            value = row.get(mapping.get(canonical, canonical))
+            col = mapping.get(canonical, canonical)
+            value = row.get(col)
             if value is None:
                 raise DatasetError(
-                    f"dataset {where}, row {i + 1}: column '{mapping.get(canonical, canonical)}' "
-                    "is missing or null. Fix the row or drop it."
+                    f"dataset {where}, row {i + 1}: column '{col}' is missing or null. Fix the "
+                    "row or drop it."
                 )
-            item[canonical] = value if isinstance(value, str) else str(value)
+            if canonical == CHAT_COLUMN:
+                try:
+                    item[canonical] = parse_messages(value, where, i + 1, col)
+                except ValueError as exc:
+                    raise DatasetError(str(exc)) from None
+            else:
+                item[canonical] = value if isinstance(value, str) else str(value)
         out.append(item)
     return out
 
@@ -175,11 +245,11 @@ def load_dataset(
     split: str = "train",
     *,
     config: str | None = None,
-) -> list[dict[str, str]]:
+) -> list[dict[str, Any]]:
     """Rows of `source` with the canonical columns of `category`.
 
     `source` is a local file (.csv, .jsonl/.json, .parquet), a local directory holding
-    `<split>.<ext>` files, or a Hugging Face dataset id (`config` selects its subset, e.g. "main"
+    `<split>.<ext>` files or written by `datasets`' `save_to_disk`, or a Hugging Face dataset id (`config` selects its subset, e.g. "main"
     for openai/gsm8k). A hub id fails within seconds when the hub is unreachable.
     """
     if category not in CATEGORIES:
@@ -187,11 +257,7 @@ def load_dataset(
             f"unknown dataset category '{category}'. Categories: {', '.join(CATEGORIES)}."
         )
     if looks_local(source):
-        path = Path(source).expanduser()
-        if path.is_dir():
-            path = find_split_file(path, split)
-        rows = read_rows(path)
-        where = str(path)
+        rows, where = local_rows(Path(source).expanduser(), split)
     else:
         rows = _read_hub(source, split, config)
         where = f"'{source}' (split {split})"

@@ -23,6 +23,7 @@ from arena_core.learn.algorithm import Algorithm, TokenBatch
 from arena_core.learn.logprobs import LogprobFn, completion_logprobs, default_logprob_fn
 from arena_core.learn.losses import token_weights, truncated_is_weight
 from arena_core.learn.packing import MicroBatch, Sample, pack, pad_batches
+from arena_core.runtime.device import autocast, module_device, tensors_to
 
 
 class NonFiniteLossError(ArenaError):
@@ -49,8 +50,10 @@ class Learner:
         batching: str = "pad",
         top_k: int = 0,
         top_p: float = 1.0,
+        autocast: bool = False,
     ) -> None:
         self.model = model
+        self.autocast = autocast  # bf16 autocast around forward passes (CUDA, fp32 weights)
         self.algorithm = algorithm
         self.micro_batch_tokens = micro_batch_tokens
         self.temperature = temperature or 1.0
@@ -83,47 +86,59 @@ class Learner:
     def _reference(self) -> Iterator[nn.Module]:
         if self._ref_model is not None:
             yield self._ref_model
-        else:
-            with self.model.disable_adapter():  # type: ignore[operator]
-                yield self.model
+        else:  # LoRA: the adapter disabled, or the kept starting adapter (init_adapter=continue)
+            from arena_core.models.reference import reference_forward
+
+            with reference_forward(self.model) as ref:
+                yield ref
 
     def _ref_logprobs(self, mbs: list[MicroBatch]) -> list[Tensor]:
         with torch.no_grad(), self._reference() as ref:
             return [self._logprobs(ref, mb) for mb in mbs]
 
     def _logprobs(self, model: nn.Module, mb: MicroBatch) -> Tensor:
-        return completion_logprobs(
-            model, mb, temperature=self.temperature, logprob_fn=self.logprob_fn
-        )
+        with autocast(str(self.device), self.autocast):
+            return completion_logprobs(
+                model, mb, temperature=self.temperature, logprob_fn=self.logprob_fn
+            )
+
+    @property
+    def device(self) -> torch.device:
+        """Where the model lives: micro-batches and per-token tensors are moved there."""
+        return module_device(self.model)
 
     # -- the update ------------------------------------------------------------------------
     def micro_batches(self, samples: list[Sample]) -> list[MicroBatch]:
         """Packed rows, or length-sorted right-padded rows (faster on CPU, where attention over
         a packed row needs a dense block-diagonal mask instead of the fused causal kernel)."""
         if self.batching == "pack":
-            return pack(samples, self.micro_batch_tokens)
-        return pad_batches(samples, self.micro_batch_tokens)
+            mbs = pack(samples, self.micro_batch_tokens)
+        else:
+            mbs = pad_batches(samples, self.micro_batch_tokens)
+        return [tensors_to(mb, self.device) for mb in mbs]
 
     def step(self, samples: list[Sample]) -> dict[str, float]:
         """One policy update (num_iterations optimizer steps) from `samples`; returns metrics."""
         t0 = time.perf_counter()
-        lengths = [len(s.completion_ids) for s in samples]
+        lengths = [s.n_targets for s in samples]  # loss tokens (tool tokens are context)
         n_tok = sum(lengths)
         if n_tok == 0:  # nothing to learn from: no loss was computed
             return {"tokens/trained": 0.0, "time/learn_s": 0.0}
         weights = token_weights(lengths, self.algorithm.loss_agg_mode, norm_len=self.norm_len)
+        dev = self.device
         behaviour = torch.tensor(
-            [x for s in samples for x in s.behaviour_logp], dtype=torch.float32
+            [x for s in samples for x in s.target_logp()], dtype=torch.float32, device=dev
         )
         if behaviour.numel() != n_tok:
             raise ValueError("every completion token needs a behaviour logprob")
         adv = torch.repeat_interleave(
             torch.tensor([s.advantage for s in samples], dtype=torch.float32),
             torch.tensor(lengths, dtype=torch.long),
-        )
+        ).to(dev)
+        weights = weights.to(dev)
         mbs = self.micro_batches(samples)
         refs = self._ref_logprobs(mbs) if self.algorithm.beta > 0 else None
-        old = torch.zeros(n_tok)
+        old = torch.zeros(n_tok, device=dev)
         self.model.train()
         sums: dict[str, float] = {}
         trained = 0

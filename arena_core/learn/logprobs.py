@@ -73,9 +73,11 @@ def completion_logprobs(
         input_ids=mb.input_ids, position_ids=mb.position_ids, attention_mask=mask, use_cache=False
     )
     hidden = out.last_hidden_state.flatten(0, 1)[mb.target_pos]
+    head = lm.get_output_embeddings()
+    if hidden.dtype != head.weight.dtype:  # autocast: bf16 activations, fp32 head weight
+        hidden = hidden.to(head.weight.dtype)
     if temperature and temperature != 1.0:
         hidden = hidden / temperature
-    head = lm.get_output_embeddings()
     if getattr(head, "bias", None) is not None:
         raise NotImplementedError("LM heads with a bias are not supported by the learner yet")
     return logprob_fn(hidden, head.weight, mb.targets)

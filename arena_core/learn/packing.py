@@ -26,11 +26,35 @@ class Sample:
     completion_ids: list[int]
     behaviour_logp: list[float]
     advantage: float
+    # multi-turn episodes: 1 where the policy sampled the token, 0 for tool/template tokens, which
+    # are context only (no loss, no importance ratio, no logprob computed); None = all sampled
+    loss_mask: list[int] | None = None
 
     @property
     def n_input(self) -> int:
         """Tokens the model reads: the last completion token is never an input."""
         return len(self.prompt_ids) + len(self.completion_ids) - 1
+
+    def target_index(self) -> list[int]:
+        """Positions in `completion_ids` that carry loss (all of them without a mask)."""
+        if self.loss_mask is None:
+            return list(range(len(self.completion_ids)))
+        if len(self.loss_mask) != len(self.completion_ids):
+            raise ValueError("loss_mask must have one entry per completion token")
+        return [j for j, m in enumerate(self.loss_mask) if m]
+
+    @property
+    def n_targets(self) -> int:
+        """Completion tokens that carry loss."""
+        return (
+            len(self.completion_ids) if self.loss_mask is None else sum(map(bool, self.loss_mask))
+        )
+
+    def target_logp(self) -> list[float]:
+        """Behaviour logprobs of the loss-carrying tokens, in order."""
+        if self.loss_mask is None:
+            return list(self.behaviour_logp)
+        return [self.behaviour_logp[j] for j in self.target_index()]
 
 
 @dataclass
@@ -59,7 +83,7 @@ class MicroBatch:
 def _longest_first(samples: list[Sample]) -> list[int]:
     """Indices of the samples that carry loss (non-empty completions), longest input first."""
     return sorted(
-        (i for i, s in enumerate(samples) if s.completion_ids),
+        (i for i, s in enumerate(samples) if s.n_targets),
         key=lambda i: samples[i].n_input,
         reverse=True,
     )
@@ -70,7 +94,7 @@ def flat_offsets(samples: list[Sample]) -> list[int]:
     offsets, total = [], 0
     for s in samples:
         offsets.append(total)
-        total += len(s.completion_ids)
+        total += s.n_targets
     return offsets
 
 
@@ -100,9 +124,10 @@ def pad_batches(samples: list[Sample], token_budget: int, *, pad_id: int = 0) ->
             seq = list(s.prompt_ids) + list(s.completion_ids[:-1])
             ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
             first = row * width + len(s.prompt_ids) - 1
-            target_pos.extend(range(first, first + len(s.completion_ids)))
-            targets.extend(s.completion_ids)
-            flat.extend(range(offsets[i], offsets[i] + len(s.completion_ids)))
+            index = s.target_index()
+            target_pos.extend(first + j for j in index)
+            targets.extend(s.completion_ids[j] for j in index)
+            flat.extend(range(offsets[i], offsets[i] + len(index)))
         out.append(
             MicroBatch(
                 ids,
@@ -155,9 +180,10 @@ def _build(samples: list[Sample], members: list[int], offsets: list[int]) -> Mic
         ids.extend(seq)
         pos.extend(range(len(seq)))
         first = start + len(s.prompt_ids) - 1  # this position predicts completion token 0
-        target_pos.extend(range(first, first + len(s.completion_ids)))
-        targets.extend(s.completion_ids)
-        flat.extend(range(offsets[i], offsets[i] + len(s.completion_ids)))
+        index = s.target_index()  # tool tokens of a multi-turn episode are context, not targets
+        target_pos.extend(first + j for j in index)
+        targets.extend(s.completion_ids[j] for j in index)
+        flat.extend(range(offsets[i], offsets[i] + len(index)))
     as_long = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731
     return MicroBatch(
         input_ids=as_long(ids).unsqueeze(0),

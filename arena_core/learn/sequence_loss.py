@@ -25,26 +25,31 @@ from arena_core.learn.packing import Sample
 def sequence_logprobs(learner: Learner, model: nn.Module, samples: list[Sample]) -> Tensor:
     """Summed completion log-probabilities [len(samples)] of `samples` under `model` (carrying
     the gradient when grad is enabled), computed in the learner's micro-batches."""
-    lengths = torch.tensor([len(s.completion_ids) for s in samples], dtype=torch.long)
+    lengths = torch.tensor([s.n_targets for s in samples], dtype=torch.long)  # loss tokens
     owner = torch.repeat_interleave(torch.arange(len(samples)), lengths)  # token -> sequence
     total = torch.zeros(len(samples), dtype=torch.float32)
     for mb in learner.micro_batches(samples):
         logp = learner._logprobs(model, mb).float()
+        if logp.device != total.device:  # the model on an accelerator: sum there
+            total, owner = total.to(logp.device), owner.to(logp.device)
         total = total.index_add(0, owner[mb.flat_index], logp)
-    return total
+    return total.cpu()  # differentiable: the pair loss of a few sums runs on the CPU
 
 
 def reference_logprobs(learner: Learner, samples: list[Sample]) -> Tensor:
-    """Summed log-probabilities under the LoRA base (the adapter disabled), without gradient.
+    """Summed log-probabilities under the LoRA reference without gradient: the base with the
+    adapter disabled, or a continued adapter's starting tensors (`arena_core.models.reference`).
 
     Full fine-tuning has no base to fall back to: the offline loop precomputes its reference
     with `sequence_logprobs` before the first update instead of keeping a second model.
     """
+    from arena_core.models.reference import reference_forward
+
     model = learner.model
     if not hasattr(model, "disable_adapter"):
         raise ValueError("reference_logprobs needs a LoRA model; precompute it for full weights")
-    with torch.no_grad(), model.disable_adapter():  # type: ignore[operator]
-        return sequence_logprobs(learner, model, samples)
+    with reference_forward(model) as ref:
+        return sequence_logprobs(learner, ref, samples)
 
 
 def preference_step(

@@ -112,6 +112,8 @@ def _init_from(cfg: dict[str, Any], ref: str, *, device: str, runs: str | Path) 
     checkpoint merged into its base. This run's own `lora` section then applies on top (a fresh
     adapter when `lora.r > 0`), so the reference policy of KL or DPO (the LoRA base with the
     adapter disabled, or a frozen copy) is that starting point, not the original base model.
+    `init_adapter=continue` keeps a LoRA checkpoint's adapter trainable instead (see
+    `_continue_adapter`).
     """
     from arena_core.store.index import select_checkpoint
 
@@ -125,6 +127,8 @@ def _init_from(cfg: dict[str, Any], ref: str, *, device: str, runs: str | Path) 
             raise ModelLoadError(f"model.init_from={ref}: {exc}") from None
     source = {**cfg, "init_from": None, "name_or_path": str(ckpt.weights_dir), "lora": {"r": 0}}
     start = load_policy(source, device="cpu")
+    if cfg.get("init_adapter", "merge") == "continue":
+        return _continue_adapter(cfg, start, ref, ckpt, device)
     model = start.model
     if start.is_lora:  # a LoRA checkpoint: fold the adapter into its base
         model = model.merge_and_unload()
@@ -136,6 +140,32 @@ def _init_from(cfg: dict[str, Any], ref: str, *, device: str, runs: str | Path) 
         model.requires_grad_(True)
     print(f"model: initialised from {ckpt.dir} (step {ckpt.step}, {ckpt.kind})", flush=True)
     return _finish(LoadedPolicy(model, start.tokenizer, ref, is_lora=is_lora), device)
+
+
+def _continue_adapter(
+    cfg: dict[str, Any], start: LoadedPolicy, ref: str, ckpt: Any, device: str
+) -> LoadedPolicy:
+    """`init_adapter=continue`: the checkpoint's adapter, on its own base, is this run's
+    trainable adapter; a frozen copy of its starting tensors is the reference of KL and DPO
+    (`arena_core.models.reference` says why not the disabled adapter, nor a merge)."""
+    from arena_core.models.reference import keep_start_as_reference
+
+    if not start.is_lora:
+        raise ModelLoadError(
+            f"model.init_adapter=continue: {ref} ({ckpt.dir}) holds full weights, not a LoRA "
+            "adapter. Use model.init_adapter=merge (the default) to start from its weights."
+        )
+    rank = int(start.model.peft_config["default"].r)
+    want = int(_as_dict(cfg.get("lora") or {}).get("r", 0))
+    if want != rank:
+        raise ModelLoadError(
+            f"model.init_adapter=continue trains {ref}'s LoRA adapter on, which has rank {rank}, "
+            f"but model.lora.r={want}: set model.lora.r={rank} (the adapter keeps its own alpha "
+            "and target modules), or model.init_adapter=merge for a fresh adapter on the merge."
+        )
+    keep_start_as_reference(start.model)
+    print(f"model: continuing the adapter of {ckpt.dir} (step {ckpt.step})", flush=True)
+    return _finish(LoadedPolicy(start.model, start.tokenizer, ref, is_lora=True), device)
 
 
 def _newest_named(ref: str, runs: str | Path) -> str:

@@ -1,8 +1,15 @@
 """The embedded tiny model: a ~3M-parameter Qwen2 built from a config, no download needed.
 
-`arena:tiny` is the warm-started model the offline quickstart trains: random weights from a fixed
-seed, then a short supervised phase on the `arithmetic` environment (see `warmstart.py`), shipped
-as `weights/tiny-arithmetic.safetensors` together with the command that reproduces them.
+`arena:tiny` is the warm-started model the offline quickstart trains: `arena:tiny-init` (random
+weights from a fixed seed) fine-tuned by Arena's own SFT on the `arithmetic` environment's
+demonstrations, `arena-run +experiment=quickstart_warmstart`, and shipped as
+`weights/tiny-arithmetic.safetensors` (bfloat16, tied head not stored). The shipped file is
+regenerated, bit for bit, by
+
+    arena-run +experiment=quickstart_warmstart paths.runs=/tmp/warm
+    python -m arena_core.models.warm_export --runs /tmp/warm --from quickstart_warmstart
+
+(`tiny-arithmetic.json` records the sha256, the run's held-out figures and these commands).
 `arena:tiny-init` is the same architecture at its seeded random initialisation (tests, and the
 starting point of the warm start). It is a real Qwen2 checkpoint once saved, so every tool that
 loads Hugging Face models loads it.
@@ -20,6 +27,7 @@ from arena_core.models.tokenizer import EOS, PAD, build_tiny_tokenizer
 TINY_PREFIX = "arena:"
 WEIGHTS_DIR = Path(__file__).parent / "weights"
 WARM_WEIGHTS = WEIGHTS_DIR / "tiny-arithmetic.safetensors"
+WARM_RECIPE = "arena-run +experiment=quickstart_warmstart"
 INIT_SEED = 1234
 EMBEDDED = {
     "arena:tiny": "warm-started on the arithmetic environment (offline quickstart default)",
@@ -79,7 +87,8 @@ def load_warm_weights(model: Qwen2ForCausalLM, path: Path = WARM_WEIGHTS) -> Non
     if not path.is_file():
         raise ModelLoadError(
             f"the warm-start weights of arena:tiny are missing ({path}). Rebuild them with "
-            f"`python -m arena_core.models.warmstart --out {path}` or use "
+            f"`{WARM_RECIPE} paths.runs=/tmp/warm` then `python -m arena_core.models.warm_export "
+            f"--runs /tmp/warm --from quickstart_warmstart --out {path}`, or use "
             "`model.name_or_path=arena:tiny-init` for the untrained model."
         )
     state = {k: v.float() for k, v in load_file(str(path)).items()}
@@ -89,5 +98,6 @@ def load_warm_weights(model: Qwen2ForCausalLM, path: Path = WARM_WEIGHTS) -> Non
     if missing or unexpected:
         raise ModelLoadError(
             f"{path} does not match the arena:tiny architecture (missing {missing[:3]}, "
-            f"unexpected {unexpected[:3]}); rebuild it with `python -m arena_core.models.warmstart`."
+            f"unexpected {unexpected[:3]}); rebuild it with `{WARM_RECIPE}` and "
+            "`python -m arena_core.models.warm_export --from RUN`."
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from arena_core.planner.model_spec import human_params
 from arena_core.planner.pins import LAYOUT_PINS, show
 from arena_core.planner.plan import GB, Candidate, NoPlanFits
 
@@ -144,7 +145,7 @@ def no_fit(
     )
     m = ctx.model
     what = (
-        f"{m.name} ({m.total_params / 1e9:.2f}B params"
+        f"{m.name} ({human_params(m.total_params)} params"
         f"{f', LoRA r={ctx.lora}' if ctx.lora else ', full fine-tuning'}) on "
         f"{ctx.count} x {ctx.hw.name} ({ctx.hw.memory_gb:g} GB)"
     )

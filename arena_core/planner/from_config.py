@@ -79,6 +79,10 @@ def hardware_from_config(cfg: dict[str, Any]) -> tuple[HardwareProfile, int]:
         name = str(lookup(cfg, "hardware.name", "auto"))
         hw = get_profile("local" if name == "auto" else name)
         count = int(lookup(cfg, "hardware.count", 1) or 1)
+        if hw.kind == "cpu" and count > 1:
+            from arena_core.planner.hardware import split_cpu
+
+            hw = split_cpu(hw, count)
     return hw, count
 
 

@@ -162,6 +162,32 @@ def cpu_profile(
     )
 
 
+def split_cpu(profile: HardwareProfile, count: int) -> HardwareProfile:
+    """The CPU as ``count`` devices (``hardware=cpu hardware.count=N``): each gets an equal share
+    of the cores, compute, memory bandwidth and RAM, so a split plan (a trainer process beside an
+    engine process) is priced on the share each process really gets, not on the whole machine."""
+    if count <= 1:
+        return profile
+    cores = profile.cores or 1
+    if count > cores:
+        from arena_core.errors import ConfigError
+
+        raise ConfigError(
+            f"hardware.count={count}: the '{profile.name}' profile splits this machine's {cores} "
+            f"CPU cores into at most {cores} devices (one core each); use hardware.count<={cores}"
+        )
+    return profile.model_copy(
+        update={
+            "memory_gb": profile.memory_gb / count,
+            "mem_bandwidth_gbs": profile.mem_bandwidth_gbs / count,
+            "bf16_tflops": profile.bf16_tflops / count,
+            "devices_per_node": count,
+            "cores": cores // count,
+            "description": f"{profile.description}, as {count} devices of {cores // count} core(s)",
+        }
+    )
+
+
 def _cpu_count() -> int:
     try:
         return len(os.sched_getaffinity(0))

@@ -208,8 +208,8 @@ class ModelSpec(BaseModel):
             else "dense"
         )
         return (
-            f"{self.name}: {self.total_params / 1e9:.2f}B params "
-            f"({self.active_params / 1e9:.2f}B active), {kind}, L={self.num_layers} "
+            f"{self.name}: {human_params(self.total_params)} params "
+            f"({human_params(self.active_params)} active), {kind}, L={self.num_layers} "
             f"h={self.hidden_size} heads={self.num_heads}/{self.num_kv_heads} "
             f"V={self.vocab_size}"
         )
@@ -350,3 +350,13 @@ def _hub_config(repo_id: str) -> dict[str, Any]:
         ) from None
     data = config.to_dict()
     return data
+
+
+def human_params(n: float) -> str:
+    """A parameter count as people write it: 1.54B, 494M, 3.2M, 850K (a tiny model is not
+    "0.00B")."""
+    for scale, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= scale:
+            value = n / scale
+            return f"{value:.2f}{unit}" if value < 10 else f"{value:.3g}{unit}"
+    return f"{int(n)}"

@@ -96,10 +96,10 @@ def make_plan(
     pins = normalize_pins(pinned or {})
     if count < 1:
         raise ConfigError(f"hardware.count must be at least 1, got {count}")
-    if hardware.kind == "cpu" and count != 1:
+    if hardware.kind == "cpu" and count != 1 and count != hardware.devices_per_node:
         raise ConfigError(
             f"the '{hardware.name}' profile is this machine as one device: "
-            f"hardware.count must be 1, got {count}"
+            f"hardware.count must be 1, got {count} (the config path splits it: split_cpu)"
         )
     if coefficients is None:
         from arena_core.planner.calibrate import coefficients_for
@@ -224,7 +224,7 @@ def layouts(ctx: Ctx) -> Iterator[Layout]:
         if m.num_heads % etp == 0:
             for mode in ("shared", "sleep") if hw.kind == "gpu" else ("shared",):
                 out.append((n, n // etp, etp, mode))
-    if hw.kind == "gpu":
+    if hw.kind == "gpu" or n > 1:  # a CPU split into devices (split_cpu) can split too
         step = 1 if n <= 2 * hw.devices_per_node else hw.devices_per_node
         for t in range(step, n, step):
             for etp in _pow2_divisors(n - t, hw.devices_per_node):

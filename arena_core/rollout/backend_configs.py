@@ -16,7 +16,14 @@ class TorchBackendConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     name: str = "torch"
-    device: str = Field("cpu", description="Torch device the policy lives on.")
+    device: str = Field(
+        "auto", description="Torch device to decode on; auto = where the policy lives."
+    )
+    kv_cache: Literal["auto", "static", "dynamic"] = Field(
+        "auto",
+        description="KV cache: static (preallocated, fixed shapes) or dynamic (finished rows "
+        "leave it); auto = static on CUDA, dynamic on the CPU.",
+    )
     max_batch_size: int | None = Field(
         None, ge=1, description="Rows decoded together; None = all prompts of a call at once."
     )

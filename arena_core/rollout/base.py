@@ -32,6 +32,10 @@ class Completion:
     text: str
     finish_reason: str  # "stop" (eos or stop string), "length", "aborted" (engine stopped it)
     versions: list[int] = field(default_factory=list)  # policy version per token (same length)
+    # multi-turn episodes (arena_core.rollout.multi_turn): 1 = sampled by the policy, 0 = a tool
+    # or template token (context: no loss, no ratio); None = every token was sampled
+    loss_mask: list[int] | None = None
+    episode: dict | None = None  # multi-turn: turns, tool-call outcomes, the session's final state
 
     @property
     def policy_version(self) -> int:

@@ -4,22 +4,25 @@ It shares the trainer's module (no copy, no weight transfer), which is what a CP
 wants. The decode loop is written here rather than borrowed from `generate` so that the logprob of
 each sampled token comes from the exact distribution sampled from (see `sample_next`), and so rows
 that finish (EOS or a stop string) leave the batch and its KV cache instead of decoding padding.
+On CUDA the cache is static instead (`kv_cache="auto"`, see `arena_core.runtime.device`):
+preallocated with fixed shapes, finished rows stay in the batch and their tokens are dropped.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 from pydantic import BaseModel
 from torch import nn
-from transformers import DynamicCache
+from transformers import DynamicCache, StaticCache
 
 from arena_core.kernels.filtering import filtering, keep_mask
 from arena_core.rollout.backend_configs import TorchBackendConfig
 from arena_core.rollout.base import Completion, DecodeControl, SamplingParams
+from arena_core.rollout.multi_lora import RowAdapters, check_row_adapters, row_lora
 
 # on_token(row, token_id, finished) -> True to end the row now (see TorchBackend.generate)
 TokenCallback = Callable[[int, int, bool], bool]
@@ -78,13 +81,21 @@ class TorchBackend:
         model: nn.Module,
         tokenizer: Any,
         *,
-        device: str = "cpu",
+        device: str = "auto",
         max_batch_size: int | None = None,
         decode_delay_s: float = 0.0,
+        kv_cache: str = "auto",
     ) -> None:
+        from arena_core.runtime.device import kv_cache_kind, module_device
+
         self.model = model
         self.tokenizer = tokenizer
-        self.device = torch.device(device)
+        # auto: where the module lives (the trainer's device when shared)
+        self.device = module_device(model) if device == "auto" else torch.device(device)
+        if kv_cache not in ("auto", "static", "dynamic"):
+            raise ValueError(f"kv_cache must be auto, static or dynamic, got {kv_cache!r}")
+        # static: preallocated, fixed shapes (CUDA); dynamic: finished rows leave it (CPU)
+        self.kv_cache = kv_cache_kind(str(self.device)) if kv_cache == "auto" else kv_cache
         self.max_batch_size = max_batch_size
         self.decode_delay_s = decode_delay_s
         self.policy_version = 0
@@ -112,8 +123,12 @@ class TorchBackend:
         *,
         control: DecodeControl | None = None,
         on_token: TokenCallback | None = None,
+        adapters: list[str] | None = None,
     ) -> list[Completion]:
         """One completion per prompt; rows are decoded together (in chunks of max_batch_size).
+
+        `adapters` (LoRA models): one adapter name per prompt, so one batch serves several
+        population members (see `arena_core.rollout.multi_lora`); None uses the active adapter.
 
         `control` (the async runtime) is consulted between decode steps: it may swap in new
         weights, which every later token then uses. `on_token(row, token, finished)` (the
@@ -124,6 +139,7 @@ class TorchBackend:
             return []
         if any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
+        adapters = check_row_adapters(self.model, adapters, len(prompts))
         generator = None
         if params.seed is not None and params.temperature > 0:
             generator = torch.Generator(device=self.device).manual_seed(int(params.seed))
@@ -135,7 +151,13 @@ class TorchBackend:
             out: list[Completion] = []
             for i in range(0, len(prompts), step):
                 out += self._generate_batch(
-                    prompts[i : i + step], params, generator, control, on_token, offset=i
+                    prompts[i : i + step],
+                    params,
+                    generator,
+                    control,
+                    on_token,
+                    offset=i,
+                    adapters=None if adapters is None else adapters[i : i + step],
                 )
         finally:
             self.model.train(was_training)
@@ -206,6 +228,7 @@ class TorchBackend:
         control: DecodeControl | None = None,
         on_token: TokenCallback | None = None,
         offset: int = 0,
+        adapters: list[str] | None = None,
     ) -> list[Completion]:
         n = len(prompts)
         width = max(len(p) for p in prompts)
@@ -216,8 +239,16 @@ class TorchBackend:
             mask[i, width - len(p) :] = 1
         ids, mask = ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache(config=getattr(self.model, "config", None))
-        logits = self._forward(ids, mask, positions, cache, logits_to_keep=1)
+        config = getattr(self.model, "config", None)
+        static = self.kv_cache == "static"
+        cache = (
+            StaticCache(config=config, max_cache_len=width + params.max_new_tokens)
+            if static
+            else DynamicCache(config=config)
+        )
+        done_rows: set[int] = set()  # static cache: finished rows keep decoding, unrecorded
+        lora = RowAdapters(self.model, adapters) if adapters is not None else None
+        logits = self._forward(ids, mask, positions, cache, 1, lora=lora, rows=range(n))
         logits_version = self.policy_version
         next_pos = positions[:, -1] + 1
         rows = _Rows(n)
@@ -227,6 +258,8 @@ class TorchBackend:
             tokens, logps = sample_next(logits, params, generator)
             keep: list[int] = []
             for j, r in enumerate(alive):
+                if r in done_rows:
+                    continue
                 tok = int(tokens[j])
                 rows.tokens[r].append(tok)
                 rows.logprobs[r].append(float(logps[j]))
@@ -244,13 +277,17 @@ class TorchBackend:
                 control.between_steps(self)  # may load new weights: later tokens use them
             if not keep or step == params.max_new_tokens - 1:
                 break
-            if len(keep) < len(alive):  # finished rows leave the batch and the KV cache
+            if static:  # fixed shapes: every row stays in the batch
+                done_rows = set(alive) - {alive[j] for j in keep}
+            elif len(keep) < len(alive):  # finished rows leave the batch and the KV cache
                 index = torch.tensor(keep, device=self.device)
                 cache.batch_select_indices(index)
                 mask, tokens, next_pos = mask[index], tokens[index], next_pos[index]
                 alive = [alive[j] for j in keep]
             mask = torch.cat([mask, mask.new_ones((len(alive), 1))], dim=-1)
-            logits = self._forward(tokens[:, None], mask, next_pos[:, None], cache)
+            logits = self._forward(
+                tokens[:, None], mask, next_pos[:, None], cache, lora=lora, rows=alive
+            )
             logits_version = self.policy_version
             if self.decode_delay_s:
                 time.sleep(self.decode_delay_s)  # releases the GIL, like waiting on a device
@@ -262,18 +299,22 @@ class TorchBackend:
         ids: torch.Tensor,
         mask: torch.Tensor,
         positions: torch.Tensor,
-        cache: DynamicCache,
+        cache: DynamicCache | StaticCache,
         logits_to_keep: int = 0,
+        lora: RowAdapters | None = None,
+        rows: Sequence[int] = (),
     ) -> torch.Tensor:
         kwargs = {"logits_to_keep": logits_to_keep} if logits_to_keep else {}
-        out = self.model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=positions,
-            past_key_values=cache,
-            use_cache=True,
-            **kwargs,
-        )
+        with row_lora(lora, rows) as extra:  # per-row LoRA adapters (multi_lora)
+            out = self.model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+                **kwargs,
+                **extra,
+            )
         return out.logits[:, -1, :].float()
 
     def _hit_stop(self, tokens: list[int], stop: list[str], window: int) -> bool:
@@ -312,6 +353,7 @@ def _factory(policy: Any, cfg: Mapping[str, Any] | BaseModel) -> TorchBackend:
         device=conf.device,
         max_batch_size=conf.max_batch_size,
         decode_delay_s=conf.decode_delay_s,
+        kv_cache=conf.kv_cache,
     )
 
 

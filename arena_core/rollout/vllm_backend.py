@@ -54,6 +54,21 @@ _WORKER_EXTENSION = "arena_core.rollout.vllm_worker.ArenaWorkerExtension"
 _FINISH = {"stop": "stop", "length": "length", "abort": "aborted"}
 
 
+def _engine_dtype(wanted: str, model_dir: Path) -> str:
+    """`auto` as this config means it: the checkpoint's own dtype. vLLM's `auto` runs a float32
+    checkpoint in half precision, so its greedy choices would part from the torch learner's."""
+    import json
+
+    if wanted != "auto":
+        return wanted
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return wanted
+    found = config.get("dtype") or config.get("torch_dtype")
+    return found if found in ("float32", "bfloat16", "float16") else wanted
+
+
 def _fit_max_model_len(wanted: int | None, model_dir: Path) -> int | None:
     """`backend.max_model_len`, lowered to what the model supports (vLLM refuses a longer one;
     the default 2048 is longer than small models such as arena:tiny accept)."""
@@ -151,6 +166,8 @@ class VLLMBackend:
         self._ids = itertools.count()
         self._inflight: dict[str, asyncio.Task[Completion]] = {}
         self._progress: dict[str, int] = {}  # request id -> tokens received so far
+        self._loras: dict[str, Path] = {}  # adapter name -> saved peft directory (add_lora)
+        self._lora_ids: dict[str, int] = {}  # see multi_lora.vllm_lora_request
         self._tmp = Path(tempfile.mkdtemp(prefix="arena-vllm-", dir=shm_dir()))
         self._restart_dirs: list[Path] = []
         self._loop = asyncio.new_event_loop()
@@ -170,7 +187,7 @@ class VLLMBackend:
         cfg = self.config
         kwargs: dict[str, Any] = {
             "model": str(model_dir),
-            "dtype": cfg.dtype,
+            "dtype": _engine_dtype(cfg.dtype, model_dir),
             "max_model_len": _fit_max_model_len(cfg.max_model_len, model_dir),
             "seed": cfg.seed,
             "enforce_eager": cfg.enforce_eager,
@@ -267,13 +284,17 @@ class VLLMBackend:
             output_kind=RequestOutputKind.DELTA,  # tokens arrive as made: each gets its version
         )
 
-    async def _run_request(self, prompt: list[int], sp: Any, request_id: str) -> Completion:
+    async def _run_request(
+        self, prompt: list[int], sp: Any, request_id: str, lora: Any = None
+    ) -> Completion:
         tokens: list[int] = []
         logprobs: list[float] = []
         versions: list[int] = []
         text: list[str] = []
         finish = "length"
-        stream = self._engine.generate({"prompt_token_ids": list(prompt)}, sp, request_id)
+        stream = self._engine.generate(
+            {"prompt_token_ids": list(prompt)}, sp, request_id, lora_request=lora
+        )
         try:
             async for out in stream:
                 o = out.outputs[0]
@@ -295,8 +316,10 @@ class VLLMBackend:
             raise RuntimeError(f"vLLM returned {len(logprobs)} logprobs for {len(tokens)} tokens")
         return Completion(list(prompt), tokens, logprobs, "".join(text), finish, versions)
 
-    async def _submit(self, prompt: list[int], sp: Any, request_id: str) -> Completion:
-        task = asyncio.ensure_future(self._run_request(prompt, sp, request_id))
+    async def _submit(
+        self, prompt: list[int], sp: Any, request_id: str, lora: Any = None
+    ) -> Completion:
+        task = asyncio.ensure_future(self._run_request(prompt, sp, request_id, lora))
         self._inflight[request_id] = task
         try:
             return await task
@@ -313,6 +336,7 @@ class VLLMBackend:
         request_id: str | None = None,
         *,
         index: int = 0,
+        adapter: str | None = None,
     ) -> concurrent.futures.Future[Completion]:
         """Start one request now; its Completion arrives on the returned future.
 
@@ -323,15 +347,29 @@ class VLLMBackend:
         if not prompt:
             raise ValueError("every prompt needs at least one token")
         rid = request_id or f"arena-{next(self._ids)}"
-        coro = self._submit(list(prompt), self._sampling(params, index), rid)
+        lora = self._lora_request(adapter)
+        coro = self._submit(list(prompt), self._sampling(params, index), rid, lora)
         return asyncio.run_coroutine_threadsafe(coro, self._loop)
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
-        """One completion per prompt (repeat a prompt to sample a group), in order."""
+    def generate(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        *,
+        adapters: list[str] | None = None,
+    ) -> list[Completion]:
+        """One completion per prompt (repeat a prompt to sample a group), in order.
+
+        `adapters`: one name per prompt, each registered with `add_lora` (or multi_lora.BASE):
+        vLLM batches the rows of every adapter together (a LoRARequest per request).
+        """
         if not prompts:
             return []
+        if adapters is not None and len(adapters) != len(prompts):
+            raise ArenaError(f"adapters has {len(adapters)} names for {len(prompts)} prompts")
         start = time.perf_counter()
-        futures = [self.submit(p, params, index=i) for i, p in enumerate(prompts)]
+        names = adapters or [None] * len(prompts)
+        futures = [self.submit(p, params, index=i, adapter=names[i]) for i, p in enumerate(prompts)]
         out = [f.result() for f in futures]
         seconds = time.perf_counter() - start
         n = sum(len(c.token_ids) for c in out)
@@ -339,6 +377,26 @@ class VLLMBackend:
         self.generate_seconds += seconds
         self.last_tokens_per_second = n / seconds if seconds > 0 else 0.0
         return out
+
+    def add_lora(self, name: str, path: str | os.PathLike[str]) -> None:
+        """Serve the peft adapter saved in `path` as `name` (the engine needs
+        `backend.engine_kwargs={enable_lora: true, max_loras: P, max_lora_rank: r}`). Saving new
+        weights to a new directory and calling this again makes vLLM load them."""
+        if not (Path(path) / "adapter_config.json").is_file():
+            raise ArenaError(f"{path} holds no adapter_config.json: save the adapter with peft")
+        self._loras[name] = Path(path)
+
+    def _lora_request(self, adapter: str | None) -> Any:
+        from arena_core.rollout.multi_lora import BASE, vllm_lora_request
+
+        if adapter is None or adapter == BASE:
+            return None
+        if adapter not in self._loras:
+            raise ArenaError(
+                f"unknown adapter '{adapter}': register it with add_lora(name, dir) first "
+                f"(registered: {sorted(self._loras)})"
+            )
+        return vllm_lora_request(adapter, self._loras[adapter], self._lora_ids)
 
     def generate_text(self, prompts: list[str], params: SamplingParams) -> list[Completion]:
         """Tokenize raw strings with the model directory's tokenizer (no special tokens added)."""

@@ -30,19 +30,35 @@ def evaluate(
     max_new_tokens: int,
     stop: list[str] | None = None,
     batch_size: int = 64,
+    episodes: Any = None,
 ) -> dict[str, Any]:
-    """Mean reward, accuracy and per-component means over `examples` (greedy)."""
+    """Mean reward, accuracy and per-component means over `examples` (greedy); with
+    `episodes` (a tool task's EpisodeRunner) each example is a multi-turn episode."""
     t0 = time.perf_counter()
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, stop=list(stop or []))
     texts: list[str] = []
     n_tokens = 0
+    tool_metrics: dict[str, float] = {}
+    all_comps = []
     for i in range(0, len(examples), batch_size):
         chunk = examples[i : i + batch_size]
-        comps = backend.generate([encoder(ex) for ex in chunk], params)
+        if episodes is not None:
+            comps = episodes.run(backend, chunk, params)
+            episodes.add_metrics(tool_metrics, comps)
+        else:
+            comps = backend.generate([encoder(ex) for ex in chunk], params)
+        all_comps += comps
         texts += [c.text for c in comps]
         n_tokens += sum(len(c.token_ids) for c in comps)
-    items = [(ex.question, ex.answer, t) for ex, t in zip(examples, texts, strict=True)]
+    items = [  # a tool episode's final state goes to a reward that declares `state`
+        (ex.question, ex.answer, c.text)
+        if c.episode is None
+        else (ex.question, ex.answer, c.text, c.episode.get("final_state") or {})
+        for ex, c in zip(examples, all_comps, strict=True)
+    ]
     values, kinds, components = scorer.score_with_components(items)
+    if episodes is not None:
+        kinds = episodes.failed_kinds(all_comps, kinds)
     correct = scorer.correct(values, components, kinds)
     n = max(1, len(values))
     valid = [v for v, k in zip(values, kinds, strict=True) if k == "ok" and math.isfinite(v)]
@@ -55,12 +71,13 @@ def evaluate(
         "eval/accuracy_failures": len(correct) - len(known),
         "eval/seconds": time.perf_counter() - t0,
     }
+    out.update({f"eval/{k}": v for k, v in tool_metrics.items()})
     for key, vals in components.items():
         finite = [v for v in vals if not math.isnan(v)]
         out[f"eval/reward/{key}"] = sum(finite) / len(finite) if finite else float("nan")
     out["_samples"] = [
         {"question": q, "answer": a, "completion": c, "reward": v}
-        for (q, a, c), v in list(zip(items, values, strict=True))[:8]
+        for (q, a, c, *_), v in list(zip(items, values, strict=True))[:8]
     ]
     return out
 

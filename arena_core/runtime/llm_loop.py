@@ -21,10 +21,13 @@ import numpy as np
 import torch
 
 from arena_core.config.schema import CoreConfig
+from arena_core.distributed.trainer_group import TrainerRankDied, learner_for
 from arena_core.errors import ArenaError
 from arena_core.learn.learner import Learner, NonFiniteLossError
 from arena_core.loggers import LoggerContext, build_loggers
+from arena_core.planner.measured import record_measured
 from arena_core.rollout.base import SamplingParams
+from arena_core.rollout.multi_turn import EpisodeRunner
 from arena_core.runtime.batch_source import (
     AsyncSource,
     GenerationFailed,
@@ -54,6 +57,7 @@ from arena_core.store.checkpoints import (
 )
 from arena_core.store.metrics import plot_reward_curve
 from arena_core.store.rundir import new_run_dir, resolve_resume, write_config, write_validation
+from arena_core.tools.protocol import is_tool_task
 
 DEFAULT_MICRO_BATCH_TOKENS = 2048  # until the planner picks one
 PLAN_CHECK_STEPS = 3  # steps after the first (warm-up) that the plan's prediction is checked on
@@ -110,6 +114,10 @@ def _run(
     write_validation(run_dir, validation)
     print(f"run directory: {run_dir}", flush=True)
     try:
+        if core.evolution.enabled:  # a population: the same parts, driven per member
+            from arena_core.evolution.loop import train_population
+
+            return train_population(core, plan, run_dir, task, reward_file, resuming)
         return _train(core, cfg, plan, run_dir, algorithm, task, reward_file, resuming)
     except (RunFailed, RunInterrupted):
         raise  # the loop wrote the summary itself
@@ -128,16 +136,19 @@ def _train(
     reward_file: Any,
     resuming: bool,
 ) -> Path:
-    if plan is not None:
-        atomic_write_json(run_dir / "plan.json", plan)
     random.seed(core.seed)
     np.random.seed(core.seed % (2**32))
     torch.manual_seed(core.seed)
 
     from arena_core.models import load_policy
+    from arena_core.runtime.device import device_plan
+    from arena_core.runtime.process_runtime import open_engines
     from arena_core.sandbox import RewardPool, SandboxPolicy
 
-    policy = load_policy(core.model.model_dump(), runs=core.paths.runs)
+    dev = device_plan(core.runtime.device, core.model.dtype)  # ConfigError: cuda without a GPU
+    if plan is not None:
+        atomic_write_json(run_dir / "plan.json", {**plan, "device": dev.to_dict()})
+    policy = load_policy(core.model.model_dump(), device=dev.device, runs=core.paths.runs)
     learner = Learner(
         policy.model,
         algorithm,
@@ -149,6 +160,7 @@ def _train(
         tis_cap=core.train.tis_cap,
         norm_len=core.generation.max_new_tokens,
         batching=core.train.batching,
+        autocast=dev.autocast,
     )
     state: dict[str, Any] = {}
     if resuming:
@@ -159,14 +171,19 @@ def _train(
         print(f"resumed from {ckpt} (step {state['step']})", flush=True)
     backend = build_backend(core.backend.model_dump(), policy)
     sb = core.sandbox
-    with RewardPool(
-        reward_file,
-        workers=sb.workers,
-        timeout_s=sb.reward_timeout_s,
-        fallback=sb.fallback,
-        memory_mb=sb.memory_mb,
-        policy=SandboxPolicy.from_config(sb),
-    ) as pool:
+    with (
+        RewardPool(
+            reward_file,
+            workers=sb.workers,
+            timeout_s=sb.reward_timeout_s,
+            fallback=sb.fallback,
+            memory_mb=sb.memory_mb,
+            policy=SandboxPolicy.from_config(sb),
+            expose=list(getattr(task, "reward_paths", None) or []),  # an MCP env's state dirs
+        ) as pool,
+        open_engines(core, plan, policy, run_dir, state) as engines,  # Ray actors, if split
+    ):
+        learner = learner_for(engines, core, plan, policy, learner)  # FSDP ranks, if planned
         loop = _Loop(
             core,
             run_dir,
@@ -180,6 +197,7 @@ def _train(
             ),
             state,
             plan,
+            engines=engines,
         )
         loop.max_reward = declared_max_reward(reward_file)
         try:
@@ -190,6 +208,9 @@ def _train(
             close = getattr(backend, "close", None)
             if callable(close):
                 close()
+            close_task = getattr(task, "close", None)
+            if callable(close_task):
+                close_task()  # a tool task's servers (MCP) stop with the run
     return run_dir
 
 
@@ -208,8 +229,10 @@ class _Loop:
         scorer: RewardScorer,
         state: dict[str, Any],
         plan: dict[str, Any] | None = None,
+        engines: Any = None,
     ) -> None:
         self.core, self.run_dir, self.policy = core, run_dir, policy
+        self.engines = engines  # generation engines as Ray actors (process_runtime), or None
         self.learner, self.backend, self.scorer = learner, backend, scorer
         self.step = int(state.get("step", 0))
         self.state = state
@@ -234,6 +257,8 @@ class _Loop:
             max_rounds=core.train.max_sampling_rounds,
             position=int(state.get("data_position", 0)),
         )
+        if is_tool_task(task):  # multi-turn episodes with tools: arena_core.rollout.multi_turn
+            self.collector.episodes = EpisodeRunner(task, policy.tokenizer, seed=core.seed)
         self.data_position = self.collector.position  # of the last batch the learner consumed
         # loggers first: one that cannot start (mlflow missing) fails before any thread does
         self.metrics = build_loggers(
@@ -257,6 +282,8 @@ class _Loop:
         """Sync: generate then learn on one module. Async: a generator thread with its own
         replica of the policy and its own backend, `runtime.max_staleness` versions ahead."""
         backend.policy_version = self.step
+        if self.engines is not None:  # generation in engine processes
+            return self.engines.batch_source(self.collector, policy.model, self.step, backend)
         n_groups = core.train.prompts_per_step
         if core.runtime.mode == "sync":
             return SyncSource(self.collector, backend, policy.model, n_groups)
@@ -306,7 +333,7 @@ class _Loop:
                 if self.evals[-1]["step"] != self.step:
                     self._evaluate()
                     progress.note(_eval_line(self.evals[-1]))
-        except (NonFiniteLossError, GenerationFailed) as exc:
+        except (NonFiniteLossError, GenerationFailed, TrainerRankDied) as exc:
             self.totals["wall_seconds"] = wall_before + time.perf_counter() - t_start
             ckpt = self._finish("failed", error=str(exc))
             raise RunFailed(
@@ -336,8 +363,15 @@ class _Loop:
         pause = self.source.after_step(self.step)
         step_s = time.perf_counter() - t0
         row = _step_row(batch, learn, step_s)
+        row.update(batch.episode_metrics)  # tool tasks: calls, parse outcomes, tool tokens
         row.update(self.source.step_metrics(batch, self.step - 1, step_s, pause))
-        for key in ("tokens/generated", "tokens/trained", "time/generate_s", "time/learn_s"):
+        for key in (
+            "tokens/generated",
+            "tokens/trained",
+            "time/generate_s",
+            "time/learn_s",
+            "time/weight_sync_pause_s",
+        ):
             self.totals[key] = self.totals.get(key, 0.0) + float(row.get(key) or 0.0)
         return row
 
@@ -350,6 +384,7 @@ class _Loop:
             self.scorer,
             max_new_tokens=ev.max_new_tokens or self.core.generation.max_new_tokens,
             stop=list(self.core.generation.stop),
+            episodes=self.collector.episodes,
         )
         record = {"step": self.step, **_public(result), "samples": result["_samples"]}
         self.evals.append(record)
@@ -434,6 +469,7 @@ class _Loop:
         if error:
             summary["error"] = error
         atomic_write_json(self.run_dir / "summary.json", summary)
+        record_measured(self.run_dir, t, self.step, self.step_times)  # beside the prediction
         self.metrics.log_summary(summary)
         print(closing_summary(summary, run_name=self.core.run_name), flush=True)
         return ckpt

@@ -48,7 +48,7 @@ class Evaluator:
             self.chosen = [encoder.sample(r.messages, r.chosen) for r in rows]
             self.rejected = [encoder.sample(r.messages, r.rejected) for r in rows]
         else:
-            self.samples = [encoder.sample(r.messages, r.target) for r in rows]
+            self.samples = [s for r in rows for s in encoder.sft(r)]
         self._train_ref: Tensor | None = None  # [n_train_rows, 2] (full fine-tuning)
         self._eval_ref: tuple[Tensor, Tensor] | None = None
         self._pool: Any = None
@@ -76,11 +76,9 @@ class Evaluator:
             policy=SandboxPolicy.from_config(sb),
         ).__enter__()
         scorer = RewardScorer(self._pool, path=path, timeout_s=sb.reward_timeout_s)
-        if self.data.rows:  # dataset rows: the reward compares with the target
-            examples = [
-                Example(str(row["prompt"]), str(row["target"]))
-                for row in self.task.eval_rows[: len(self.data.eval_rows)]
-            ]
+        if self.data.rows:  # dataset rows: the reward compares with the response
+            held = self.task.eval_rows[: len(self.data.eval_rows)]
+            examples = [Example(str(row["prompt"]), str(row["response"])) for row in held]
         else:
             examples = self.task.eval_examples(self.core.eval.num_prompts)
         backend = TorchBackend(self.policy.model, self.policy.tokenizer)
@@ -106,12 +104,12 @@ class Evaluator:
         return out
 
     def _sft(self) -> dict[str, Any]:
-        samples = [s for s in self.samples if s.completion_ids]
+        samples = [s for s in self.samples if s.n_targets]
         if not samples:
             return {"eval/loss": float("nan")}
         with torch.no_grad():
             total = sequence_logprobs(self.learner, self.learner.model, samples)
-        n_tokens = sum(len(s.completion_ids) for s in samples)
+        n_tokens = sum(s.n_targets for s in samples)  # a chat's assistant tokens only
         return {"eval/loss": float(-total.sum()) / n_tokens}
 
     def _preference(self) -> dict[str, Any]:

@@ -182,7 +182,7 @@ class _OfflineRun:
             ref_c, ref_r = self.evaluator.reference(rows, chosen, rejected)
             learn = preference_step(self.learner, self.algorithm, chosen, rejected, ref_c, ref_r)
         else:
-            samples = [self.encoder.sample(r.messages, r.target) for r in rows]
+            samples = [s for r in rows for s in self.encoder.sft(r)]
             learn = self.learner.step(samples)
             learn.pop("is_weight/mean", None)
         self.step += 1

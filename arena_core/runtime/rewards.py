@@ -40,14 +40,16 @@ class RewardScorer:
         self.expects_components = self._path is not None
         self._timeout_s, self._memory_mb = timeout_s, memory_mb
 
-    def __call__(self, items: Sequence[tuple[str, str, str]]) -> tuple[list[float], list[str]]:
+    def __call__(self, items: Sequence[tuple[Any, ...]]) -> tuple[list[float], list[str]]:
         outcomes = self.pool.score(list(items))
         return [float(o.value) for o in outcomes], [o.kind for o in outcomes]
 
     def score_with_components(
-        self, items: Sequence[tuple[str, str, str]]
+        self, items: Sequence[tuple[Any, ...]]
     ) -> tuple[list[float], list[str], dict[str, list[float]]]:
-        """Values, kinds and {component: values} ({} when the reward has no components)."""
+        """Values, kinds and {component: values} ({} when the reward has no components). Items
+        are (question, answer, completion) or, for tool episodes, (..., final_state): the pool
+        passes the state to a reward that declares a `state` parameter."""
         if self._pool_components:
             outcomes = self.pool.score(list(items), components=True)
             comps: dict[str, list[float]] = {}
@@ -61,7 +63,7 @@ class RewardScorer:
         timeout = self._timeout_s * max(2.0, len(items) / 50)
         comps = sandboxed_components(
             self._path,
-            list(items),
+            [tuple(item[:3]) for item in items],  # components(q, a, c): no episode state
             timeout_s=timeout,
             memory_mb=self._memory_mb,
             policy=getattr(self.pool, "policy", None),  # the run's sandbox policy

@@ -68,10 +68,14 @@ class StepBatch:
     reward_s: float = 0.0
     outcome_kinds: Counter = field(default_factory=Counter)  # reward outcome kind -> calls
     components: dict[str, list[float]] = field(default_factory=dict)
+    episode_metrics: dict[str, float] = field(default_factory=dict)  # multi-turn (tools) only
 
     @property
     def generated_tokens(self) -> int:
-        return sum(len(c.token_ids) for c in self.completions)
+        # sampled tokens only: the tool tokens of multi-turn episodes were not generated
+        return sum(
+            len(c.token_ids) if c.loss_mask is None else sum(c.loss_mask) for c in self.completions
+        )
 
     @property
     def reward_failures(self) -> int:
@@ -99,6 +103,7 @@ class GroupCollector:
         self.scorer, self.algorithm, self.params = scorer, algorithm, params
         self.seed, self.max_rounds = seed, max_rounds
         self.control: Any = None  # the async runtime's DecodeControl (weight swaps in decode)
+        self.episodes: Any = None  # a tool task's EpisodeRunner (arena_core.rollout.multi_turn)
         self.position = 0
         self._stream: Iterator[Example] = task.train_examples(seed)
         for _ in range(position):  # deterministic stream: skipping replays the data position
@@ -124,14 +129,23 @@ class GroupCollector:
             params = replace(self.params, seed=_seed(self.seed, step, rnd))
             t0 = time.perf_counter()
             extra = {"control": self.control} if self.control is not None else {}
-            comps = self.backend.generate(prompts, params, **extra)
+            if self.episodes is not None:  # multi-turn: model and tool turns, one sequence each
+                reps = [ex for ex in examples for _ in range(g)]
+                comps = self.episodes.run(self.backend, reps, params, **extra)
+                self.episodes.add_metrics(out.episode_metrics, comps)
+            else:
+                comps = self.backend.generate(prompts, params, **extra)
             out.generate_s += time.perf_counter() - t0
-            items = [
+            items = [  # a tool episode's final state goes to a reward that declares `state`
                 (ex.question, ex.answer, c.text)
+                if c.episode is None
+                else (ex.question, ex.answer, c.text, c.episode.get("final_state") or {})
                 for ex, c in zip((ex for ex in examples for _ in range(g)), comps, strict=True)
             ]
             t0 = time.perf_counter()
             values, kinds, comps_by_key = self.scorer.score_with_components(items)
+            if self.episodes is not None:  # an episode whose tool session died is no reward
+                kinds = self.episodes.failed_kinds(comps, kinds)
             out.reward_s += time.perf_counter() - t0
             for key, vals in comps_by_key.items():
                 out.components.setdefault(key, []).extend(vals)
@@ -179,7 +193,9 @@ class GroupCollector:
             out.groups_kept += 1
             for r, a in zip(ok, adv.tolist(), strict=True):
                 c = comps[r]
-                out.samples.append(Sample(c.prompt_ids, list(c.token_ids), list(c.logprobs), a))
+                out.samples.append(
+                    Sample(c.prompt_ids, list(c.token_ids), list(c.logprobs), a, c.loss_mask)
+                )
 
 
 def is_valid(kind: str, value: float) -> bool:

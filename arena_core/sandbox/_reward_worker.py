@@ -2,7 +2,7 @@
 
 Started by file path (`python _reward_worker.py CONFIG`) in its own session, so it imports only
 the standard library and starts fast. Protocol, one JSON line per message:
-  parent -> worker  {"items": [[index, question, answer, completion], ...]}
+  parent -> worker  {"items": [[index, question, answer, completion(, state)], ...]}
   worker -> parent  {"ready": ...} or {"fatal": ...} once after import, then per item
                     [index, kind, value, seconds, detail, error_type, line, output, output_bytes],
                     and {"exit": reason} before leaving on its own (after a MemoryError).
@@ -61,8 +61,14 @@ def load_reward(path: str) -> tuple[Any, dict[str, Any]]:
     except (TypeError, ValueError):
         sig, params = None, []
     if sig is not None:
+        how = takes_state(sig)
         try:
-            sig.bind("q", "a", "c")
+            if how == "keyword":
+                sig.bind("q", "a", "c", state={})
+            elif how == "position":
+                sig.bind("q", "a", "c", {})
+            else:
+                sig.bind("q", "a", "c")
         except TypeError as exc:
             return None, {
                 "fatal": "signature",
@@ -77,9 +83,22 @@ def load_reward(path: str) -> tuple[Any, dict[str, Any]]:
         "ready": True,
         "signature": str(sig) if sig is not None else "(...)",
         "params": params,
+        "state": takes_state(sig),
         "line": line,
         "import_s": import_s,
     }
+
+
+def takes_state(sig: inspect.Signature | None) -> str:
+    """How `reward` takes an episode's final state: "keyword" (a `state` parameter), "position"
+    (a 4th positional parameter), or "" (the 3-argument contract: no state is passed)."""
+    if sig is None:
+        return ""
+    params = list(sig.parameters.values())
+    if "state" in sig.parameters and sig.parameters["state"].kind != inspect.Parameter.VAR_KEYWORD:
+        return "keyword"
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return "position" if len(positional) >= 4 else ""
 
 
 def score_one(
@@ -89,16 +108,23 @@ def score_one(
     output: _child.Output,
     cpu: int | None,
     limits: int | None = None,
+    how_state: str = "",
 ) -> list:
     """Score one item. `limits` (under kernel isolation: the process limit, or 0) also checks
     that the call left the sandbox usable (see _child.sandbox_exhausted)."""
-    index, question, answer, completion = item
+    index, question, answer, completion, *rest = item
+    state = rest[0] if rest else None
     if cpu:
         _child.cpu_budget(cpu)
     kind, value, detail, etype, line = "ok", None, "", None, None
     started = time.perf_counter()
     try:
-        result = fn(question, answer, completion)
+        if how_state == "keyword":
+            result = fn(question, answer, completion, state=state)
+        elif how_state == "position":
+            result = fn(question, answer, completion, state)
+        else:
+            result = fn(question, answer, completion)
     except MemoryError as exc:
         info = _child.describe_exception(exc, path)
         kind, detail, etype, line = "memory", info["detail"], "MemoryError", info["line"]
@@ -143,7 +169,7 @@ def main() -> None:
         for raw in requests:
             message = json.loads(raw)
             for item in message["items"]:
-                result = score_one(fn, path, item, output, cpu, limits)
+                result = score_one(fn, path, item, output, cpu, limits, hello.get("state", ""))
                 _child.send(resp, result)
                 full = result[1] == "crashed" and result[4].startswith(_child.FILLED)
                 if result[1] == "memory" or full:  # the heap or the sandbox is spent

@@ -1,5 +1,9 @@
 """The reward contract: a Python file defining `reward(question, answer, completion) -> float`.
 
+A reward for a tool task may declare a 4th parameter, `state` (`reward(question, answer,
+completion, state)`): it then also receives the episode's final state (a JSON dict, e.g. the
+state directory an MCP server wrote its database to); 3-parameter rewards are called as before.
+
 The file is imported in a sandboxed child (importing runs the user's top-level code), and each way
 of breaking the contract becomes its own ArenaError subclass whose message says what, where
 (file:line) and the fix.
@@ -63,6 +67,7 @@ class ContractReport:
     line: int | None = None
     import_s: float = 0.0
     warnings: list[str] = field(default_factory=list)
+    takes_state: str = ""  # "keyword" / "position": reward declares `state`; "": 3 arguments
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -226,4 +231,5 @@ def check_reward_contract(
         line=hello.get("line"),
         import_s=float(hello.get("import_s") or 0.0),
         warnings=warnings,
+        takes_state=str(hello.get("state") or ""),
     )

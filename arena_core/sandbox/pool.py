@@ -79,8 +79,12 @@ class RewardPool:
         import_timeout_s: float = 60.0,
         max_chunk: int = 64,
         policy: SandboxPolicy | None = None,
+        expose: list[str] | None = None,
     ) -> None:
         self.path = resolve_reward(path)
+        # folders the reward reads besides its file (an MCP env's state directories): mounted
+        # read-only in the sandbox, where the private /tmp would hide them
+        self.expose = [self.path, *(expose or [])]
         self.policy = policy or SandboxPolicy()
         self.isolation = check_isolation(self.policy)  # raises when required and missing
         self.timeout_s = float(timeout_s)
@@ -107,7 +111,7 @@ class RewardPool:
     # -- lifecycle ---------------------------------------------------------------------------
     def _spawn(self) -> _Slot:
         cfg = worker_config(self.path, self.memory_mb, self.cpu_seconds)
-        return _Slot(child=Child([WORKER], cfg, policy=self.policy, expose=[self.path]))
+        return _Slot(child=Child([WORKER], cfg, policy=self.policy, expose=self.expose))
 
     def _await_ready(self) -> None:
         for slot in self._slots:
@@ -142,10 +146,13 @@ class RewardPool:
 
     # -- scoring -----------------------------------------------------------------------------
     def score(
-        self, items: list[tuple[str, str, str]], *, stop_after_failures: int | None = None
+        self, items: list[tuple[Any, ...]], *, stop_after_failures: int | None = None
     ) -> list[RewardOutcome]:
-        """One outcome per item, in order. `stop_after_failures` (validation) stops after that many
-        timeouts/memory/crashes and marks the rest `skipped`, so a hostile file costs one timeout.
+        """One outcome per item, in order. An item is (question, answer, completion) or, for a
+        tool episode, (question, answer, completion, final_state): the state (JSON) is passed to
+        a reward that declares a 4th parameter or one named `state`, and dropped otherwise.
+        `stop_after_failures` (validation) stops after that many timeouts/memory/crashes and
+        marks the rest `skipped`, so a hostile file costs one timeout.
         """
         with self._lock:
             if self._closed:

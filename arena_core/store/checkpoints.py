@@ -20,7 +20,7 @@ import os
 import random
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -83,9 +83,14 @@ def save_checkpoint(
     tokenizer: Any = None,
     keep: int | None = None,
     scores: dict[str, float | None] | None = None,
+    extra: Callable[[Path], None] | None = None,
+    entry_extra: dict[str, Any] | None = None,
 ) -> Path:
     """Write checkpoint `step` atomically and record it in the index with its `scores` (the
-    held-out evaluation at that step, when there was one); returns its directory."""
+    held-out evaluation at that step, when there was one); returns its directory. `extra(dir)`
+    writes more files into the checkpoint before it is renamed into place (a population's
+    members); `entry_extra` goes into its index entry (`"elite": True` moves the elite mark
+    here from any older entry)."""
     root = checkpoints_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     name = f"step_{step:06d}"
@@ -108,6 +113,8 @@ def save_checkpoint(
             if tokenizer is not None:
                 tokenizer.save_pretrained(str(tmp / "model"))
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    if extra is not None:
+        extra(tmp)
     rng_json, rng_tensors = rng_state()
     save_file(rng_tensors, str(tmp / "rng.safetensors"))
     atomic_write_json(tmp / "state.json", {**state, "step": step, "rng": rng_json})
@@ -123,6 +130,10 @@ def save_checkpoint(
     entry = {"step": step, "dir": name, "kind": kind, "time": time.time()}
     if scores:
         entry["scores"] = scores
+    if entry_extra:
+        if entry_extra.get("elite"):
+            entries = [{k: v for k, v in c.items() if k != "elite"} for c in entries]
+        entry.update(entry_extra)
     entries.append(entry)
     entries.sort(key=lambda c: c["step"])
     removed: list[dict[str, Any]] = []

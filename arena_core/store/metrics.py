@@ -65,9 +65,12 @@ class TensorBoardMetrics:
         self._tb: Any = SummaryWriter(log_dir=str(Path(run_dir) / "tensorboard"), purge_step=purge)
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
+        # a population run's rows name their member: each member gets its own tag prefix
+        member = metrics.get("member")
+        prefix = f"member_{member}/" if member is not None else ""
         for key, value in metrics.items():
-            if isinstance(value, int | float) and math.isfinite(value):
-                self._tb.add_scalar(key, value, step)
+            if key != "member" and isinstance(value, int | float) and math.isfinite(value):
+                self._tb.add_scalar(prefix + key, value, step)
         self._tb.flush()
 
     def close(self) -> None:

@@ -3,7 +3,8 @@
 - `arena_core.testing.pytest_plugin` (auto-loaded through the `pytest11` entry point) provides the
   fixtures `arena_plugins`, `register_arena_plugin` and `arena_isolated_plugins`.
 - `EnvConformance`, `RewardConformance` and `AlgorithmConformance` are suites to subclass in a
-  plugin's own tests (`class TestMyEnv(EnvConformance): env_name = "my_env"`).
+  plugin's own tests (`class TestMyEnv(EnvConformance): env_name = "my_env"`);
+  `MCPEnvConformance` is the one for MCP environments (`arena_core.testing.mcp_conformance`).
 
 The suites are imported lazily: pytest imports this package for every session of every project in
 an environment where Arena is installed, and that must stay cheap.
@@ -13,10 +14,20 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["AlgorithmConformance", "EnvConformance", "RewardConformance", "load_reward_file"]
+__all__ = [
+    "AlgorithmConformance",
+    "EnvConformance",
+    "MCPEnvConformance",
+    "RewardConformance",
+    "load_reward_file",
+]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "MCPEnvConformance":
+        from arena_core.testing import mcp_conformance
+
+        return mcp_conformance.MCPEnvConformance
     if name in __all__:
         from arena_core.testing import conformance
 

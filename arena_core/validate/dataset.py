@@ -1,30 +1,23 @@
 """`arena validate dataset`: columns per category and mapping, types, empties, duplicates.
 
-Loading belongs to arena_core.data (`load_dataset(source, category, column_mapping)`); this module
-only inspects what it returns. Until that module exists, local JSONL/JSON/CSV files are read here.
+Reading and column mapping are arena_core.data's, the code training uses (`local_rows`,
+`canonicalize`): this module inspects the raw rows for the report, then loads them exactly as
+`+env=dataset` would (the `training load` check), so a file that validates is a file that trains.
 """
 
 from __future__ import annotations
 
-import csv
 import json
-import os
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from arena_core import data
+from arena_core.data.chat import CHAT_COLUMN
+from arena_core.data.loading import canonicalize, columns_of, looks_local
 from arena_core.errors import ArenaError, did_you_mean
 from arena_core.validate.report import FAIL, PASS, WARN, Report
 
-# Mirrors arena_core.data.CATEGORIES (used instead once that module is imported: it is slow to
-# import, and local files need none of it).
-REQUIRED = {
-    "reasoning": ("question", "answer"),
-    "preference": ("prompt", "chosen", "rejected"),
-    "sft": ("prompt", "target"),
-}
-LOCAL_SUFFIXES = (".jsonl", ".json", ".csv")
 EMPTY_FAIL_FRACTION = 0.5  # more than this share of empty values: the column is probably wrong
 
 
@@ -33,81 +26,35 @@ class DatasetError(ArenaError):
 
 
 def required_columns(category: str) -> tuple[str, ...]:
-    data = sys.modules.get("arena_core.data")
-    table = getattr(data, "CATEGORIES", None) if data is not None else None
-    table = table if isinstance(table, dict) else REQUIRED
-    if category not in table:
+    if category not in data.CATEGORIES:
         raise DatasetError(
-            f"unknown dataset category '{category}'{did_you_mean(category, table)} "
-            f"Categories: {', '.join(table)}."
+            f"unknown dataset category '{category}'{did_you_mean(category, data.CATEGORIES)} "
+            f"Categories: {', '.join(data.CATEGORIES)}."
         )
-    return tuple(table[category])
+    return tuple(data.CATEGORIES[category])
 
 
-def _simple_file(source: str) -> Path | None:
-    """A local JSONL/JSON/CSV file (or a folder with train.<ext>) this module reads itself."""
-    path = Path(source).expanduser()
-    if path.is_dir():
-        path = next(
-            (path / f"train{s}" for s in LOCAL_SUFFIXES if (path / f"train{s}").is_file()), path
-        )
-    return path if path.is_file() and path.suffix in LOCAL_SUFFIXES else None
-
-
-def _read_local(path: Path) -> list[dict[str, Any]]:
-    try:
-        if path.suffix == ".csv":
-            with path.open(encoding="utf-8", newline="") as f:
-                return list(csv.DictReader(f))
-        text = path.read_text(encoding="utf-8")
-        if path.suffix == ".json" and text.lstrip().startswith(("[", "{")):
-            data = json.loads(text)
-            return data if isinstance(data, list) else data.get("data", [])
-        rows = []
-        for lineno, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except ValueError as exc:
-                    raise DatasetError(f"{path}:{lineno} is not valid JSON ({exc})") from None
-        return rows
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise DatasetError(f"cannot read dataset file {path}: {exc}") from None
-
-
-def _as_rows(data: Any) -> list[dict[str, Any]]:
+def _as_rows(loaded: Any) -> list[dict[str, Any]]:
     """Rows as dicts from whatever the loader returned (list, HF Dataset, DataFrame, .rows)."""
-    if hasattr(data, "to_dict") and hasattr(data, "columns"):  # pandas
-        return data.to_dict("records")
-    data = getattr(data, "rows", data)
-    return [dict(row) for row in data]
+    if hasattr(loaded, "to_dict") and hasattr(loaded, "columns"):  # pandas
+        return loaded.to_dict("records")
+    loaded = getattr(loaded, "rows", loaded)
+    return [dict(row) for row in loaded]
 
 
 def load_raw(
     source: str, category: str, column_mapping: dict[str, str] | None
 ) -> tuple[list[dict[str, Any]], bool]:
-    """(rows, mapped). Raw rows, so the checks see the real types and empties, from a simple
-    local file read here, another local file through arena_core.data.read_rows, or (mapped to
-    the canonical columns already) a hub dataset through arena_core.data.load_dataset."""
-    simple = _simple_file(source)
-    if simple is not None:
-        return _read_local(simple), False
+    """(rows, mapped). Raw rows of a local file or directory (arena_core.data.local_rows, the
+    training reader), so the checks see the real types and empties, or (mapped to the canonical
+    columns already) a hub dataset through arena_core.data.load_dataset."""
     path = Path(source).expanduser()
-    if not path.exists() and (path.suffix in (*LOCAL_SUFFIXES, ".parquet") or os.sep in source):
-        raise DatasetError(
-            f"dataset file {source} not found (working directory {Path.cwd()}): check the path"
-        )
-    try:
-        from arena_core import data
-    except ImportError:
-        raise DatasetError(
-            f"dataset {source} not found: give a .jsonl, .json or .csv file (or a folder with "
-            "train.jsonl)"
-        ) from None
-    if path.is_dir():
-        return data.read_rows(data.loading.find_split_file(path, "train")), False
-    if path.exists() or data.loading.looks_local(source):
-        return data.read_rows(path), False
+    if path.exists() or looks_local(source):
+        if not path.exists():
+            raise DatasetError(
+                f"dataset file {source} not found (working directory {Path.cwd()}): check the path"
+            )
+        return data.local_rows(path, "train")[0], False
     return _as_rows(data.load_dataset(source, category, column_mapping)), True
 
 
@@ -146,6 +93,9 @@ def validate_dataset(
     except Exception as exc:  # noqa: BLE001 - the loader's message is the report
         report.add("load", FAIL, str(exc))
         return report
+    raw = rows
+    if rows and not mapped:  # sft rows may be a chat column instead of prompt + response
+        required = columns_of(category, column_mapping, rows[0])
     if not mapped and column_mapping and rows:
         present = set(k for row in rows[:100] for k in row)
         unknown = {ours: theirs for ours, theirs in column_mapping.items() if theirs not in present}
@@ -188,6 +138,12 @@ def validate_dataset(
         return report
     report.add("columns", PASS, f"{', '.join(required)} present")
     _content_checks(report, rows, required)
+    if not mapped:
+        try:  # exactly what training does with these rows
+            canonicalize(raw, category, column_mapping, str(source))
+            report.add("training load", PASS, "the rows load for training (+env=dataset)")
+        except ArenaError as exc:
+            report.add("training load", FAIL, str(exc))
     return report
 
 
@@ -198,9 +154,11 @@ def _content_checks(report: Report, rows: list[dict[str, Any]], required: tuple[
     for i, row in enumerate(rows):
         for col in required:
             value = row.get(col)
-            if value is None or (isinstance(value, str) and not value.strip()):
+            if value is None or (isinstance(value, (str, list)) and not value):
                 empty[col] += 1
-            elif not isinstance(value, str):
+            elif isinstance(value, str) and not value.strip():
+                empty[col] += 1
+            elif not isinstance(value, str) and col != CHAT_COLUMN:  # turns: the training load
                 wrong[col] += 1
                 first_wrong.setdefault(col, (i, type(value).__name__))
     if wrong:
@@ -219,12 +177,13 @@ def _content_checks(report: Report, rows: list[dict[str, Any]], required: tuple[
             "empties",
             status,
             f"empty or missing values ({parts} of {len(rows):,} rows)"
-            + ("; is the column mapping right?" if status == FAIL else "; they are skipped"),
+            + ("; is the column mapping right?" if status == FAIL else "; check those rows"),
         )
     else:
         report.add("empties", PASS, "no empty values")
     key = required[0]
-    counts = Counter(row.get(key) for row in rows if isinstance(row.get(key), str))
+    values = [row.get(key) for row in rows]  # a chat's turns compare as their JSON
+    counts = Counter(v if isinstance(v, str) else json.dumps(v) for v in values if v)
     dups = sum(n - 1 for n in counts.values() if n > 1)
     if dups:
         report.add(

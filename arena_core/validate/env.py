@@ -61,6 +61,12 @@ def validate_env(
     (`SandboxPolicy.from_config(cfg["sandbox"])`): the environment runs under it, and the
     `isolation` check says which protections are in force.
     """
+    from arena_core.validate.mcp import is_mcp_env, validate_mcp_env
+
+    if is_mcp_env(target, config):  # its server is user code in its own process group
+        return validate_mcp_env(
+            target, overrides=overrides, config=config, timeout_s=timeout_s, seed=seed
+        )
     report = Report(subject=target, kind="env")
     if policy is None and config is not None:
         policy = SandboxPolicy.from_config(config.get("sandbox") or {})

@@ -346,8 +346,10 @@ def run(
         h.record(
             "mcp",
             WARN,
-            "MCP environments are recognised but not validated yet (a later issue): nothing "
-            "beyond construction was checked",
+            "an MCP environment given as a class: Arena validates MCP servers, so run `arena "
+            'validate env --mcp-command "python my_server.py"` (or --mcp-url URL), or register '
+            "it as an MCP env (arena_core.tools.mcp_task.MCPServerFields); nothing beyond "
+            "construction was checked",
         )
     elif kind == "text":
         from arena_core.validate.env_text import check_text_task

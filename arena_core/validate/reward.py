@@ -92,8 +92,23 @@ def validate_reward(
         pool.close()
     report.info.update(path=path, rows=len(rows), rows_from=source, calls=len(probes))
     _analyse(report, probes, outcomes, timeout_s, pool.stats["stray_processes"])
+    if pool.contract.get("state"):  # reads the episode's state: text probes cannot judge it
+        _state_reward_signal(report)
     _type_check(report, path, probes, outcomes, memory_mb, import_timeout_s, policy)
     return report
+
+
+def _state_reward_signal(report: Report) -> None:
+    """A reward that declares `state` scores what a tool episode did (an MCP server's database):
+    the text probes carry no state, so a flat reward on them says nothing about its signal."""
+    why = (
+        "the reward declares `state` (a tool episode's final state), which text probes lack: "
+        "its signal is judged on real episodes by `arena validate env NAME`"
+    )
+    names = ("signal", "gold_vs_garbage")
+    report.checks = [c for c in report.checks if c.name not in names or c.status != FAIL]
+    if report.check("signal") is None:
+        report.add("signal", SKIP, why)
 
 
 def _type_check(

@@ -89,6 +89,7 @@ def test_the_loader_calls_every_hookspec(arena_isolated_plugins, register_arena_
         "hardware": ["hooks_hw"],
         "backends": ["hooks_backend"],
         "loggers": ["hooks_logger"],
+        "tool_parsers": ["hooks_parser"],
     }
     for kind, names in info.registered.items():
         entry = arena_isolated_plugins.registries.kind(kind).get(names[0])

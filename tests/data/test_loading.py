@@ -38,8 +38,8 @@ def test_each_format_with_mapping(tmp_path, fmt) -> None:
 
 
 def test_directory_split_and_canonical_names(tmp_path) -> None:
-    (tmp_path / "test.jsonl").write_text(json.dumps({"prompt": "p", "target": "t"}) + "\n")
-    assert load_dataset(str(tmp_path), "sft", split="test") == [{"prompt": "p", "target": "t"}]
+    (tmp_path / "test.jsonl").write_text(json.dumps({"prompt": "p", "response": "t"}) + "\n")
+    assert load_dataset(str(tmp_path), "sft", split="test") == [{"prompt": "p", "response": "t"}]
     with pytest.raises(DatasetError, match="no 'train' file"):
         load_dataset(str(tmp_path), "sft")
 

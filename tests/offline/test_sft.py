@@ -65,7 +65,7 @@ def test_sft_run_lowers_held_out_loss(sft_file: Path, tmp_runs: Path, common: li
         "+algo=sft",
         "+env=dataset",
         f"env.path={sft_file}",
-        "env.column_mapping={prompt: instruction, target: output}",
+        "env.column_mapping={prompt: instruction, response: output}",
         "env.eval_size=8",
         "algo.lr=1e-4",
         "algo.batch_size=8",

@@ -80,6 +80,34 @@ def register_loggers(register: Register) -> None:
     register("hooks_logger", list)
 
 
+class HooksToolParser:
+    """A second tool-call format, `<function=NAME>{json arguments}</function>` (Llama 3.1)."""
+
+    name = "hooks_parser"
+
+    def find(self, text: str) -> list:
+        import json
+        import re
+
+        from arena_core.tools.parsing import INVALID_JSON, OK, ToolCall
+
+        calls = []
+        for m in re.finditer(r"<function=([\w.-]+)>(.*?)</function>", text, re.DOTALL):
+            try:
+                args = json.loads(m.group(2))
+            except json.JSONDecodeError:
+                calls.append(ToolCall(INVALID_JSON, raw=m.group(0), error="Error: bad JSON."))
+                continue
+            calls.append(ToolCall(OK, name=m.group(1), arguments=args, raw=m.group(0)))
+        return calls
+
+
+@hookimpl
+def register_tool_parsers(register: Register) -> None:
+    CALLED.add("register_tool_parsers")
+    register("hooks_parser", HooksToolParser)
+
+
 @hookimpl
 def config_searchpath() -> list[str]:
     CALLED.add("config_searchpath")

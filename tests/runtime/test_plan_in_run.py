@@ -46,7 +46,8 @@ def test_a_run_checks_the_plan_against_its_first_steps(
     assert "off by more than 30%" in line
     assert "arena plan --calibrate" in line or "other work is slowing this run" in line
     assert summary["step_seconds_predicted"] == 1e-3 and measured > 0
-    assert json.loads((run_dir / "plan.json").read_text()) == plan
+    saved = json.loads((run_dir / "plan.json").read_text())
+    assert saved["predicted"] == plan["predicted"] and saved["device"]["device"] == "cpu"
 
 
 def test_the_plan_check_blames_a_busy_machine_not_the_calibration(monkeypatch) -> None:

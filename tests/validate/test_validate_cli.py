@@ -83,13 +83,13 @@ def test_env_fail_exit_code(fixtures, capsys):
     assert "observation dtype int64, expected float32" in capsys.readouterr().out
 
 
-def test_mcp_env_says_not_validated_yet(tmp_path, capsys):
+def test_mcp_env_class_points_to_the_mcp_validation(tmp_path, capsys):
     path = tmp_path / "mcp_env.py"
     path.write_text("class McpServerEnv:\n    def list_tools(self):\n        return []\n")
     assert run_cli("env", f"{path}:McpServerEnv", "--json") == 0
     data = json.loads(capsys.readouterr().out)
     assert data["verdict"] == "WARN"
-    assert "later issue" in data["checks"][-1]["detail"]
+    assert "--mcp-command" in data["checks"][-1]["detail"]
 
 
 def test_dataset_subcommand(tmp_path, capsys):

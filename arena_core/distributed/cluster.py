@@ -1,0 +1,360 @@
+"""Ray for one run: start it (or join a cluster), reserve the plan's devices, stop with the run.
+
+A plan with more than one worker (trainer ranks as actors, or generation engines split from the
+learner) runs its workers as Ray actors inside placement groups that mirror the plan; a plan that
+fits one process never comes here, so the quickstart never imports Ray.
+
+- `cluster.address=null` starts a private local Ray with exactly the CPUs/GPUs the plan needs,
+  without the dashboard, its logs under the run directory (RUN/ray/) instead of the terminal, and
+  stops it with the run. `cluster.address=auto` or `ray://host:port` joins an existing cluster
+  (nothing of it is stopped, only this run's actors and placement groups).
+- `hardware.nodes=N` (`arena-run --num-nodes N`) spreads the plan over N nodes: one STRICT_PACK
+  placement group per node (verl's resource pool per node), so a node's bundles share its
+  devices and interconnect. On one node: a single STRICT_PACK group.
+- Colocated plans put trainer rank i and engine i in the same bundle (each takes half of its
+  device); split plans give each its own bundle.
+- Leaving the `with` block (normally, on an error or on Ctrl-C) kills every actor this run
+  started and removes its placement groups.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from arena_core.errors import ArenaError, ConfigError
+
+PG_READY_TIMEOUT_S = 120.0
+
+
+class ClusterError(ArenaError):
+    """Ray could not be started or joined, or the plan's devices could not be reserved."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The part of a plan that decides processes: who runs where."""
+
+    trainer_devices: int = 1
+    engines: int = 1
+    engine_tp: int = 1
+    colocate: str = "shared"  # none (split) | shared | sleep
+    nodes: int = 1
+    device: str = "cpu"  # cpu | cuda: what one "device" of a bundle is
+
+    @property
+    def split(self) -> bool:
+        return self.colocate == "none"
+
+    @property
+    def trainer_in_driver(self) -> bool:
+        """One trainer rank runs in the driver process (the in-process Learner)."""
+        return self.trainer_devices == 1
+
+    @property
+    def needs_processes(self) -> bool:
+        """Whether the plan needs workers beyond the driver (and so Ray)."""
+        return self.trainer_devices > 1 or self.engines > 1 or self.split
+
+    @classmethod
+    def from_plan(
+        cls,
+        plan: dict[str, Any] | None,
+        pins: dict[str, Any] | None = None,
+        *,
+        nodes: int = 1,
+        device: str = "cpu",
+    ) -> Layout:
+        """The layout of the planner's result; the pinned fields when there is no plan (the
+        planner could not plan, e.g. an unknown hardware profile: pins are then the user's word).
+        """
+        src: dict[str, Any] = dict(plan or {})
+        for key, value in (pins or {}).items():
+            src.setdefault(key, value)
+        colocate = src.get("colocate", "shared")
+        if isinstance(colocate, bool) or colocate in ("any-colocation",):
+            colocate = "shared" if colocate in (True, "any-colocation") else "none"
+        return cls(
+            trainer_devices=int(src.get("trainer_devices") or 1),
+            engines=int(src.get("engines") or 1),
+            engine_tp=int(src.get("engine_tp") or 1),
+            colocate=str(colocate),
+            nodes=int(nodes),
+            device="cuda" if str(device).startswith("cuda") else "cpu",
+        )
+
+
+@dataclass
+class Slot:
+    """Where one actor goes: a placement group and a bundle index in it."""
+
+    group: int
+    bundle: int
+    share: float = 1.0  # fraction of the bundle's devices (0.5 when colocated)
+
+
+@dataclass
+class BundlePlan:
+    """Bundles per node and the slot of every trainer rank and engine."""
+
+    nodes: list[list[dict[str, float]]] = field(default_factory=list)
+    trainers: list[Slot] = field(default_factory=list)
+    engines: list[Slot] = field(default_factory=list)
+
+
+def bundle_plan(layout: Layout, cpus_per_bundle: float = 1.0) -> BundlePlan:
+    """The placement-group bundles that mirror `layout`.
+
+    A bundle is one device: {"CPU": k} on CPU, {"CPU": k, "GPU": 1} on GPU. Trainer ranks take
+    one bundle each (none when the single rank is the driver); an engine with TP t takes t
+    bundles (its actor sits on the first, its TP workers on the rest). Colocated plans share:
+    engine j sits in trainer rank j's bundle with half of it. Bundles are dealt to nodes in
+    order, `ceil(total / nodes)` per node, so rank and engine numbering follow the nodes.
+    """
+    unit: dict[str, float] = {"CPU": cpus_per_bundle}
+    if layout.device == "cuda":
+        unit["GPU"] = 1.0
+    owners: list[tuple[str, int]] = []  # (role, index) of each bundle's first occupant
+    if not layout.trainer_in_driver:
+        owners += [("trainer", r) for r in range(layout.trainer_devices)]
+    shared = not layout.split and not layout.trainer_in_driver
+    if not shared:
+        for e in range(layout.engines):
+            owners += [("engine", e)] * layout.engine_tp
+    total = len(owners)
+    per_node = math.ceil(total / layout.nodes) if total else 0
+    if total and per_node * (layout.nodes - 1) >= total:
+        raise ConfigError(
+            f"hardware.nodes={layout.nodes}: the plan has only {total} device bundle(s), too few "
+            f"to spread over {layout.nodes} nodes (use hardware.nodes<={total})"
+        )
+    out = BundlePlan(nodes=[[] for _ in range(layout.nodes)] if total else [])
+    seen: set[tuple[str, int]] = set()
+    for i, owner in enumerate(owners):
+        node, bundle = divmod(i, per_node)
+        out.nodes[node].append(dict(unit))
+        if owner in seen:
+            continue  # an engine's further TP bundles
+        seen.add(owner)
+        share = 0.5 if shared else 1.0
+        slot = Slot(node, bundle, share)
+        (out.trainers if owner[0] == "trainer" else out.engines).append(slot)
+    if shared:  # engine j shares trainer rank j's bundle (engine TP across the next ranks)
+        ranks = layout.trainer_devices
+        for e in range(layout.engines):
+            t = out.trainers[(e * layout.engine_tp) % ranks]
+            out.engines.append(Slot(t.group, t.bundle, 0.5))
+    return out
+
+
+class RayCluster:
+    """A context manager: Ray up and the plan's devices reserved inside, everything of this run
+    stopped on the way out (see the module docstring)."""
+
+    def __init__(
+        self,
+        layout: Layout,
+        *,
+        address: str | None = None,
+        run_dir: Path | None = None,
+        cpus_per_bundle: float = 1.0,
+        namespace: str | None = None,
+    ) -> None:
+        self.layout = layout
+        self.address = address
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.plan = bundle_plan(layout, cpus_per_bundle)
+        self.namespace = namespace
+        self.groups: list[Any] = []
+        self.started_ray = False
+        self._actors: list[Any] = []
+        self._temp_dir: str | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def __enter__(self) -> RayCluster:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        import ray
+
+        if not ray.is_initialized():
+            self._init_ray(ray)
+        elif not self.groups:
+            self._note("used the Ray already running in this process (its logs stay its own)\n")
+        self._reserve(ray)
+
+    def _init_ray(self, ray: Any) -> None:
+        common: dict[str, Any] = {
+            "include_dashboard": False,
+            "log_to_driver": False,  # actors' prints go to the log files, not the terminal
+            "logging_level": logging.WARNING,
+            "namespace": self.namespace,
+        }
+        if self.address:  # join: the cluster's owner decides auth (RAY_AUTH_TOKEN etc.)
+            try:
+                ray.init(address=self.address, **common)
+            except Exception as exc:
+                raise ClusterError(
+                    f"cannot join the Ray cluster at cluster.address={self.address}: "
+                    f"{type(exc).__name__}: {exc}. Start one with `ray start --head`, or set "
+                    "cluster.address=null to start a local Ray for this run"
+                ) from exc
+            self._note(f"joined {self.address}\n")
+            return
+        # A private, short-lived local cluster: token auth off unless the user set a mode.
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        cpus, gpus = self._local_resources()
+        # Unix socket paths must stay short (108 bytes): Ray's own files live in a short temp
+        # directory and are linked (then copied) into RUN/ray/.
+        self._temp_dir = tempfile.mkdtemp(prefix="arena-ray-")
+        try:
+            ray.init(num_cpus=cpus, num_gpus=gpus, _temp_dir=self._temp_dir, **common)
+        except Exception as exc:
+            raise ClusterError(
+                f"cannot start a local Ray ({cpus} CPUs, {gpus} GPUs): {type(exc).__name__}: "
+                f"{exc}. Is the `ray` extra installed (pip install -e '.[ray]')?"
+            ) from exc
+        self.started_ray = True
+        self._link_logs()
+
+    def _local_resources(self) -> tuple[float, int]:
+        bundles = [b for node in self.plan.nodes for b in node]
+        cpus = sum(b.get("CPU", 0.0) for b in bundles) + 1  # +1: the driver's own tasks
+        gpus = int(sum(b.get("GPU", 0.0) for b in bundles))
+        return max(1.0, math.ceil(cpus)), gpus
+
+    def _reserve(self, ray: Any) -> None:
+        from ray.util.placement_group import placement_group
+
+        for bundles in self.plan.nodes:
+            self.groups.append(placement_group(bundles, strategy="STRICT_PACK"))
+        if not self.groups:
+            return
+        ready, _ = ray.wait(
+            [g.ready() for g in self.groups],
+            num_returns=len(self.groups),
+            timeout=PG_READY_TIMEOUT_S,
+        )
+        if len(ready) < len(self.groups):
+            total = ray.cluster_resources()
+            have = {k: total[k] for k in ("CPU", "GPU") if k in total}
+            have["nodes"] = len([n for n in ray.nodes() if n.get("Alive")])
+            raise ClusterError(
+                f"the plan's devices could not be reserved within {PG_READY_TIMEOUT_S:.0f} s: it "
+                f"needs {len(self.groups)} node(s) with {self.plan.nodes} (bundles per node), the "
+                f"cluster has {have} in all (other runs may hold some). Lower hardware.nodes / plan.engines / "
+                "plan.trainer_devices, or add nodes"
+            )
+
+    def stop(self) -> None:
+        """Kill this run's actors, remove its placement groups, stop Ray if this run started it.
+        Safe to call twice."""
+        try:
+            import ray
+        except ImportError:  # pragma: no cover - nothing was started
+            return
+        if ray.is_initialized():
+            for actor in self._actors:
+                try:
+                    ray.kill(actor, no_restart=True)
+                except Exception:  # noqa: BLE001, S110 - already dead is fine
+                    pass
+            from ray.util.placement_group import remove_placement_group
+
+            for group in self.groups:
+                try:
+                    remove_placement_group(group)
+                except Exception:  # noqa: BLE001, S110 - the cluster may be gone already
+                    pass
+        self._actors.clear()
+        self.groups.clear()
+        if self.started_ray and ray.is_initialized():
+            ray.shutdown()
+        self.started_ray = False
+        self._keep_logs()
+
+    # -- placing actors --------------------------------------------------------------------------
+    def options(self, slot: Slot, *, cpus: float | None = None) -> dict[str, Any]:
+        """`.options(...)` for an actor in `slot`: its bundle, and its share of the devices."""
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        bundle = self.plan.nodes[slot.group][slot.bundle]
+        opts: dict[str, Any] = {
+            "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                placement_group=self.groups[slot.group],
+                placement_group_bundle_index=slot.bundle,
+            ),
+            "num_cpus": bundle["CPU"] * slot.share if cpus is None else cpus,
+        }
+        if "GPU" in bundle:
+            opts["num_gpus"] = bundle["GPU"] * slot.share
+        return opts
+
+    def track(self, actor: Any) -> Any:
+        """Register an actor to be killed when the run ends; returns it."""
+        self._actors.append(actor)
+        return actor
+
+    def forget(self, actor: Any) -> None:
+        self._actors = [a for a in self._actors if a is not actor]
+
+    # -- logs ------------------------------------------------------------------------------------
+    def _ray_dir(self) -> Path | None:
+        if self.run_dir is None:
+            return None
+        path = self.run_dir / "ray"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def _note(self, text: str) -> None:
+        path = self._ray_dir()
+        if path is not None:
+            with open(path / "cluster.txt", "a") as fh:
+                fh.write(text)
+
+    def _link_logs(self) -> None:
+        path = self._ray_dir()
+        if path is None or self._temp_dir is None:
+            return
+        link = path / "session"
+        target = Path(self._temp_dir) / "session_latest"
+        if not link.exists():
+            link.symlink_to(target)
+        self._note(f"started a local Ray for this run; its logs: {link}/logs\n")
+
+    def _keep_logs(self) -> None:
+        """Replace the link to Ray's temp session with a copy of its logs, then remove the temp
+        directory (the run directory keeps the logs; /tmp keeps nothing)."""
+        if self._temp_dir is None:
+            return
+        path = self._ray_dir()
+        session = Path(self._temp_dir) / "session_latest"
+        if path is not None:
+            link = path / "session"
+            if link.is_symlink():
+                link.unlink()
+            logs = session / "logs"
+            if logs.is_dir():
+                shutil.copytree(
+                    logs,
+                    path / "logs",
+                    dirs_exist_ok=True,
+                    symlinks=False,
+                    ignore_dangling_symlinks=True,
+                )
+        shutil.rmtree(self._temp_dir, ignore_errors=True)
+        self._temp_dir = None

@@ -1,0 +1,348 @@
+"""Multi-turn episodes with tools, token in / token out.
+
+An episode alternates model turns and tool turns until the model makes no tool call, the session
+fails, `max_turns` model turns have run, or the episode's token budget (`generation.
+max_new_tokens`, model and tool tokens together) is spent. It is ONE token sequence: the prompt
+(rendered with the tools' schemas, `apply_chat_template(tools=...)`), then each turn's sampled ids
+exactly as the backend returned them, then the template's tokens for the tool answers. Nothing
+the model wrote is decoded and re-tokenised (TRL and verl users hit logprob drift from that): the
+tool messages are rendered as the difference between the template applied to a fixed
+conversation with and without them, so they carry the template's own role markers.
+
+Tool and template tokens get loss-mask 0: the learner reads them as context and never computes a
+loss, a logprob or an importance ratio for them (`arena_core.learn.packing.Sample.loss_mask`).
+Their number is logged (`tokens/tool`). A tool answer longer than `max_tool_response_tokens` is
+cut in the middle (verl's default side). Each model turn's tokens carry the policy version that
+sampled them, so the async runtime's staleness bound holds per turn.
+
+A parse failure or a refused call becomes a tool-role error message (the model reads why); a
+session that can no longer serve (`ToolSessionError`, any exception from it) ends the episode as
+failed: it is not scored and carries no loss (counted in `episodes/failed`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from arena_core.rollout.base import Completion, SamplingParams
+from arena_core.tasks import Example
+from arena_core.tools.parsing import OUTCOMES, ToolCall, build_parser, check_calls
+from arena_core.tools.protocol import (
+    DEFAULT_MAX_TOOL_RESPONSE_TOKENS,
+    DEFAULT_MAX_TURNS,
+    DEFAULT_TOOL_TIMEOUT_S,
+    ToolSession,
+)
+
+FAILED_KIND = "episode_failed"  # the reward kind of an episode whose tool session died
+_SENTINEL = "ARENA_ASSISTANT_SENTINEL"
+
+
+class TemplateError(ValueError):
+    """The chat template cannot render tool messages as an appendable delta."""
+
+
+def _ids(out: Any) -> list[int]:
+    return list(out["input_ids"] if isinstance(out, dict) else out)
+
+
+class ToolRenderer:
+    """Token ids of tool messages as the chat template renders them after an assistant turn.
+
+    `closing` is what the template writes after an assistant message's content (ChatML:
+    `<|im_end|>\\n`); the part the model did not sample itself is appended after its turn.
+    `tool_delta(messages)` is the tool messages plus the next assistant turn's opening.
+    """
+
+    def __init__(self, tokenizer: Any, tools: list[dict[str, Any]] | None) -> None:
+        self.tokenizer, self.tools = tokenizer, tools or None
+        self._base = [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": _SENTINEL},
+        ]
+        self._prefix = self._render(self._base, generation_prompt=False)
+        text = tokenizer.apply_chat_template(
+            self._base, tools=self.tools, tokenize=False, add_generation_prompt=False
+        )
+        at = text.rfind(_SENTINEL)
+        if at < 0:
+            raise TemplateError("the chat template does not render assistant message content")
+        self.closing = tokenizer.encode(text[at + len(_SENTINEL) :], add_special_tokens=False)
+
+    def _render(self, messages: list[dict[str, Any]], *, generation_prompt: bool) -> list[int]:
+        return _ids(
+            self.tokenizer.apply_chat_template(
+                messages,
+                tools=self.tools,
+                tokenize=True,
+                add_generation_prompt=generation_prompt,
+                return_dict=False,
+            )
+        )
+
+    def prompt(self, messages: list[dict[str, Any]]) -> list[int]:
+        """The episode's prompt: the task's messages with the tool schemas, assistant opened."""
+        return self._render(messages, generation_prompt=True)
+
+    def close_turn(self, sampled: list[int]) -> list[int]:
+        """Template tokens that finish an assistant turn after `sampled` (the model's own EOS
+        already counts: ChatML then adds only the newline)."""
+        c = self.closing
+        for k in range(min(len(c), len(sampled)), 0, -1):
+            if sampled[-k:] == c[:k]:
+                return c[k:]
+        return list(c)
+
+    def tool_delta(self, messages: list[dict[str, Any]]) -> list[int]:
+        """Tokens of `messages` (tool role) followed by the next assistant turn's opening."""
+        full = self._render(self._base + messages, generation_prompt=True)
+        if full[: len(self._prefix)] != self._prefix:
+            raise TemplateError(
+                "the chat template renders earlier turns differently once a tool message "
+                "follows, so tool answers cannot be appended token by token; use a template "
+                "whose rendering of a conversation is a prefix of its continuation"
+            )
+        return full[len(self._prefix) :]
+
+
+def truncate_middle(text: str, tokenizer: Any, limit: int) -> tuple[str, bool]:
+    """`text` cut to `limit` tokens, marker included, by dropping its middle (head and tail
+    kept, so both the start of an answer and its conclusion survive)."""
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    if len(ids) <= limit:
+        return text, False
+    mid = f"\n[...{len(ids) - limit}+ tokens cut...]\n"
+    keep = max(2, limit - len(tokenizer.encode(mid, add_special_tokens=False)))
+    head, tail = keep // 2, keep - keep // 2
+    return tokenizer.decode(ids[:head]) + mid + tokenizer.decode(ids[-tail:]), True
+
+
+@dataclass
+class _Episode:
+    example: Example
+    session: ToolSession | None
+    prompt: list[int]
+    ids: list[int] = field(default_factory=list)  # completion side: model + tool tokens
+    mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    turn_versions: list[int] = field(default_factory=list)
+    outcomes: Counter = field(default_factory=Counter)
+    tool_tokens: int = 0
+    truncated: int = 0
+    finish: str = "stop"
+    end: str = ""  # why it ended: no_call, max_turns, budget, failed
+    error: str = ""
+    done: bool = False
+    state: dict[str, Any] = field(default_factory=dict)  # the session's final state
+
+
+class EpisodeRunner:
+    """Runs a tool task's episodes in lockstep: each turn is one batched backend call."""
+
+    def __init__(self, task: Any, tokenizer: Any, *, seed: int = 0) -> None:
+        self.task, self.tokenizer, self.seed = task, tokenizer, seed
+        self.max_turns = int(getattr(task, "max_turns", DEFAULT_MAX_TURNS))
+        self.max_tool_tokens = int(
+            getattr(task, "max_tool_response_tokens", DEFAULT_MAX_TOOL_RESPONSE_TOKENS)
+        )
+        self.timeout_s = float(getattr(task, "tool_timeout_s", DEFAULT_TOOL_TIMEOUT_S))
+        self.parser = build_parser(str(getattr(task, "tool_parser", "hermes")))
+        self._renderers: dict[str, ToolRenderer] = {}
+        self._opened = 0
+
+    def renderer(self, tools: list[dict[str, Any]]) -> ToolRenderer:
+        key = json.dumps(tools, sort_keys=True)
+        r = self._renderers.get(key)
+        if r is None:
+            r = self._renderers[key] = ToolRenderer(self.tokenizer, tools)
+        return r
+
+    # -- one batch of episodes -------------------------------------------------------------------
+    def run(
+        self,
+        backend: Any,
+        examples: list[Example],
+        params: SamplingParams,
+        *,
+        control: Any = None,
+    ) -> list[Completion]:
+        """One completion per example: the whole episode after the prompt, with its loss mask."""
+        episodes = [self._open(ex) for ex in examples]
+        extra = {"control": control} if control is not None else {}
+        budget = params.max_new_tokens
+        try:
+            for turn in range(self.max_turns):
+                live = [e for e in episodes if not e.done]
+                if not live:
+                    break
+                turn_params = replace(
+                    params,
+                    max_new_tokens=max(1, max(budget - len(e.ids) for e in live)),
+                    seed=None if params.seed is None else params.seed + 7919 * turn,
+                )
+                comps = backend.generate([e.prompt + e.ids for e in live], turn_params, **extra)
+                for e, c in zip(live, comps, strict=True):
+                    self._model_turn(e, c, budget, last=turn == self.max_turns - 1)
+        finally:
+            for e in episodes:
+                self._close(e)
+        return [self._completion(e) for e in episodes]
+
+    def _open(self, example: Example) -> _Episode:
+        self._opened += 1
+        seed = _episode_seed(self.seed, self._opened, example)
+        try:
+            session = self.task.open_session(example, seed)
+            tools = session.tools()
+        except Exception as exc:  # a server that does not start: a failed episode
+            prompt = self.renderer([]).prompt(self.task.messages(example))
+            e = _Episode(example, None, prompt, done=True, end="failed")
+            e.error = f"opening the tool session failed: {type(exc).__name__}: {exc}"
+            return e
+        prompt = self.renderer(tools).prompt(self.task.messages(example))
+        return _Episode(example, session, prompt)
+
+    def _model_turn(self, e: _Episode, c: Completion, budget: int, *, last: bool) -> None:
+        room = budget - len(e.ids)  # one call serves episodes with different room left
+        sampled = list(c.token_ids)[:room]
+        version = min(c.versions) if c.versions else 0
+        e.turn_versions.append(version)
+        e.ids += sampled
+        e.mask += [1] * len(sampled)
+        e.logprobs += list(c.logprobs)[:room]
+        e.versions += (list(c.versions) or [version] * len(c.token_ids))[:room]
+        if c.finish_reason == "aborted":
+            e.done, e.finish, e.end = True, "aborted", "aborted"
+            return
+        if len(c.token_ids) > room:  # past this episode's budget: the rest was not kept
+            e.done, e.finish, e.end = True, "length", "budget"
+            return
+        assert e.session is not None
+        tools = e.session.tools()
+        calls = check_calls(self.parser.find(c.text), tools)
+        e.outcomes.update(call.outcome for call in calls)
+        if not calls:
+            e.done, e.end = True, "no_call"
+            e.finish = c.finish_reason
+            return
+        if last:
+            e.done, e.end, e.finish = True, "max_turns", "length"
+            return
+        renderer = self.renderer(tools)
+        try:
+            messages = [self._answer(e, call) for call in calls]
+        except Exception as exc:  # the session died: the episode cannot be scored
+            e.done, e.end, e.finish = True, "failed", "stop"
+            e.error = f"tool session failed: {type(exc).__name__}: {exc}"
+            return
+        tail = renderer.close_turn(sampled) + renderer.tool_delta(messages)
+        if len(e.ids) + len(tail) >= budget:
+            e.done, e.end, e.finish = True, "budget", "length"
+            return
+        last_version = e.versions[-1] if e.versions else version
+        e.ids += tail
+        e.mask += [0] * len(tail)
+        e.logprobs += [0.0] * len(tail)
+        e.versions += [last_version] * len(tail)
+        e.tool_tokens += len(tail)
+
+    def _answer(self, e: _Episode, call: ToolCall) -> dict[str, Any]:
+        """The tool-role message answering `call` (an error message for a refused call)."""
+        assert e.session is not None
+        if call.ok:
+            result = e.session.call(call.name, call.arguments, self.timeout_s)
+            text = result.text
+            if result.is_error and not text.startswith("Error"):  # one shape for every session
+                text = f"Error: {text}"
+        else:
+            text = call.error
+        text, cut = truncate_middle(text, self.tokenizer, self.max_tool_tokens)
+        e.truncated += int(cut)
+        msg: dict[str, Any] = {"role": "tool", "content": text}
+        if call.name:
+            msg["name"] = call.name
+        return msg
+
+    def _close(self, e: _Episode) -> None:
+        """Read the session's final state (for the reward), then release the session."""
+        if e.session is None:
+            return
+        if e.end != "failed":
+            try:
+                e.state = e.session.final_state()
+            except Exception as exc:
+                e.end, e.error = "failed", f"final_state failed: {type(exc).__name__}: {exc}"
+        try:
+            e.session.close()
+        except Exception as exc:  # closing must not lose the batch
+            e.error = e.error or f"closing the tool session failed: {exc}"
+
+    def _completion(self, e: _Episode) -> Completion:
+        text = self.tokenizer.decode(e.ids, skip_special_tokens=True)
+        return Completion(
+            prompt_ids=list(e.prompt),
+            token_ids=list(e.ids),
+            logprobs=list(e.logprobs),
+            text=text,
+            finish_reason=e.finish,
+            versions=list(e.versions),
+            loss_mask=list(e.mask),
+            episode={
+                "turns": len(e.turn_versions),
+                "turn_versions": list(e.turn_versions),
+                "outcomes": dict(e.outcomes),
+                "tool_tokens": e.tool_tokens,
+                "truncated": e.truncated,
+                "end": e.end,
+                "error": e.error,
+                "final_state": e.state,
+            },
+        )
+
+    # -- scoring and metrics ----------------------------------------------------------------------
+    @staticmethod
+    def failed_kinds(comps: list[Completion], kinds: list[str]) -> list[str]:
+        """Reward kinds with failed episodes marked (not a reward: excluded like a failed call)."""
+        return [
+            FAILED_KIND if (c.episode or {}).get("end") == "failed" else k
+            for c, k in zip(comps, kinds, strict=True)
+        ]
+
+    @staticmethod
+    def add_metrics(dst: dict[str, float], comps: list[Completion]) -> None:
+        """Accumulate a batch's episode counts into `dst` and refresh the rates derived from them."""
+        for c in comps:
+            ep = c.episode or {}
+            outcomes = ep.get("outcomes", {})
+            n_calls = sum(outcomes.values())
+            _add(dst, "tools/episodes", 1)
+            _add(dst, "tools/episodes_with_call", int(n_calls > 0))
+            _add(dst, "tools/calls", n_calls)
+            for name in OUTCOMES:
+                _add(dst, f"tools/parse/{name}", outcomes.get(name, 0))
+            _add(dst, "tokens/tool", ep.get("tool_tokens", 0))
+            _add(dst, "tools/truncated", ep.get("truncated", 0))
+            _add(dst, "tools/turns", ep.get("turns", 0))
+            _add(dst, "episodes/failed", int(ep.get("end") == "failed"))
+            _add(dst, "episodes/max_turns", int(ep.get("end") == "max_turns"))
+            _add(dst, "episodes/budget", int(ep.get("end") == "budget"))
+        n = max(1.0, dst.get("tools/episodes", 0.0))
+        calls = dst.get("tools/calls", 0.0)
+        dst["tools/call_rate"] = dst.get("tools/episodes_with_call", 0.0) / n
+        dst["tools/turns_mean"] = dst.get("tools/turns", 0.0) / n
+        bad = calls - dst.get("tools/parse/ok", 0.0)
+        dst["tools/parse_error_rate"] = bad / calls if calls else 0.0
+
+
+def _add(dst: dict[str, float], key: str, value: float) -> None:
+    dst[key] = dst.get(key, 0.0) + float(value)
+
+
+def _episode_seed(seed: int, n: int, example: Example) -> int:
+    digest = hashlib.sha256(f"{seed}:{n}:{example.question}".encode()).digest()
+    return int.from_bytes(digest[:4], "big")

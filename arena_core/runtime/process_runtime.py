@@ -1,0 +1,180 @@
+"""The LLM loop with generation in separate processes: engines as Ray actors, learner in driver.
+
+`open_engines(core, plan, ...)` is the loop's one hook. For a plan that fits one process (the
+default on a CPU: one trainer, one engine, colocated) it yields None and Ray is never imported.
+When the plan splits generation from learning (`plan.colocate=false`) or asks for several engines,
+it starts (or joins) Ray with a placement group mirroring the plan, starts the engines with the
+learner's current weights, and yields a `ProcessEngines` whose `batch_source` gives the loop the
+ordinary sync or async source over an `EngineGroup`; leaving the block (end, error, Ctrl-C) kills
+every actor and stops the Ray it started.
+
+Trainer side: with `plan.trainer_devices=1` the learner stays in the driver (the in-process
+Learner). A multi-rank learner group (FSDP2 ranks as actors in the trainer bundles,
+`RayCluster.plan.trainers`) plugs in where the loop builds its Learner; `EngineGroup.
+update_weights` takes rank 0's gathered state dict as well as a module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from arena_core.config.schema import CoreConfig
+from arena_core.errors import ConfigError
+
+
+def process_layout(core: CoreConfig, plan: dict[str, Any] | None) -> Any:
+    """The plan's process layout (the pins when the planner gave no plan)."""
+    from arena_core.distributed.cluster import Layout
+    from arena_core.planner.pins import normalize_pins
+
+    pins = normalize_pins(dict(core.plan)) if core.plan else {}
+    return Layout.from_plan(plan, pins, nodes=core.hardware.nodes, device=_device(core, plan))
+
+
+def _device(core: CoreConfig, plan: dict[str, Any] | None) -> str:
+    recorded = (plan or {}).get("device")
+    chosen = recorded.get("device") if isinstance(recorded, dict) else None
+    if chosen:
+        return str(chosen)
+    setting = str(getattr(core.runtime, "device", "cpu"))
+    if setting == "auto":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return setting
+
+
+@contextlib.contextmanager
+def open_engines(
+    core: CoreConfig,
+    plan: dict[str, Any] | None,
+    policy: Any,
+    run_dir: Path,
+    state: dict[str, Any] | None = None,
+) -> Iterator[ProcessEngines | None]:
+    """Engine actors for a plan that needs them, else None (see the module docstring)."""
+    layout = process_layout(core, plan)
+    if not layout.needs_processes:
+        yield None
+        return
+    _check_supported(core, layout)
+    engines = ProcessEngines(core, layout, run_dir)
+    try:
+        engines.start(policy.model, int((state or {}).get("step", 0)))
+        yield engines
+    finally:
+        engines.close()
+
+
+def _check_supported(core: CoreConfig, layout: Any) -> None:
+    problems = []
+    if core.backend.name != "torch":
+        problems.append(
+            f"backend.name={core.backend.name}: engine actors run the torch backend only for now; "
+            "use backend.name=torch, or plan.colocate=true with plan.engines=1 (one process)"
+        )
+    if layout.engine_tp > 1:
+        problems.append(
+            f"plan.engine_tp={layout.engine_tp}: the torch engine has no tensor parallelism; "
+            "use plan.engine_tp=1"
+        )
+    if problems:
+        raise ConfigError("this plan cannot run as processes yet:\n  - " + "\n  - ".join(problems))
+
+
+class ProcessEngines:
+    """The run's Ray cluster and its engine group."""
+
+    def __init__(self, core: CoreConfig, layout: Any, run_dir: Path) -> None:
+        from arena_core.distributed.cluster import RayCluster
+        from arena_core.distributed.weight_sync import choose_transport
+
+        self.core, self.layout = core, layout
+        self.transport = choose_transport(core.cluster.transport, layout.device, split=layout.split)
+        self.cluster = RayCluster(
+            layout,
+            address=core.cluster.address,
+            run_dir=run_dir,
+            cpus_per_bundle=core.cluster.cpus_per_bundle,
+        )
+        self.group: Any = None
+
+    def start(self, model: Any, version: int) -> None:
+        from arena_core.distributed.engine_group import EngineGroup
+
+        core = self.core
+        self.cluster.start()
+        threads = core.runtime.threads or max(1, int(core.cluster.cpus_per_bundle))
+        self.group = EngineGroup(
+            self.cluster,
+            core.model.model_dump(),
+            core.backend.model_dump(),
+            threads=threads,
+            device=self.layout.device,
+            runs=str(Path(core.paths.runs).resolve()),
+            checksum_every=core.cluster.checksum_every,
+            max_restarts=core.cluster.engine_restarts,
+            transport=self.transport,
+        )
+        self.group.update_weights(model, version)  # the engines start from the learner's weights
+        print(
+            f"engines: {len(self.group.engines)} Ray actor(s) "
+            f"({'split from' if self.layout.split else 'beside'} the learner, "
+            f"{self.layout.nodes} node(s)); Ray logs in {self.cluster.run_dir}/ray",
+            flush=True,
+        )
+
+    def batch_source(
+        self, collector: Any, learner_model: Any, step: int, eval_backend: Any
+    ) -> EngineSource:
+        """The loop's batch source with generation in the engine actors."""
+        from arena_core.runtime.batch_source import AsyncSource, SyncSource
+
+        core = self.core
+        collector.backend = self.group
+        n_groups = core.train.prompts_per_step
+        if core.runtime.mode == "sync":
+            inner: Any = SyncSource(collector, self.group, learner_model, n_groups)
+        else:
+            inner = AsyncSource(
+                collector,
+                learner_model,
+                self.group,
+                n_groups=n_groups,
+                max_staleness=core.runtime.max_staleness,
+                first_step=step,
+                last_step=core.train.max_steps,
+                eval_backend=eval_backend,
+                timeout_s=core.runtime.generation_timeout_s,
+            )
+        return EngineSource(inner, self.group)
+
+    def close(self) -> None:
+        self.cluster.stop()
+
+
+class EngineSource:
+    """A sync or async source plus the engine group's metrics (`engines/restarts`,
+    `time/weight_sync_s`) in every step's row."""
+
+    def __init__(self, inner: Any, group: Any) -> None:
+        self.inner, self.group = inner, group
+        self.mode = inner.mode
+
+    def next_batch(self, step: int) -> Any:
+        return self.inner.next_batch(step)
+
+    def after_step(self, version: int) -> float:
+        return self.inner.after_step(version)
+
+    def step_metrics(self, batch: Any, step: int, step_s: float, pause_s: float) -> dict[str, Any]:
+        return {
+            **self.inner.step_metrics(batch, step, step_s, pause_s),
+            **self.group.take_metrics(),
+        }
+
+    def close(self) -> None:
+        self.inner.close()

@@ -1,0 +1,30 @@
+"""The `env` fields every tool task accepts, so built-in and third-party tool envs agree."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from arena_core.tools.protocol import (
+    DEFAULT_MAX_TOOL_RESPONSE_TOKENS,
+    DEFAULT_MAX_TURNS,
+    DEFAULT_TOOL_TIMEOUT_S,
+)
+
+
+class ToolEnvFields(BaseModel):
+    """Mix into a tool env's config schema (`class MyConfig(PromptConfig, ToolEnvFields)`)."""
+
+    max_turns: int = Field(
+        DEFAULT_MAX_TURNS, ge=1, description="Model turns per episode (tool turns in between)."
+    )
+    max_tool_response_tokens: int = Field(
+        DEFAULT_MAX_TOOL_RESPONSE_TOKENS,
+        ge=8,
+        description="A longer tool response is cut in the middle to this many tokens.",
+    )
+    tool_timeout_s: float = Field(
+        DEFAULT_TOOL_TIMEOUT_S, gt=0, description="Per tool call; a late answer is an error."
+    )
+    tool_parser: str = Field(
+        "hermes", description="Registered tool-call parser (`arena plugins` lists them)."
+    )

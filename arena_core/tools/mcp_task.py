@@ -1,0 +1,127 @@
+"""The base of MCP environments: a text task whose episodes call an MCP server's tools.
+
+`MCPServerFields` are the `env` keys that say which server and how episodes keep their state;
+`MCPTask` turns them into a ToolTask (`open_session`), leaving the examples and prompts to the
+environment (the built-in `+env=mcp` reads them from a file, a plugin may generate them). Built-in
+and third-party MCP envs share both, so they validate (`arena validate env NAME`) and train alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from arena_core.tasks import Example
+from arena_core.tools.config import ToolEnvFields
+from arena_core.tools.mcp_client import ServerSpec
+from arena_core.tools.mcp_session import MCPServers, MCPToolSession
+
+
+class MCPServerFields(ToolEnvFields):
+    """Mix into an MCP env's config schema (`class MyConfig(PromptConfig, MCPServerFields)`)."""
+
+    command: str | list[str] | None = Field(
+        None,
+        description="Stdio server: a command line (`python my_server.py`) or an argv list; "
+        "`{state_dir}` in it is replaced by the episode's state directory.",
+    )
+    url: str | None = Field(None, description="Streamable-HTTP server URL (instead of command).")
+    server_env: dict[str, str] = Field(
+        default_factory=dict, description="Extra environment variables for the server process."
+    )
+    cwd: str | None = Field(None, description="Working directory of the server process.")
+    isolate_server: bool = Field(
+        False,
+        description="Run the stdio server under bubblewrap like rewards: read-only file system "
+        "(its state directories writable), no network, private /tmp, own PID namespace.",
+    )
+    episode_state: Literal["shared", "fresh", "reset"] = Field(
+        "shared",
+        description="shared: one server for all episodes (stateless tools); fresh: a server per "
+        "episode; reset: reused servers, `reset_tool` called with {state_dir} per episode.",
+    )
+    reset_tool: str = Field("reset", description="Tool Arena calls per episode (never shown).")
+    hide_tools: list[str] = Field(
+        default_factory=list, description="Server tools the model is not shown."
+    )
+    start_timeout_s: float = Field(
+        30.0, gt=0, description="Server start + initialize + list_tools."
+    )
+    episode_timeout_s: float | None = Field(
+        300.0, gt=0, description="Wall-clock budget of an episode's tool calls."
+    )
+    keep_states: int = Field(
+        4096, ge=1, description="Newest episode state directories kept for the reward."
+    )
+
+    @model_validator(mode="after")
+    def _one_server(self) -> MCPServerFields:
+        if not self.command and not self.url:
+            raise ValueError(
+                "an MCP env needs a server: set env.command='python my_server.py' (stdio) or "
+                "env.url=http://host:port/mcp (streamable HTTP)"
+            )
+        if self.command and self.url:
+            raise ValueError("set env.command or env.url, not both")
+        return self
+
+
+def servers_from(cfg: MCPServerFields) -> MCPServers:
+    """The MCPServers for an MCP env's validated config."""
+    spec = ServerSpec.parse(
+        cfg.command, cfg.url, env=dict(cfg.server_env), cwd=cfg.cwd, isolate=cfg.isolate_server
+    )
+    return MCPServers(
+        spec,
+        episode_state=cfg.episode_state,
+        reset_tool=cfg.reset_tool,
+        hide_tools=list(cfg.hide_tools),
+        start_timeout_s=cfg.start_timeout_s,
+        episode_timeout_s=cfg.episode_timeout_s,
+        keep_states=cfg.keep_states,
+    )
+
+
+class MCPTask:
+    """ToolTask members for an MCP env; combine with a class that provides the TextTask part
+    (`train_examples`, `eval_examples`, `messages`, `name`, `reward`)."""
+
+    mcp: MCPServerFields
+
+    def init_mcp(self, cfg: MCPServerFields) -> None:
+        """Keep the config; servers start lazily, at the first episode (or validation)."""
+        self.mcp = cfg
+        self.max_turns = cfg.max_turns
+        self.max_tool_response_tokens = cfg.max_tool_response_tokens
+        self.tool_timeout_s = cfg.tool_timeout_s
+        self.tool_parser = cfg.tool_parser
+        self._servers: MCPServers | None = None
+
+    @property
+    def servers(self) -> MCPServers:
+        if self._servers is None:
+            self._servers = servers_from(self.mcp)
+        return self._servers
+
+    @property
+    def reward_paths(self) -> list[str]:
+        """Folders the reward reads (the episodes' state directories): the sandbox mounts them."""
+        return [self.servers.state_root]
+
+    def open_session(self, example: Example, seed: int) -> MCPToolSession:
+        """ToolTask: a session on the env's server for one episode (see MCPServers)."""
+        return self.servers.open_session()
+
+    def close(self) -> None:
+        """Stop the servers and remove the state directories."""
+        if self._servers is not None:
+            self._servers.close()
+
+
+def is_mcp_schema(schema: Any) -> bool:
+    """Whether a registered env's config schema is an MCP env's (validated as an MCP server)."""
+    return isinstance(schema, type) and issubclass(schema, MCPServerFields)
+
+
+__all__ = ["MCPServerFields", "MCPTask", "is_mcp_schema", "servers_from"]
