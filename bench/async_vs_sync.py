@@ -25,6 +25,12 @@ plan.colocate=false`). Nothing is slowed: `ratio_processes` is the async run's s
 over the sync run's (goal <= 0.6), reported beside both held-out rewards (goal: within 0.05)
 and the CPU weight-sync time per step (trainer post -> verified receipt in the engine process,
 `time/weight_sync_s`; `time/weight_sync_pause_s` is what the learner itself waited).
+Beside it: `ratio_processes_perfect_overlap`, the ratio perfect overlap would give (each step
+costs max(learn, generate + reward) of the sync run's own per-step times: the physical limit of
+a one-thread learner beside a one-thread engine), and who waited for whom in the process run
+(learner and engine idle seconds, the share of the learner's time the engine was generating,
+and the CPU share each side got: below 1 means other processes held the cores). The 1-minute
+load average before and after is reported too.
 Last line: one JSON object.
 
 Usage: python bench/async_vs_sync.py [--steps 8] [--delay 0.015] [--learning] [--processes]
@@ -36,6 +42,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -116,11 +123,16 @@ def compare_processes(runs: Path) -> dict[str, object]:
     pause = [float(r["time/weight_sync_pause_s"]) for r in rows]
     ratio = proc["step_s"] / sync["step_s"]
     delta = p_sum["eval_reward_final"] - s_sum["eval_reward_final"]
+    ideal = ideal_split_ratio(metric_rows(sync_dir))
+    timeline = overlap_figures(rows)
     print(
         f"processes: sync {sync['step_s']:.1f} s (generate {sync['generate_s']:.1f}, learn "
         f"{sync['learn_s']:.1f}) vs async+engine actor {proc['step_s']:.1f} s -> ratio "
         f"{ratio:.3f}; held-out reward {s_sum['eval_reward_final']:.3f} vs "
-        f"{p_sum['eval_reward_final']:.3f}"
+        f"{p_sum['eval_reward_final']:.3f}; with perfect overlap {ideal:.3f}; "
+        f"learner idle {timeline['processes_learner_idle_s']:.1f} s, engine idle "
+        f"{timeline['processes_engine_idle_s']:.1f} s, overlap {timeline['processes_overlap_frac']:.2f} "
+        "of the learner's time"
     )
     return {
         "processes_steps": proc["steps"],
@@ -135,7 +147,42 @@ def compare_processes(runs: Path) -> dict[str, object]:
         "processes_eval_reward_delta": round(delta, 4),
         "weight_sync_s_per_step_cpu": round(statistics.fmean(sync_s), 4) if sync_s else None,
         "weight_sync_pause_s_per_step_cpu": round(statistics.fmean(pause), 4) if pause else None,
+        "ratio_processes_perfect_overlap": round(ideal, 4),
+        **timeline,
         "goal_ratio_processes": 0.6,
+    }
+
+
+def ideal_split_ratio(sync_rows: list[dict[str, str]]) -> float:
+    """What `ratio_processes` would be with perfect overlap and nothing else on the machine:
+    each step costs the slower side, max(learn, generate + reward), of the sync run's own
+    per-step times (both measured on one thread), over the sync run's summed step time."""
+    split = sum(
+        max(float(r["time/learn_s"]), float(r["time/generate_s"]) + float(r["time/reward_s"]))
+        for r in sync_rows
+    )
+    return split / sum(float(r["time/step_s"]) for r in sync_rows)
+
+
+def overlap_figures(rows: list[dict[str, str]]) -> dict[str, float]:
+    """Who waited for whom in the process run (arena_core.distributed.timeline's metrics)."""
+
+    def total(key: str) -> float:
+        return sum(float(r.get(key) or 0.0) for r in rows)
+
+    learn, busy = total("time/learn_s"), total("time/engine_busy_s")
+    return {
+        "processes_learner_idle_s": round(total("time/learner_idle_s"), 2),
+        "processes_engine_idle_s": round(total("time/engine_idle_s"), 2),
+        "processes_engine_busy_s": round(busy, 2),
+        "processes_overlap_s": round(total("time/overlap_s"), 2),
+        # share of the learner's update time during which the engine was generating
+        "processes_overlap_frac": round(total("time/overlap_s") / learn, 4) if learn else 0.0,
+        # CPU the engine's generating thread got per busy second (below 1: it waited for a core)
+        "processes_engine_cpu_share": round(total("time/engine_cpu_s") / busy, 4) if busy else 0.0,
+        "processes_learner_cpu_share": round(total("time/learner_cpu_s") / learn, 4)
+        if learn
+        else 0.0,
     }
 
 
@@ -150,6 +197,7 @@ def main() -> int:
     ap.add_argument("--only-processes", action="store_true", help="only the --processes part")
     args = ap.parse_args()
     runs = Path(tempfile.mkdtemp(prefix="arena-bench-async-"))
+    load_before = os.getloadavg()[0]  # the machine may be shared: timings are only as quiet
     short = [
         f"train.max_steps={args.steps}",
         "eval.num_prompts=8",
@@ -159,6 +207,7 @@ def main() -> int:
     result: dict[str, object] = {"steps": args.steps, "decode_delay_s": args.delay}
     if args.only_processes:
         result.update(compare_processes(runs))
+        result.update(loadavg_1min_before=load_before, loadavg_1min_after=os.getloadavg()[0])
         print(json.dumps(result))
         return 0
     result.update(compare("cpu_default", short, runs))
@@ -174,6 +223,7 @@ def main() -> int:
             result[f"{mode}_eval_reward_final"] = summary["eval_reward_final"]
             result[f"{mode}_eval_accuracy_final"] = summary["eval_accuracy_final"]
     result["goal_ratio_simulated_remote_engine"] = 0.6
+    result.update(loadavg_1min_before=load_before, loadavg_1min_after=os.getloadavg()[0])
     print(json.dumps(result))
     return 0
 

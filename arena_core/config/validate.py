@@ -144,6 +144,23 @@ def validate_config(raw: dict[str, Any], plugins: PluginSet) -> dict[str, Any]:
     backend = cfg.get("backend")
     if isinstance(backend, dict) and len(plugins.registries.backends):
         _check_plugin_section(cfg, "backend", "backends", plugins, problems)
+    problems.extend(_engine_tp_problems(cfg))
     if problems:
         raise ConfigError(problems)
     return cfg
+
+
+def _engine_tp_problems(cfg: dict[str, Any]) -> list[str]:
+    """A pinned plan.engine_tp > 1 with a backend that has no tensor parallelism (torch), caught
+    before the run starts rather than when its engines do."""
+    from arena_core.distributed.engine_backend import check_engine_tp
+
+    plan, backend = cfg.get("plan") or {}, cfg.get("backend") or {}
+    tp = plan.get("engine_tp") if isinstance(plan, dict) else None
+    if not isinstance(tp, int) or isinstance(tp, bool) or not isinstance(backend, dict):
+        return []
+    try:
+        check_engine_tp(str(backend.get("name", "torch")), tp)
+    except ConfigError as exc:
+        return list(exc.problems)
+    return []

@@ -6,10 +6,11 @@ The loops (sync and async sources, the group collector, evaluation) call `genera
 - splits each `generate` call's prompts into K near-equal contiguous chunks, one per engine, and
   joins the results in order (each chunk gets its own sampling seed, so a group spread over two
   engines still gets distinct samples);
-- on `update_weights`, snapshots the trainable tensors once, puts one `WeightPacket` in Ray's
-  object store and posts it to every engine without waiting (the engines swap it in between two
-  decode steps); `time/weight_sync_s` is the post-to-verified-receipt time, measured when each
-  engine acknowledges;
+- on `update_weights`, snapshots the trainable tensors (the only work left on the learner's
+  thread) and hands them to a poster thread (`BackgroundPoster`), which puts one `WeightPacket`
+  in Ray's object store (checksums included) and posts it to every engine without waiting (the
+  engines swap it in between two decode steps); `time/weight_sync_s` is the post-to-verified-
+  receipt time, measured when each engine acknowledges;
 - restarts an engine whose actor died (in the same placement-group bundle, loaded with the newest
   weights; with a broadcast transport, later updates then go by the object store, since the
   broadcast group lost a rank) and re-runs its chunk, up to `cluster.engine_restarts` times per engine
@@ -28,7 +29,8 @@ from torch import nn
 
 from arena_core.distributed.cluster import RayCluster
 from arena_core.distributed.engine_actor import EngineActor
-from arena_core.distributed.weight_sync import WeightPacket
+from arena_core.distributed.engine_backend import engine_actor_options, engine_backend_cfg
+from arena_core.distributed.weight_sync import BackgroundPoster, WeightPacket
 from arena_core.errors import ArenaError
 from arena_core.rollout.base import Completion, SamplingParams
 from arena_core.runtime.async_rollout import trainable_state
@@ -75,18 +77,22 @@ class EngineGroup:
 
         self._ray = ray
         self.cluster = cluster
-        # two one-thread concurrency groups: generate (default) and weights (pushes, in order)
-        self.actor_cls = ray.remote(concurrency_groups={"weights": 1})(EngineActor)
+        # one-thread concurrency groups: generate (default), weights (pushes, in order) and
+        # inspect (the timeline the driver reads every step: never queued behind a push)
+        self.actor_cls = ray.remote(concurrency_groups={"weights": 1, "inspect": 1})(EngineActor)
+        self.backend_name = str(backend_cfg.get("name", "torch"))
         self.spec = {
             "model_cfg": model_cfg,
-            "backend_cfg": backend_cfg,
+            "backend_cfg": engine_backend_cfg(backend_cfg, cluster.layout.engine_tp),
             "threads": threads,
             "device": device,
             "runs": runs,
         }
         self.checksum_every = checksum_every
         self.max_restarts = max_restarts
-        self.transport = transport
+        # vLLM loads from a CPU file either way (and a TP>1 engine's actor holds no GPU for a
+        # broadcast group): its updates always go by the object store
+        self.transport = transport if self.backend_name == "torch" else "object_store"
         self.channel: Any = None
         self._last_state: dict[str, Any] = {}  # collective transport: for a restart's reload
         self.policy_version = 0
@@ -100,8 +106,9 @@ class EngineGroup:
         self._sync_times: list[float] = []
         self.engines = [self._spawn(i) for i in range(len(cluster.plan.engines))]
         ray.get([e.ready.remote() for e in self.engines], timeout=READY_TIMEOUT_S)
-        if transport in ("nccl", "gloo"):
+        if self.transport in ("nccl", "gloo"):
             self._open_channel()
+        self._poster = BackgroundPoster(self._post)  # updates leave the learner's thread
 
     def _open_channel(self) -> None:
         """The weight-broadcast group: this process is rank 0, engine i is rank i + 1."""
@@ -120,7 +127,10 @@ class EngineGroup:
         self._ray.get(joined, timeout=READY_TIMEOUT_S)
 
     def _spawn(self, index: int) -> Any:
-        opts = self.cluster.options(self.cluster.plan.engines[index])
+        slot, layout = self.cluster.plan.engines[index], self.cluster.layout
+        opts = engine_actor_options(
+            self.cluster, slot, self.backend_name, layout.engine_tp, layout.device
+        )
         actor = self.actor_cls.options(max_restarts=0, **opts).remote(index=index, **self.spec)
         return self.cluster.track(actor)
 
@@ -128,6 +138,7 @@ class EngineGroup:
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         if not prompts:
             return []
+        self._poster.check()  # a failed post: the engines would wait for its version in vain
         chunks = split_evenly(len(prompts), len(self.engines))
         refs = [self._submit(i, prompts, chunk, params) for i, chunk in enumerate(chunks)]
         out: list[Completion] = []
@@ -163,35 +174,59 @@ class EngineGroup:
                 ref = self._submit(i, prompts, chunk, params)
 
     def update_weights(self, model_or_state: object, version: int) -> None:
-        """Post the new weights to every engine and return at once (see module docstring)."""
+        """Snapshot the new weights and return at once; the poster thread puts them in the
+        object store and posts them to every engine (see module docstring). A state dict
+        (trainer rank 0's gathered weights) must be a snapshot the caller no longer changes."""
         t0, posted = time.perf_counter(), time.time()
         if isinstance(model_or_state, nn.Module):
-            state = trainable_state(model_or_state)
+            state = trainable_state(model_or_state)  # here: the next update changes the module
         elif isinstance(model_or_state, Mapping):
             state = dict(model_or_state)
         else:
             raise TypeError(f"update_weights takes a module or a state dict, not {model_or_state}")
+        with self._lock:
+            # generate() asks the engines for this version from now on: they wait for its push
+            self.policy_version = int(version)
+        self._poster.submit((state, int(version), posted))
+        self.last_sync_pause_s = time.perf_counter() - t0  # what the learner waited
+
+    def _post(self, item: tuple[dict[str, Any], int, float]) -> None:
+        """The poster thread: one packet in the object store, pushed to every engine."""
+        state, version, posted = item
         self._syncs += 1
         checksum = self.checksum_every > 0 and (self._syncs - 1) % self.checksum_every == 0
-        if self.channel is not None:  # specs through Ray, tensors by broadcast
-            packet = self._ray.put(self.channel.describe(state, version, checksum=checksum))
+        with self._lock:
+            channel = self.channel
+        if channel is not None:  # specs through Ray, tensors by broadcast
+            packet = self._ray.put(channel.describe(state, version, checksum=checksum))
         else:
             packet = self._ray.put(WeightPacket.of(state, version, checksum=checksum))
         with self._lock:
+            if self.channel is not channel:  # a restart dropped the broadcast group meanwhile
+                channel = None
+                packet = self._ray.put(WeightPacket.of(state, version, checksum=True))
             self._latest = packet
-            self.policy_version = int(version)
             for engine in self.engines:
                 self._inflight[self._push(engine, packet)] = posted
-            if self.channel is not None:
-                self.channel.send(state)
+            if channel is not None:
+                channel.send(state)
                 self._last_state = state
-        self.last_sync_pause_s = time.perf_counter() - t0  # what the learner waited
 
     def _push(self, engine: Any, packet: Any) -> Any:
         return engine.push.options(concurrency_group="weights").remote(packet)
 
-    def close(self) -> None:
-        """Engines are owned by the cluster (killed when the run's RayCluster exits)."""
+    def close(self, timeout_s: float = 60.0) -> None:
+        """Let each engine release its backend (a vLLM engine's own process; a torch engine has
+        nothing to release); the actors themselves are owned by the cluster (killed when the
+        run's RayCluster exits). Not queued behind a generate in flight (Ctrl-C stays prompt)."""
+        self._poster.close()
+        if self.backend_name == "torch":
+            return
+        refs = [e.close.options(concurrency_group="weights").remote() for e in self.engines]
+        try:
+            self._ray.get(refs, timeout=timeout_s)
+        except Exception:  # noqa: BLE001, S110 - a dead or stuck engine is killed with the cluster
+            pass
 
     # -- faults ----------------------------------------------------------------------------------
     def _restart(self, i: int, exc: BaseException) -> None:
@@ -242,6 +277,7 @@ class EngineGroup:
 
     def wait_synced(self, timeout_s: float = 60.0) -> None:
         """Block until every posted update is acknowledged (tests; the end of a run)."""
+        self._poster.flush(timeout_s)
         with self._lock:
             pending = list(self._inflight)
         if pending:
@@ -258,5 +294,22 @@ class EngineGroup:
             "time/weight_sync_s": sum(times) / len(times) if times else float("nan"),
         }
 
+    def timelines(self, timeout_s: float = 10.0) -> dict[int, dict[str, Any]]:
+        """Each live engine's generate spans since the last call (`EngineActor.timeline`);
+        an engine that died or does not answer in time is left out (its restart is counted
+        elsewhere)."""
+        refs = {
+            i: e.timeline.options(concurrency_group="inspect").remote()
+            for i, e in enumerate(self.engines)
+        }
+        out: dict[int, dict[str, Any]] = {}
+        for i, ref in refs.items():
+            try:
+                out[i] = self._ray.get(ref, timeout=timeout_s)
+            except Exception:  # noqa: BLE001, S112 - metrics only: a dead engine has none
+                continue
+        return out
+
     def checksums(self) -> list[dict[str, int]]:
+        self._poster.flush()  # of the newest update
         return self._ray.get([e.checksums.remote() for e in self.engines])

@@ -181,3 +181,75 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("", 0))
         return int(sock.getsockname()[1])
+
+
+class BackgroundPoster:
+    """Runs `send(item)` on a thread of its own for the newest item submitted (an older item not
+    yet taken is replaced: engines only ever need the newest weights).
+
+    This keeps serialising, checksumming and putting an update in the object store off the
+    learner's critical path: the learner only snapshots its tensors and goes on. An error raised
+    by `send` is re-raised by the next `submit` or `flush`, so a failed post never goes unseen.
+    """
+
+    def __init__(self, send: Any, name: str = "arena-weight-poster") -> None:
+        import threading
+
+        self._send = send
+        self._cond = threading.Condition()
+        self._item: Any = None
+        self._busy = False
+        self._closed = False
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, item: Any) -> None:
+        with self._cond:
+            self._raise()
+            self._item = item
+            self._cond.notify_all()
+
+    def check(self) -> None:
+        """Re-raise a send error, if one happened (never waits)."""
+        with self._cond:
+            self._raise()
+
+    def flush(self, timeout_s: float | None = None) -> bool:
+        """Wait until everything submitted was sent; False on timeout. Re-raises a send error."""
+        with self._cond:
+            done = self._cond.wait_for(
+                lambda: (self._item is None and not self._busy) or self._closed, timeout_s
+            )
+            self._raise()
+        return bool(done)
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Send what is pending, then stop the thread."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._item is None and not self._busy, timeout_s)
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout=timeout_s)
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._item is not None or self._closed)
+                if self._item is None:
+                    return  # closed with nothing pending
+                item, self._item, self._busy = self._item, None, True
+            try:
+                self._send(item)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the learner's thread
+                with self._cond:
+                    self._error = exc
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()

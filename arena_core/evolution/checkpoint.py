@@ -6,8 +6,9 @@ A population checkpoint is an ordinary checkpoint (arena_core.store.checkpoints)
 population checkpoint only) and `elite_member`. Added inside, before the atomic rename:
   population/member_<id>/weights.safetensors   that member's trainable tensors
   population/member_<id>/optimizer.pt          its optimizer state
-and `state.json` gains `population`: members' hyperparameters, lineage, fitness history, the
-selection RNG and the data position, everything `train.resume` needs mid-evolution.
+and `state.json` gains `population`: members' hyperparameters, lineage, fitness history and data
+positions, and the selection RNG, everything `train.resume` needs mid-evolution (an interleaved
+run resumes in parallel and back: the format is the same).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def save_population(
             torch.save(m.optimizer.state_dict(), d / "optimizer.pt")
 
     store.activate(elite)
-    meta = [{k: v for k, v in m.record().items()} | {"scores": m.scores} for m in members]
+    meta = [m.record() | {"scores": m.scores, "data_position": m.data_position} for m in members]
     scores = {k: elite.scores.get(k) for k in ("eval/reward_mean", "eval/accuracy")}
     return save_checkpoint(
         run_dir,
@@ -97,6 +98,8 @@ def load_population(ckpt: Path, store: MemberStore) -> tuple[list[Member], dict[
                 fitness=[list(f) for f in meta.get("fitness", [])],
                 scores=dict(meta.get("scores") or {}),
                 failed=meta.get("failed"),
+                # each member reads its own position of the stream (older checkpoints: one)
+                data_position=int(meta.get("data_position", state.get("data_position", 0))),
             )
         )
     if "rng" in state and (ckpt / "rng.safetensors").is_file():

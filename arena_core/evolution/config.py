@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class _Strict(BaseModel):
@@ -81,6 +81,19 @@ class EvolutionConfig(_Strict):
     selection: SelectionConfig = Field(default_factory=SelectionConfig)
     mutation: MutationConfig = Field(default_factory=MutationConfig)
     seed: int = Field(0, description="Seeds selection and mutation (the same draws on resume).")
+    parallel: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Members train concurrently as Ray actors, one per device of the plan "
+        "(auto: when the plan has more than one device, e.g. hardware.count=2, and the "
+        "population more than one member; on: always, even on one device; off: they take turns "
+        "in one process). The same seed makes the same selections either way.",
+    )
+
+    @field_validator("parallel", mode="before")
+    @classmethod
+    def _yaml_on_off(cls, value: Any) -> Any:
+        # YAML 1.1 (a manifest) reads a bare on/off as true/false
+        return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
 
     @model_validator(mode="after")
     def _sizes(self) -> EvolutionConfig:

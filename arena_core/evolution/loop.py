@@ -1,9 +1,9 @@
 """Population training: the LLM runtime's parts, driving P members that take turns on one model.
 
 `arena-run` comes here (from arena_core.runtime.llm_loop) when `evolution.enabled`. The parts are
-the single run's: the policy from `load_policy`, one `Learner`, one generation backend, the
-`GroupCollector` and `SyncSource`, the sandboxed `RewardScorer`, `evaluate`, the loggers and
-checkpoints. Members (arena_core.evolution.members) differ only in their trainable tensors,
+the single run's: the policy from `load_policy`, one `Learner`, one generation backend, a
+`GroupCollector` and `SyncSource` per member (built as the single run builds its one), the
+sandboxed `RewardScorer`, `evaluate`, the loggers and checkpoints. Members (arena_core.evolution.members) differ only in their trainable tensors,
 optimizer and algorithm hyperparameters; before a member's learner step or evaluation its
 tensors are made the model's (no copy), so one engine and one learner serve all of them.
 
@@ -13,13 +13,21 @@ every member is evaluated greedily on the same `evolution.eval_prompts` held-out
 fitness is the mean reward); then tournament selection with elitism picks parents and mutation
 changes their children's hyperparameters (both drawn from `evolution.seed` only; at every
 evo_steps multiple, the last step included, so a run extended by `train.resume` selects as one
-straight run would), and the population is checkpointed with the elite of that evaluation on top. `train.max_steps` counts each member's learner
-steps. A member whose step fails (non-finite loss, an exception) stops training, gets the worst
+straight run would), and the population is checkpointed with the elite of that evaluation on
+top. `train.max_steps` counts each member's learner steps. A member whose step fails (non-finite loss, an exception) stops training, gets the worst
 fitness and is replaced at the next selection; the run fails only when every member has.
+
+Two ways to train, one code path per member (arena_core.evolution.member_step): interleaved, the
+members take turns in this process on one engine; parallel (`evolution.parallel`, see
+`member_workers`), members train concurrently in Ray actors (arena_core.evolution.workers), one
+per device of the plan, from one selection to the next. Either way this driver evaluates,
+selects, mutates, checkpoints and logs, and a member's randomness depends on (seed, member id,
+step) only, so a seed gives the same selection sequence both ways.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import time
@@ -36,19 +44,16 @@ from arena_core.evolution.checkpoint import load_population, save_population
 from arena_core.evolution.config import evolution_problems
 from arena_core.evolution.fitness import evaluate_members
 from arena_core.evolution.lineage import Lineage
-from arena_core.evolution.members import Member, MemberStore
+from arena_core.evolution.member_step import MemberRunner, build_learner
+from arena_core.evolution.members import Member
 from arena_core.evolution.mutation import mutate
 from arena_core.evolution.plot import plot_population
 from arena_core.evolution.selection import elite_index, tournament_select
 from arena_core.evolution.summary import population_summary, warn_full_copies
-from arena_core.learn.learner import Learner
 from arena_core.loggers import LoggerContext, build_loggers
-from arena_core.rollout.base import SamplingParams
-from arena_core.runtime.batch_source import SyncSource
-from arena_core.runtime.build import build_algorithm, build_backend
+from arena_core.runtime.build import build_backend
 from arena_core.runtime.finish import closing_summary, declared_max_reward
 from arena_core.runtime.rewards import RewardScorer
-from arena_core.runtime.rollout import GroupCollector, PromptEncoder
 from arena_core.store.atomic import atomic_write_json
 from arena_core.store.checkpoints import latest_checkpoint
 
@@ -72,49 +77,44 @@ def train_population(
     np.random.seed(core.seed % (2**32))
     torch.manual_seed(core.seed)
 
+    from arena_core.evolution.workers import member_workers
     from arena_core.models import load_policy
     from arena_core.runtime.device import device_plan
-    from arena_core.runtime.llm_loop import DEFAULT_MICRO_BATCH_TOKENS
     from arena_core.sandbox import RewardPool, SandboxPolicy
 
     dev = device_plan(core.runtime.device, core.model.dtype)  # ConfigError: cuda without a GPU
     if plan is not None:
         atomic_write_json(run_dir / "plan.json", {**plan, "device": dev.to_dict()})
-        if int(plan.get("trainer_devices") or 1) > 1 or int(plan.get("engines") or 1) > 1:
-            print(
-                "note: the plan has several workers, but population members do not run as Ray "
-                "actors yet: they take turns in this process on one device",
-                flush=True,
-            )
+    n_workers = member_workers(core, plan)
     policy = load_policy(core.model.model_dump(), device=dev.device, runs=core.paths.runs)
     warn_full_copies(core, policy.model)
-    learner = Learner(
-        policy.model,
-        build_algorithm(core.algo),
-        micro_batch_tokens=core.train.micro_batch_tokens
-        or int((plan or {}).get("micro_batch_tokens") or DEFAULT_MICRO_BATCH_TOKENS),
-        temperature=core.generation.temperature,
-        top_k=core.generation.top_k,
-        top_p=core.generation.top_p,
-        tis_cap=core.train.tis_cap,
-        norm_len=core.generation.max_new_tokens,
-        batching=core.train.batching,
-        autocast=dev.autocast,
-    )
+    # parallel: the members' steps run in the actors; this process only evaluates them
+    learner = build_learner(core, plan, policy, dev) if not n_workers else None
     backend = build_backend(core.backend.model_dump(), policy)
     sb = core.sandbox
-    with RewardPool(
-        reward_file,
-        workers=sb.workers,
-        timeout_s=sb.reward_timeout_s,
-        fallback=sb.fallback,
-        memory_mb=sb.memory_mb,
-        policy=SandboxPolicy.from_config(sb),
-    ) as pool:
+    with contextlib.ExitStack() as stack:
+        pool = stack.enter_context(
+            RewardPool(
+                reward_file,
+                workers=sb.workers,
+                timeout_s=sb.reward_timeout_s,
+                fallback=sb.fallback,
+                memory_mb=sb.memory_mb,
+                policy=SandboxPolicy.from_config(sb),
+            )
+        )
         scorer = RewardScorer(
             pool, path=reward_file, timeout_s=sb.reward_timeout_s, memory_mb=sb.memory_mb
         )
-        trainer = PopulationTrainer(core, run_dir, task, policy, learner, backend, scorer, plan)
+        runner = MemberRunner(core, task, policy, learner, backend, scorer)
+        workers = None
+        if n_workers:  # Ray up, one actor per device; stopped (actors killed) on leaving
+            from arena_core.evolution.workers import open_workers
+
+            workers = stack.enter_context(
+                open_workers(core, plan, n_workers, run_dir, str(reward_file))
+            )
+        trainer = PopulationTrainer(core, run_dir, task, runner, plan, workers=workers)
         trainer.max_reward = declared_max_reward(reward_file)
         try:
             trainer.start(resuming)
@@ -122,7 +122,8 @@ def train_population(
                 ready(trainer)
             trainer.run()
         finally:
-            trainer.metrics.close()
+            if trainer.metrics is not None:
+                trainer.metrics.close()
             close = getattr(backend, "close", None)
             if callable(close):
                 close()
@@ -137,38 +138,18 @@ class PopulationTrainer:
         core: CoreConfig,
         run_dir: Path,
         task: Any,
-        policy: Any,
-        learner: Learner,
-        backend: Any,
-        scorer: RewardScorer,
+        runner: MemberRunner,
         plan: dict[str, Any] | None,
+        *,
+        workers: Any = None,
     ) -> None:
-        self.core, self.run_dir, self.task, self.policy = core, run_dir, task, policy
-        self.learner, self.backend, self.scorer, self.plan = learner, backend, scorer, plan
+        self.core, self.run_dir, self.task, self.plan = core, run_dir, task, plan
+        self.runner, self.workers = runner, workers  # workers: parallel members (Ray actors)
+        self.policy, self.backend, self.scorer = runner.policy, runner.backend, runner.scorer
+        self.store, self.encoder = runner.store, runner.encoder
         self.evo = core.evolution
         self.base_algo = dict(core.algo or {})
-        self.store = MemberStore(policy.model, lambda hp: build_algorithm({**self.base_algo, **hp}))
-        self.encoder = PromptEncoder(task, policy.tokenizer)
         self.fitness_examples = task.eval_examples(self.evo.eval_prompts)
-        gen = core.generation
-        params = SamplingParams(
-            max_new_tokens=gen.max_new_tokens,
-            temperature=gen.temperature,
-            top_p=gen.top_p,
-            top_k=gen.top_k,
-            stop=list(gen.stop),
-        )
-        self.collector = GroupCollector(
-            task,
-            self.encoder,
-            backend,
-            scorer,
-            learner.algorithm,
-            params,
-            seed=core.seed,
-            max_rounds=core.train.max_sampling_rounds,
-        )
-        self.source = SyncSource(self.collector, backend, policy.model, core.train.prompts_per_step)
         self.rng = np.random.default_rng(self.evo.seed)
         self.members: list[Member] = []
         self.lineage = Lineage()
@@ -195,8 +176,6 @@ class PopulationTrainer:
             self.evals = list(state.get("evals", []))
             self.totals = dict(state.get("totals", {}))
             self._columns = pop.get("columns")
-            for _ in range(int(state.get("data_position", 0))):
-                self.collector._next()  # the deterministic stream, replayed to where it was
             print(f"resumed the population from {ckpt} (step {self.step})", flush=True)
         else:
             hp = self._initial_hyperparameters()
@@ -217,6 +196,8 @@ class PopulationTrainer:
             self._pending = [(0, self._row(m, {})) for m in self.members]
             self.lineage.update(self.members)
             self.lineage.write(self.run_dir)
+        if self.workers is not None:
+            self.workers.place(self.members, self.store)
 
     def _initial_hyperparameters(self) -> dict[str, Any]:
         fields = list(self.evo.mutation.rl_hp_selection) or ["lr"]
@@ -248,56 +229,57 @@ class PopulationTrainer:
         self._finish()
 
     def _generation_step(self, total: int) -> None:
-        """One learner step of every member; at a selection step, fitness, selection, checkpoint."""
-        rows = [(m, self._train_step(m)) for m in self.members]
-        self.step += 1
-        select = self.step % self.evo.evo_steps == 0  # also on the last step: a longer resumed
-        if select or self.step == total:  # run then selects exactly as one straight run
-            self._evaluate_all()
-        self._log([(self.step, self._row(m, train)) for m, train in rows])
+        """Learner steps of every member up to the next evaluation (one step when interleaved:
+        Ctrl-C then loses nothing; up to the next selection in parallel, so the actors train
+        without waiting for each other); then fitness, selection and a checkpoint when due."""
+        evo = self.evo.evo_steps
+        n = 1 if self.workers is None else min(total, (self.step // evo + 1) * evo) - self.step
+        per_step = self._train_steps(n)
+        for k, rows in enumerate(per_step):
+            self.step += 1
+            self._account(rows)
+            due = self.step % evo == 0 or self.step == total  # also on the last step: a
+            if k == len(per_step) - 1 and due:  # longer resumed run then selects as one would
+                self._evaluate_all()
+            self._log(
+                [
+                    (self.step, self._row(m, train, bool(m.failed) and not train))
+                    for m, train in rows
+                ]
+            )
+        select = self.step % evo == 0
         if select or self.step == total:
             self._print_fitness()
             elite = self.last_elite = self._elite()
             if select:
                 self._select()
+                if self.workers is not None and self.step < total:
+                    self.workers.place(self.members, self.store)
             self._checkpoint(elite)
 
-    def _activate(self, member: Member) -> None:
-        self.store.activate(member)
-        self.learner.algorithm = member.algorithm
-        self.learner.optimizer = member.optimizer
-        self.collector.algorithm = member.algorithm  # a mutated group_size resizes the rollout
-        self.backend.update_weights(self.policy.model, self.step)
+    def _train_steps(self, n: int) -> list[list[tuple[Member, dict[str, Any]]]]:
+        """`n` learner steps of every member: [[(member, row) per member] per step]."""
+        healthy = [m for m in self.members if not m.failed]
+        if self.workers is not None:
+            per_step = self.workers.train(self.members, self.store, self.step, n)
+        else:
+            per_step = [
+                [(m, self.runner.train_step(m, self.step + k)) for m in self.members]
+                for k in range(n)
+            ]
+        for m in healthy:
+            if m.failed:
+                print(
+                    f"member {m.id} failed ({m.failed}); it is replaced at the next selection",
+                    flush=True,
+                )
+        self._fail_if_all_failed()
+        return per_step
 
-    def _train_step(self, member: Member) -> dict[str, Any]:
-        if member.failed:
-            return {}
-        from arena_core.runtime.llm_loop import _step_row
-
-        self._activate(member)
-        t0 = time.perf_counter()
-        try:
-            batch = self.source.next_batch(self.step)
-            learn = self.learner.step(batch.samples) if batch.samples else {}
-            bad = [p for p in self.store.params if not torch.isfinite(p.data).all()]
-            if bad:
-                raise FloatingPointError("non-finite weights after the update")
-        except Exception as exc:  # noqa: BLE001 - one member's failure must not end the run
-            member.failed = f"step {self.step + 1}: {type(exc).__name__}: {exc}"
-            print(
-                f"member {member.id} failed ({member.failed}); it is replaced at the next "
-                "selection",
-                flush=True,
-            )
-            self._fail_if_all_failed()
-            return {}
-        pause = self.source.after_step(self.step + 1)
-        step_s = time.perf_counter() - t0
-        row = _step_row(batch, learn, step_s)
-        row.update(self.source.step_metrics(batch, self.step, step_s, pause))
-        for key in ("tokens/generated", "tokens/trained", "time/generate_s", "time/learn_s"):
-            self.totals[key] = self.totals.get(key, 0.0) + float(row.get(key) or 0.0)
-        return row
+    def _account(self, rows: list[tuple[Member, dict[str, Any]]]) -> None:
+        for _, row in rows:
+            for key in ("tokens/generated", "tokens/trained", "time/generate_s", "time/learn_s"):
+                self.totals[key] = self.totals.get(key, 0.0) + float(row.get(key) or 0.0)
 
     def _fail_if_all_failed(self) -> None:
         if all(m.failed for m in self.members):
@@ -317,7 +299,7 @@ class PopulationTrainer:
             healthy,
             self.store,
             self.backend,
-            self._activate,
+            lambda m: self.runner.activate(m, self.step),
             self.encoder,
             self.fitness_examples,
             self.scorer,
@@ -404,6 +386,7 @@ class PopulationTrainer:
             }
         )
         self.members = new
+        self.runner.forget({m.id for m in new})
         self.lineage.update(self.members)
         print(
             f"selection @ step {self.step}: elite {elite.id}; "
@@ -412,14 +395,16 @@ class PopulationTrainer:
         )
 
     # -- records ---------------------------------------------------------------------------------
-    def _row(self, member: Member, train: dict[str, Any]) -> dict[str, Any]:
+    def _row(
+        self, member: Member, train: dict[str, Any], failed: bool | None = None
+    ) -> dict[str, Any]:
         row: dict[str, Any] = {"member": member.id}
         row.update(train)
         if member.fitness and member.fitness[-1][0] == self.step and member.scores:
             row.update({k: v for k, v in member.scores.items() if not k.startswith("_")})
         for key, value in member.hyperparameters.items():
             row[f"hp/{key}"] = value
-        row["failed"] = 1 if member.failed else 0
+        row["failed"] = 1 if (bool(member.failed) if failed is None else failed) else 0
         return row
 
     def _log(self, rows: list[tuple[int, dict[str, Any]]]) -> None:
@@ -438,7 +423,7 @@ class PopulationTrainer:
 
     def _state(self) -> dict[str, Any]:
         return {
-            "data_position": self.collector.position,
+            "data_position": max((m.data_position for m in self.members), default=0),
             "policy_version": self.step,
             "evals": self.evals,
             "totals": self.totals,

@@ -35,6 +35,7 @@ class Member:
     fitness: list[list[Any]] = field(default_factory=list)  # [[step, value or None], ...]
     scores: dict[str, Any] = field(default_factory=dict)  # last held-out evaluation
     failed: str | None = None
+    data_position: int = 0  # examples of the training stream this member's steps have read
 
     def last_fitness(self) -> float:
         """The last measured fitness; NaN when none (the worst, to selection)."""
@@ -100,14 +101,16 @@ class MemberStore:
     def clone(
         self, parent: Member, member_id: int, hyperparameters: dict[str, Any], **meta: Any
     ) -> Member:
-        """A child of `parent`: its tensors and optimizer state copied, new hyperparameters (a
-        changed lr or weight decay takes effect in the copied optimizer; moments are kept)."""
+        """A child of `parent`: its tensors, optimizer state and data position copied, new
+        hyperparameters (a changed lr or weight decay takes effect in the copied optimizer;
+        moments are kept)."""
         return self.new(
             member_id,
             hyperparameters,
             weights=parent.weights,
             optimizer_state=parent.optimizer.state_dict(),
             parent=parent.id,
+            data_position=parent.data_position,
             **meta,
         )
 
@@ -130,3 +133,45 @@ class MemberStore:
         return [
             named[n].to(p.device, p.dtype) for n, p in zip(self.names, self.params, strict=True)
         ]
+
+    def export(self, member: Member) -> dict[str, Any]:
+        """What moves `member` to another process (Ray's object store): its trainable tensors,
+        optimizer state, hyperparameters and record; never the frozen base."""
+        return {
+            **member.record(),
+            "weights": [w.detach() for w in member.weights],
+            "optimizer": member.optimizer.state_dict(),
+            "scores": dict(member.scores),
+            "data_position": member.data_position,
+        }
+
+    def restore(self, state: dict[str, Any]) -> Member:
+        """A member rebuilt from `export`'s dict (tensors and optimizer state copied in)."""
+        return self.new(
+            int(state["id"]),
+            dict(state["hyperparameters"]),
+            weights=[
+                w.to(p.device, p.dtype) for w, p in zip(state["weights"], self.params, strict=True)
+            ],
+            optimizer_state=state["optimizer"],
+            parent=state.get("parent"),
+            born_step=int(state.get("born_step", 0)),
+            mutation=str(state.get("mutation", "")),
+            fitness=[list(f) for f in state.get("fitness", [])],
+            scores=dict(state.get("scores") or {}),
+            failed=state.get("failed"),
+            data_position=int(state.get("data_position", 0)),
+        )
+
+    def absorb(self, member: Member, state: dict[str, Any]) -> None:
+        """Take a trained copy's tensors, optimizer state, data position and failure into
+        `member` (its record in this process stays the one selection works on)."""
+        member.weights = [
+            w.detach().to(p.device, p.dtype).clone()
+            for w, p in zip(state["weights"], self.params, strict=True)
+        ]
+        member.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))  # own, writable
+        member.data_position = int(state["data_position"])
+        member.failed = member.failed or state.get("failed")
+        if self.active is member:
+            self.active = None  # the model still points at the old tensors: re-point next time

@@ -15,7 +15,7 @@ from typing import Any
 from arena_core.errors import ConfigError
 from arena_core.planner.hardware import HardwareProfile, get_profile
 from arena_core.planner.model_spec import ModelSpec
-from arena_core.planner.plan import PlanResult, Workload
+from arena_core.planner.plan import NoPlanFits, PlanResult, Workload
 
 DEFAULT_PROMPT_TOKENS = 256
 _MISSING = object()
@@ -117,9 +117,23 @@ def plan_from_config(
     micro = lookup(cfg, "train.micro_batch_tokens", None)
     if micro and "micro_batch_tokens" not in pinned:
         pinned["micro_batch_tokens"] = int(micro)
-    result = make_plan(
-        spec, hw, count, workload_from_config(cfg, prompt_tokens), lora_rank=lora, pinned=pinned
-    )
+    backend = str(lookup(cfg, "backend.name", "torch") or "torch")
+    implied_tp = backend != "vllm" and pinned.get("engine_tp") is None
+    if implied_tp:
+        pinned["engine_tp"] = 1  # only vLLM engines split over devices (tensor_parallel_size)
+    try:
+        result = make_plan(
+            spec, hw, count, workload_from_config(cfg, prompt_tokens), lora_rank=lora, pinned=pinned
+        )
+    except NoPlanFits as exc:
+        if not implied_tp:
+            raise
+        raise NoPlanFits(
+            f"backend.name={backend}: its generation engines have no tensor parallelism, so the "
+            f"plan keeps engine_tp=1 (backend=vllm plans engine TP). {str(exc).splitlines()[0]}",
+            exc.nearest,
+            exc.suggestions,
+        ) from exc
     if prompt_tokens and lookup(cfg, "env.max_prompt_tokens", None) is None:
         result.notes.append(
             f"prompt length: {prompt_tokens} tokens, the mean of the env's own prompts rendered "

@@ -24,6 +24,11 @@ class TorchBackendConfig(BaseModel):
         description="KV cache: static (preallocated, fixed shapes) or dynamic (finished rows "
         "leave it); auto = static on CUDA, dynamic on the CPU.",
     )
+    cuda_graphs: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Capture each decode step as a CUDA graph (per batch and length bucket) and "
+        "replay it: auto = on CUDA with the static KV cache; on = insist (an error elsewhere).",
+    )
     max_batch_size: int | None = Field(
         None, ge=1, description="Rows decoded together; None = all prompts of a call at once."
     )

@@ -23,6 +23,8 @@ from arena_core.kernels.filtering import filtering, keep_mask
 from arena_core.rollout.backend_configs import TorchBackendConfig
 from arena_core.rollout.base import Completion, DecodeControl, SamplingParams
 from arena_core.rollout.multi_lora import RowAdapters, check_row_adapters, row_lora
+from arena_core.rollout.onednn_linear import onednn_linears
+from arena_core.rollout.static_decode import DecoderCache, resolve_cuda_graphs
 
 # on_token(row, token_id, finished) -> True to end the row now (see TorchBackend.generate)
 TokenCallback = Callable[[int, int, bool], bool]
@@ -85,6 +87,7 @@ class TorchBackend:
         max_batch_size: int | None = None,
         decode_delay_s: float = 0.0,
         kv_cache: str = "auto",
+        cuda_graphs: str = "auto",
     ) -> None:
         from arena_core.runtime.device import kv_cache_kind, module_device
 
@@ -96,6 +99,9 @@ class TorchBackend:
             raise ValueError(f"kv_cache must be auto, static or dynamic, got {kv_cache!r}")
         # static: preallocated, fixed shapes (CUDA); dynamic: finished rows leave it (CPU)
         self.kv_cache = kv_cache_kind(str(self.device)) if kv_cache == "auto" else kv_cache
+        # static cache: fixed-shape decode steps (static_decode), captured as CUDA graphs on CUDA
+        self.cuda_graphs = resolve_cuda_graphs(cuda_graphs, self.device, self.kv_cache)
+        self.decoders = DecoderCache(model, self.device, capture=self.cuda_graphs)
         self.max_batch_size = max_batch_size
         self.decode_delay_s = decode_delay_s
         self.policy_version = 0
@@ -241,14 +247,24 @@ class TorchBackend:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         config = getattr(self.model, "config", None)
         static = self.kv_cache == "static"
+        # static cache without per-row adapters: fixed-shape steps, a CUDA graph on CUDA
+        decoder = (
+            self.decoders.get(n, width + params.max_new_tokens)
+            if static and adapters is None
+            else None
+        )
         cache = (
             StaticCache(config=config, max_cache_len=width + params.max_new_tokens)
-            if static
+            if static and decoder is None
             else DynamicCache(config=config)
         )
         done_rows: set[int] = set()  # static cache: finished rows keep decoding, unrecorded
         lora = RowAdapters(self.model, adapters) if adapters is not None else None
-        logits = self._forward(ids, mask, positions, cache, 1, lora=lora, rows=range(n))
+        if decoder is not None:
+            with onednn_linears(self.model):
+                logits = decoder.prefill(ids, mask, positions)
+        else:
+            logits = self._forward(ids, mask, positions, cache, 1, lora=lora, rows=range(n))
         logits_version = self.policy_version
         next_pos = positions[:, -1] + 1
         rows = _Rows(n)
@@ -284,10 +300,14 @@ class TorchBackend:
                 cache.batch_select_indices(index)
                 mask, tokens, next_pos = mask[index], tokens[index], next_pos[index]
                 alive = [alive[j] for j in keep]
-            mask = torch.cat([mask, mask.new_ones((len(alive), 1))], dim=-1)
-            logits = self._forward(
-                tokens[:, None], mask, next_pos[:, None], cache, lora=lora, rows=alive
-            )
+            if decoder is not None:
+                with onednn_linears(self.model):
+                    logits = decoder.step(tokens, next_pos, width + step)
+            else:
+                mask = torch.cat([mask, mask.new_ones((len(alive), 1))], dim=-1)
+                logits = self._forward(
+                    tokens[:, None], mask, next_pos[:, None], cache, lora=lora, rows=alive
+                )
             logits_version = self.policy_version
             if self.decode_delay_s:
                 time.sleep(self.decode_delay_s)  # releases the GIL, like waiting on a device
@@ -305,7 +325,8 @@ class TorchBackend:
         rows: Sequence[int] = (),
     ) -> torch.Tensor:
         kwargs = {"logits_to_keep": logits_to_keep} if logits_to_keep else {}
-        with row_lora(lora, rows) as extra:  # per-row LoRA adapters (multi_lora)
+        # per-row LoRA adapters (multi_lora); CPU fp32 linears through oneDNN (onednn_linear)
+        with row_lora(lora, rows) as extra, onednn_linears(self.model):
             out = self.model(
                 input_ids=ids,
                 attention_mask=mask,
@@ -354,6 +375,7 @@ def _factory(policy: Any, cfg: Mapping[str, Any] | BaseModel) -> TorchBackend:
         max_batch_size=conf.max_batch_size,
         decode_delay_s=conf.decode_delay_s,
         kv_cache=conf.kv_cache,
+        cuda_graphs=conf.cuda_graphs,
     )
 
 

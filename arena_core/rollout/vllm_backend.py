@@ -170,6 +170,7 @@ class VLLMBackend:
         self._lora_ids: dict[str, int] = {}  # see multi_lora.vllm_lora_request
         self._tmp = Path(tempfile.mkdtemp(prefix="arena-vllm-", dir=shm_dir()))
         self._restart_dirs: list[Path] = []
+        self.owned_model_dir: Path | None = None  # an export made for this engine: removed on close
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="arena-vllm", daemon=True
@@ -245,9 +246,11 @@ class VLLMBackend:
             self._thread.join(timeout=30)
         if not self._loop.is_running() and not self._loop.is_closed():
             self._loop.close()
-        for path in [self._tmp, *self._restart_dirs]:
-            shutil.rmtree(path, ignore_errors=True)
+        for path in [self._tmp, *self._restart_dirs, self.owned_model_dir]:
+            if path is not None:
+                shutil.rmtree(path, ignore_errors=True)
         self._restart_dirs = []
+        self.owned_model_dir = None
 
     @staticmethod
     async def _shutdown(engine: Any, cancel_all: bool) -> None:
@@ -386,11 +389,21 @@ class VLLMBackend:
             raise ArenaError(f"{path} holds no adapter_config.json: save the adapter with peft")
         self._loras[name] = Path(path)
 
+    def _base_lora(self) -> Any:
+        from arena_core.rollout.multi_lora import vllm_lora_request, zero_adapter
+
+        path = self._tmp / "base-adapter"
+        if not path.is_dir():
+            zero_adapter(next(iter(self._loras.values())), path)
+        return vllm_lora_request("__arena_base__", path, self._lora_ids)
+
     def _lora_request(self, adapter: str | None) -> Any:
         from arena_core.rollout.multi_lora import BASE, vllm_lora_request
 
         if adapter is None or adapter == BASE:
-            return None
+            # vLLM's CPU LoRA ops read a base row's slot -1 as the last slot's adapter: once
+            # adapters are registered, base rows use an all-zero one (multi_lora.zero_adapter)
+            return self._base_lora() if self._loras else None
         if adapter not in self._loras:
             raise ArenaError(
                 f"unknown adapter '{adapter}': register it with add_lora(name, dir) first "
@@ -576,13 +589,17 @@ def _factory(policy: Any, cfg: Mapping[str, Any] | BaseModel) -> VLLMBackend:
     `backend` section. A policy is exported first (LoRA merged: the engine loads plain weights)."""
     data = cfg.model_dump() if isinstance(cfg, BaseModel) else dict(cfg)
     if isinstance(policy, str | os.PathLike):
-        model_path = str(policy)
-    else:
-        from arena_core.models import save_policy
+        return VLLMBackend(str(policy), VLLMBackendConfig(**data))
+    from arena_core.models import save_policy
 
-        export = Path(tempfile.mkdtemp(prefix="arena-vllm-model-"))
-        model_path = str(save_policy(policy, export, merged=True))
-    return VLLMBackend(model_path, VLLMBackendConfig(**data))
+    export = Path(tempfile.mkdtemp(prefix="arena-vllm-model-"))
+    try:
+        backend = VLLMBackend(save_policy(policy, export, merged=True), VLLMBackendConfig(**data))
+    except BaseException:
+        shutil.rmtree(export, ignore_errors=True)
+        raise
+    backend.owned_model_dir = export  # the engine reads it until close (and on a restart)
+    return backend
 
 
 def register_vllm_backend(register: Any) -> None:

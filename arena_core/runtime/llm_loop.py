@@ -10,7 +10,6 @@ via RunInterrupted).
 
 from __future__ import annotations
 
-import math
 import random
 import statistics
 import time
@@ -26,8 +25,6 @@ from arena_core.errors import ArenaError
 from arena_core.learn.learner import Learner, NonFiniteLossError
 from arena_core.loggers import LoggerContext, build_loggers
 from arena_core.planner.measured import record_measured
-from arena_core.rollout.base import SamplingParams
-from arena_core.rollout.multi_turn import EpisodeRunner
 from arena_core.runtime.batch_source import (
     AsyncSource,
     GenerationFailed,
@@ -35,6 +32,7 @@ from arena_core.runtime.batch_source import (
     generator_policy,
 )
 from arena_core.runtime.build import build_algorithm, build_backend, build_task, reward_path
+from arena_core.runtime.collecting import build_collector
 from arena_core.runtime.evaluate import evaluate
 from arena_core.runtime.finish import (
     check_resume_config,
@@ -46,7 +44,8 @@ from arena_core.runtime.finish import (
 )
 from arena_core.runtime.progress import Progress
 from arena_core.runtime.rewards import RewardScorer
-from arena_core.runtime.rollout import GroupCollector, PromptEncoder, StepBatch
+from arena_core.runtime.rollout import PromptEncoder
+from arena_core.runtime.step_row import rate, step_row
 from arena_core.runtime.threads import torch_threads
 from arena_core.store.atomic import atomic_write_json
 from arena_core.store.checkpoints import (
@@ -57,7 +56,6 @@ from arena_core.store.checkpoints import (
 )
 from arena_core.store.metrics import plot_reward_curve
 from arena_core.store.rundir import new_run_dir, resolve_resume, write_config, write_validation
-from arena_core.tools.protocol import is_tool_task
 
 DEFAULT_MICRO_BATCH_TOKENS = 2048  # until the planner picks one
 PLAN_CHECK_STEPS = 3  # steps after the first (warm-up) that the plan's prediction is checked on
@@ -142,7 +140,7 @@ def _train(
 
     from arena_core.models import load_policy
     from arena_core.runtime.device import device_plan
-    from arena_core.runtime.process_runtime import open_engines
+    from arena_core.runtime.process_runtime import driver_backend_cfg, open_engines
     from arena_core.sandbox import RewardPool, SandboxPolicy
 
     dev = device_plan(core.runtime.device, core.model.dtype)  # ConfigError: cuda without a GPU
@@ -169,7 +167,7 @@ def _train(
             raise ArenaError(f"{run_dir} has no checkpoint to resume from")
         state = load_checkpoint(ckpt, policy.model, learner.optimizer)
         print(f"resumed from {ckpt} (step {state['step']})", flush=True)
-    backend = build_backend(core.backend.model_dump(), policy)
+    backend = build_backend(driver_backend_cfg(core, plan), policy)  # engine actors: eval only
     sb = core.sandbox
     with (
         RewardPool(
@@ -238,27 +236,16 @@ class _Loop:
         self.state = state
         self.encoder = PromptEncoder(task, policy.tokenizer)
         self.eval_examples = task.eval_examples(core.eval.num_prompts)
-        gen = core.generation
-        params = SamplingParams(
-            max_new_tokens=gen.max_new_tokens,
-            temperature=gen.temperature,
-            top_p=gen.top_p,
-            top_k=gen.top_k,
-            stop=list(gen.stop),
-        )
-        self.collector = GroupCollector(
+        self.collector = build_collector(  # a tool task's collector runs multi-turn episodes
+            core,
             task,
             self.encoder,
             backend,
             scorer,
             algorithm,
-            params,
-            seed=core.seed,
-            max_rounds=core.train.max_sampling_rounds,
+            tokenizer=policy.tokenizer,
             position=int(state.get("data_position", 0)),
         )
-        if is_tool_task(task):  # multi-turn episodes with tools: arena_core.rollout.multi_turn
-            self.collector.episodes = EpisodeRunner(task, policy.tokenizer, seed=core.seed)
         self.data_position = self.collector.position  # of the last batch the learner consumed
         # loggers first: one that cannot start (mlflow missing) fails before any thread does
         self.metrics = build_loggers(
@@ -362,7 +349,7 @@ class _Loop:
         self.step += 1
         pause = self.source.after_step(self.step)
         step_s = time.perf_counter() - t0
-        row = _step_row(batch, learn, step_s)
+        row = step_row(batch, learn, step_s)
         row.update(batch.episode_metrics)  # tool tasks: calls, parse outcomes, tool tokens
         row.update(self.source.step_metrics(batch, self.step - 1, step_s, pause))
         for key in (
@@ -453,8 +440,8 @@ class _Loop:
             "eval_prompts": len(self.eval_examples),
             "eval_final_step": last["step"],
             "wall_seconds": t.get("wall_seconds", 0.0),
-            "tokens_per_s/generated": _rate(t.get("tokens/generated"), t.get("time/generate_s")),
-            "tokens_per_s/trained": _rate(t.get("tokens/trained"), t.get("time/learn_s")),
+            "tokens_per_s/generated": rate(t.get("tokens/generated"), t.get("time/generate_s")),
+            "tokens_per_s/trained": rate(t.get("tokens/trained"), t.get("time/learn_s")),
             "tokens/generated": t.get("tokens/generated", 0.0),
             "tokens/trained": t.get("tokens/trained", 0.0),
             "final_checkpoint": str(ckpt),
@@ -475,51 +462,8 @@ class _Loop:
         return ckpt
 
 
-def _step_row(batch: StepBatch, learn: dict[str, float], step_s: float) -> dict[str, Any]:
-    r = batch.rewards  # valid rewards only: a failed call's fallback value is no reward
-    gen_tokens = batch.generated_tokens
-    nan = float("nan")
-    row: dict[str, Any] = {
-        "reward/mean": statistics.fmean(r) if r else float("nan"),
-        "reward/std": statistics.pstdev(r) if len(r) > 1 else 0.0,
-    }
-    for key, vals in sorted(batch.components.items()):
-        finite = [v for v in vals if not math.isnan(v)]
-        row[f"reward/{key}"] = statistics.fmean(finite) if finite else float("nan")
-    row.update(
-        {
-            # NaN, not 0.0, when no update ran (no informative group) or, for kl, when the
-            # algorithm computed none (beta = 0: no reference policy)
-            "loss": learn.get("loss", nan),
-            "kl": learn.get("kl", nan),
-            "clip_frac": learn.get("clip_frac", nan),
-            "grad_norm": learn.get("grad_norm", nan),
-            "is_weight/mean": learn.get("is_weight/mean", 1.0),
-            "tokens/generated": float(gen_tokens),
-            "tokens/trained": learn.get("tokens/trained", 0.0),
-            "completion_len/mean": gen_tokens / max(1, len(batch.completions)),
-            "groups/kept": batch.groups_kept,
-            "groups/dropped_zero_adv": batch.groups_dropped,
-            "groups/dropped_failed": batch.groups_failed,
-            "sampling/rounds": batch.rounds,
-            "reward/failures": batch.reward_failures,
-            "time/generate_s": batch.generate_s,
-            "time/reward_s": batch.reward_s,
-            "time/learn_s": learn.get("time/learn_s", 0.0),
-            "time/step_s": step_s,
-            "tokens_per_s/generated": _rate(gen_tokens, batch.generate_s),
-            "tokens_per_s/trained": _rate(learn.get("tokens/trained"), learn.get("time/learn_s")),
-        }
-    )
-    return row
-
-
 def _predicted_step_s(plan: dict[str, Any] | None) -> float | None:
     return ((plan or {}).get("predicted") or {}).get("step_seconds", {}).get("total")
-
-
-def _rate(tokens: float | None, seconds: float | None) -> float:
-    return float(tokens) / seconds if tokens and seconds else 0.0
 
 
 def _public(result: dict[str, Any]) -> dict[str, Any]:

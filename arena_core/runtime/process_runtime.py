@@ -17,12 +17,12 @@ update_weights` takes rank 0's gathered state dict as well as a module.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from arena_core.config.schema import CoreConfig
-from arena_core.errors import ConfigError
 
 
 def process_layout(core: CoreConfig, plan: dict[str, Any] | None) -> Any:
@@ -32,6 +32,18 @@ def process_layout(core: CoreConfig, plan: dict[str, Any] | None) -> Any:
 
     pins = normalize_pins(dict(core.plan)) if core.plan else {}
     return Layout.from_plan(plan, pins, nodes=core.hardware.nodes, device=_device(core, plan))
+
+
+def driver_backend_cfg(core: CoreConfig, plan: dict[str, Any] | None) -> dict[str, Any]:
+    """The `backend` section of the driver's own backend. When generation runs in engine actors
+    the driver's backend only evaluates, on the learner's module: the torch backend shares that
+    module (always current, nothing to sync), so a vLLM run does not start a second vLLM engine
+    in the driver just for evaluation."""
+    cfg = core.backend.model_dump()
+    layout = process_layout(core, plan)
+    if cfg.get("name") == "torch" or not (layout.needs_processes or layout.engine_tp > 1):
+        return cfg
+    return {"name": "torch"}
 
 
 def _device(core: CoreConfig, plan: dict[str, Any] | None) -> str:
@@ -56,33 +68,19 @@ def open_engines(
     state: dict[str, Any] | None = None,
 ) -> Iterator[ProcessEngines | None]:
     """Engine actors for a plan that needs them, else None (see the module docstring)."""
+    from arena_core.distributed.engine_backend import check_engine_tp
+
     layout = process_layout(core, plan)
-    if not layout.needs_processes:
+    check_engine_tp(core.backend.name, layout.engine_tp)  # torch: TP 1 only, in any layout
+    if not layout.needs_processes and layout.engine_tp == 1:  # engine TP > 1: a vLLM actor
         yield None
         return
-    _check_supported(core, layout)
     engines = ProcessEngines(core, layout, run_dir)
     try:
         engines.start(policy.model, int((state or {}).get("step", 0)))
         yield engines
     finally:
         engines.close()
-
-
-def _check_supported(core: CoreConfig, layout: Any) -> None:
-    problems = []
-    if core.backend.name != "torch":
-        problems.append(
-            f"backend.name={core.backend.name}: engine actors run the torch backend only for now; "
-            "use backend.name=torch, or plan.colocate=true with plan.engines=1 (one process)"
-        )
-    if layout.engine_tp > 1:
-        problems.append(
-            f"plan.engine_tp={layout.engine_tp}: the torch engine has no tensor parallelism; "
-            "use plan.engine_tp=1"
-        )
-    if problems:
-        raise ConfigError("this plan cannot run as processes yet:\n  - " + "\n  - ".join(problems))
 
 
 class ProcessEngines:
@@ -101,6 +99,7 @@ class ProcessEngines:
             cpus_per_bundle=core.cluster.cpus_per_bundle,
         )
         self.group: Any = None
+        self._driver_threads: int | None = None  # torch's count before start() changed it
 
     def start(self, model: Any, version: int) -> None:
         from arena_core.distributed.engine_group import EngineGroup
@@ -108,6 +107,13 @@ class ProcessEngines:
         core = self.core
         self.cluster.start()
         threads = core.runtime.threads or max(1, int(core.cluster.cpus_per_bundle))
+        if core.runtime.threads is None and self.layout.trainer_in_driver:
+            # The learner in this process holds one device's share of the CPUs, like each
+            # engine: torch's default (every core) would fight the engines for their cores.
+            import torch
+
+            self._driver_threads = torch.get_num_threads()
+            torch.set_num_threads(threads)
         self.group = EngineGroup(
             self.cluster,
             core.model.model_dump(),
@@ -153,27 +159,48 @@ class ProcessEngines:
         return EngineSource(inner, self.group)
 
     def close(self) -> None:
+        if self.group is not None:
+            self.group.close()  # a vLLM engine's own process ends before its actor is killed
         self.cluster.stop()
+        if self._driver_threads is not None:
+            import torch
+
+            torch.set_num_threads(self._driver_threads)
+            self._driver_threads = None
 
 
 class EngineSource:
     """A sync or async source plus the engine group's metrics (`engines/restarts`,
-    `time/weight_sync_s`) in every step's row."""
+    `time/weight_sync_s`) and who waited for whom (`time/overlap_s`, `time/engine_idle_s`,
+    `time/learner_idle_s`...: arena_core.distributed.timeline) in every step's row."""
 
     def __init__(self, inner: Any, group: Any) -> None:
+        from arena_core.distributed.timeline import OverlapMeter
+
         self.inner, self.group = inner, group
         self.mode = inner.mode
+        self.meter = OverlapMeter()
+        self._wait_s = 0.0
 
     def next_batch(self, step: int) -> Any:
-        return self.inner.next_batch(step)
+        self.meter.batch_requested()
+        t0 = time.perf_counter()
+        batch = self.inner.next_batch(step)
+        self._wait_s = time.perf_counter() - t0
+        self.meter.learn_started()
+        return batch
 
     def after_step(self, version: int) -> float:
+        self.meter.learn_ended()
         return self.inner.after_step(version)
 
     def step_metrics(self, batch: Any, step: int, step_s: float, pause_s: float) -> dict[str, Any]:
+        for index, taken in self.group.timelines().items():
+            self.meter.add(index, taken)
         return {
             **self.inner.step_metrics(batch, step, step_s, pause_s),
             **self.group.take_metrics(),
+            **self.meter.metrics(learner_idle_s=self._wait_s),
         }
 
     def close(self) -> None:

@@ -98,10 +98,14 @@ class GroupCollector:
         seed: int,
         max_rounds: int = 4,
         position: int = 0,
+        sample_seed: int | None = None,
     ) -> None:
         self.task, self.encoder, self.backend = task, encoder, backend
         self.scorer, self.algorithm, self.params = scorer, algorithm, params
         self.seed, self.max_rounds = seed, max_rounds
+        # `seed` orders the examples; `sample_seed` (default: the same) seeds the sampling, so
+        # population members read the same prompts but sample differently
+        self.sample_seed = seed if sample_seed is None else sample_seed
         self.control: Any = None  # the async runtime's DecodeControl (weight swaps in decode)
         self.episodes: Any = None  # a tool task's EpisodeRunner (arena_core.rollout.multi_turn)
         self.position = 0
@@ -126,7 +130,7 @@ class GroupCollector:
             n_try = need if rnd == 0 else min(2 * need, math.ceil(need / max(rate, 0.5)))
             examples = [self._next() for _ in range(n_try)]
             prompts = [self.encoder(ex) for ex in examples for _ in range(g)]
-            params = replace(self.params, seed=_seed(self.seed, step, rnd))
+            params = replace(self.params, seed=_seed(self.sample_seed, step, rnd))
             t0 = time.perf_counter()
             extra = {"control": self.control} if self.control is not None else {}
             if self.episodes is not None:  # multi-turn: model and tool turns, one sequence each

@@ -101,6 +101,7 @@ RESUME_FREE_KEYS = frozenset(
         "runtime.threads",
         "runtime.generation_timeout_s",
         "sandbox.workers",
+        "evolution.parallel",  # members in turns or as actors: the same selections either way
         "dry_run",
         "paths.runs",
     }
