@@ -1,12 +1,14 @@
 """Does the tiny model learn to use the calculator? Warm start, then GRPO; one JSON line last.
 
-Usage: python bench/tools.py [--warmstart RUN_DIR] [--runs DIR] [extra Hydra overrides for GRPO]
+Usage: python bench/tools.py [--warmstart RUN_DIR] [--copy-stages N] [--runs DIR]
+                             [extra Hydra overrides for GRPO]
        e.g. python bench/tools.py train.max_steps=20
 
-1. `arena-run +experiment=tools_warmstart`, then `+experiment=tools_warmstart_copy` from it: SFT
-   of arena:tiny on the tool_calc demonstrations, which call the calculator on most "Calculate
-   ..." phrasings and few word problems, the second stage teaching to copy the tool's answer
-   (both skipped with --warmstart, which reuses the second stage's run).
+1. `arena-run +experiment=tools_warmstart`, then `+experiment=tools_warmstart_copy` from it,
+   `--copy-stages` times (default COPY_STAGES), each from the previous: SFT of arena:tiny on the
+   tool_calc demonstrations, which call the calculator on most "Calculate ..." phrasings and few
+   word problems, the copy stages teaching to copy operands and the tool's answer (all skipped
+   with --warmstart, which reuses the last stage's run).
 2. `arena-run +experiment=tools model.init_from=<that run>`: GRPO on multi-turn episodes, the
    reward being the final answer's correctness only.
 Both are child processes, exactly as a user starts them. The figures are the GRPO run's held-out
@@ -26,6 +28,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+COPY_STAGES = 3  # copy-stage SFT runs chained after the first stage (80 steps each)
 
 
 def _run(args: list[str]) -> tuple[int, Path | None, float, float]:
@@ -51,11 +55,14 @@ def _run(args: list[str]) -> tuple[int, Path | None, float, float]:
 def main(argv: list[str]) -> int:
     warm: str | None = None
     runs = "./runs"
+    copy_stages = COPY_STAGES
     rest: list[str] = []
     it = iter(argv)
     for arg in it:
         if arg == "--warmstart":
             warm = next(it)
+        elif arg == "--copy-stages":
+            copy_stages = int(next(it))
         elif arg == "--runs":
             runs = next(it)
         else:
@@ -64,7 +71,9 @@ def main(argv: list[str]) -> int:
     warm_wall = 0.0
     if warm is None:
         code, run_dir, warm_wall, _ = _run(["+experiment=tools_warmstart", f"paths.runs={runs}"])
-        if code == 0 and run_dir is not None:
+        for _ in range(copy_stages):
+            if code != 0 or run_dir is None:
+                break
             code, run_dir, wall2, _ = _run(
                 [
                     "+experiment=tools_warmstart_copy",

@@ -6,7 +6,8 @@ The embedded tiny model cannot add three-digit numbers in its head, but it can c
 full multi-turn traces as the runtime renders them) use the tool on some phrasings only
 (`tool_demo`: mostly for "Calculate ...", rarely for word problems), so the warm-started model
 calls the tool where it was shown to and guesses elsewhere; GRPO on the correctness reward then
-teaches it to call the tool when it helps. `bench/tools.py` measures that.
+teaches it to call the tool when it helps (`env.partial_credit` grades near misses by digits,
+whoever made them; success stays the exact answer). `bench/tools.py` measures that.
 
 The tools are those of the project's calculator MCP server (`add`, `sub`, `mul`, `div` on numbers
 `a`, `b`), served either in process as Python functions (`env.tools=python`) or by the server
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import random
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,6 +32,7 @@ from arena_core.tools.protocol import ToolSession
 from arena_core.tools.python_session import PythonToolSession
 
 REWARD_FILE = str(Path(__file__).with_name("tool_calc_reward.py"))
+DIGITS_REWARD_FILE = str(Path(__file__).with_name("tool_calc_reward_digits.py"))
 TOOL_OF = {"+": "add", "-": "sub"}
 _NUMBERS = {
     "type": "object",
@@ -83,6 +86,12 @@ class ToolCalcConfig(ArithmeticConfig, ToolEnvFields):
         description="python: the calculator as in-process functions; mcp: the project's "
         "calculator MCP server over stdio (needs the `mcp` extra).",
     )
+    episode_state: Literal["auto", "shared", "fresh"] = Field(
+        "shared",
+        description="env.tools=mcp: how episodes share the calculator server. shared: one "
+        "process serves every episode (it is stateless); fresh: a server per episode; auto: "
+        "as the server's listing says (shared, it has no reset tool).",
+    )
     tool_demo: dict[str, float] = Field(
         default_factory=lambda: {"plain": 0.3, "word": 0.2, "calc": 0.9},
         description="Per phrasing style: share of warm-start demonstrations that use the tool.",
@@ -95,6 +104,11 @@ class ToolCalcConfig(ArithmeticConfig, ToolEnvFields):
         "demonstrated answer copies it): the warm start learns to trust the tool.",
     )
     reward: str = Field(REWARD_FILE, description="Correctness of the final <answer> (0 or 1).")
+    partial_credit: bool = Field(
+        False,
+        description="With the default reward: grade wrong answers by their correct digits (up "
+        "to 0.5; tool_calc_reward_digits.py); accuracy still counts exact answers only.",
+    )
 
 
 class ToolCalcTask(ArithmeticTask):
@@ -107,7 +121,11 @@ class ToolCalcTask(ArithmeticTask):
         self.max_tool_response_tokens = cfg.max_tool_response_tokens
         self.tool_timeout_s = cfg.tool_timeout_s
         self.tool_parser = cfg.tool_parser
-        self._servers: Any = None  # env.tools=mcp: one calculator server for every episode
+        self.tool_concurrency = cfg.tool_concurrency
+        if cfg.partial_credit and cfg.reward == REWARD_FILE:
+            self.reward = DIGITS_REWARD_FILE
+        self._servers: Any = None  # env.tools=mcp: the calculator's MCPServers
+        self._lock = threading.Lock()  # sessions are opened on several threads
 
     def make_example(self, a: int, op: str, b: int, style: str, rng: random.Random) -> Example:
         """One problem with a demonstration that uses the tool on `tool_demo[style]` of them."""
@@ -140,8 +158,9 @@ class ToolCalcTask(ArithmeticTask):
     def open_session(self, example: Example, seed: int) -> ToolSession:
         """ToolTask: the calculator, in process or as the project's MCP server."""
         if self.cfg.tools == "mcp":
-            if self._servers is None:
-                self._servers = _mcp_calculator(self.cfg.tool_timeout_s)
+            with self._lock:
+                if self._servers is None:
+                    self._servers = _mcp_calculator(self.cfg.tool_timeout_s, self.cfg.episode_state)
             return self._servers.open_session()
         return PythonToolSession(list(CALCULATOR), schemas=_schemas())
 
@@ -161,8 +180,8 @@ def _schemas() -> dict[str, dict[str, Any]]:
     }
 
 
-def _mcp_calculator(timeout_s: float) -> Any:
-    """The project's calculator MCP server over stdio, shared by every episode (stateless)."""
+def _mcp_calculator(timeout_s: float, episode_state: str) -> Any:
+    """The project's calculator MCP server over stdio (`episode_state`: shared by default)."""
     import importlib.util
 
     if importlib.util.find_spec("mcp") is None:
@@ -178,7 +197,9 @@ def _mcp_calculator(timeout_s: float) -> Any:
 
     command = [sys.executable, "-m", "arena_core.tools.servers.calculator"]
     return MCPServers(
-        ServerSpec(command=command), episode_state="shared", start_timeout_s=max(30.0, timeout_s)
+        ServerSpec(command=command),
+        episode_state=episode_state,  # type: ignore[arg-type]
+        start_timeout_s=max(30.0, timeout_s),
     )
 
 

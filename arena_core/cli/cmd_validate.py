@@ -92,9 +92,10 @@ def add_parser(subparsers: Any) -> None:
     env.add_argument("--mcp-url", help="an MCP server over streamable HTTP: http://host:port/mcp")
     env.add_argument(
         "--episode-state",
-        choices=["shared", "fresh", "reset"],
-        default="shared",
-        help="how the MCP episode check isolates state (as env.episode_state; default shared)",
+        choices=["auto", "shared", "fresh", "reset", "tagged"],
+        default="auto",
+        help="how the MCP episode check isolates state (as env.episode_state; default auto: "
+        "reset when the server lists a `reset` tool, else shared)",
     )
     env.add_argument("--start-timeout", type=float, default=30.0, help="MCP server start (s)")
     env.add_argument(

@@ -15,6 +15,12 @@ Their number is logged (`tokens/tool`). A tool answer longer than `max_tool_resp
 cut in the middle (verl's default side). Each model turn's tokens carry the policy version that
 sampled them, so the async runtime's staleness bound holds per turn.
 
+The episodes of a batch run in lockstep (one batched generate per turn); their session work,
+opening (an MCP server start), tool calls and closing, runs on up to the task's
+`tool_concurrency` threads (`arena_core.tools.concurrency`), so server starts and slow calls of
+different episodes overlap while each episode's calls keep their order. Tokenising stays on the
+calling thread.
+
 A parse failure or a refused call becomes a tool-role error message (the model reads why); a
 session that can no longer serve (`ToolSessionError`, any exception from it) ends the episode as
 failed: it is not scored and carries no loss (counted in `episodes/failed`).
@@ -22,6 +28,7 @@ failed: it is not scored and carries no loss (counted in `episodes/failed`).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from collections import Counter
@@ -30,6 +37,7 @@ from typing import Any
 
 from arena_core.rollout.base import Completion, SamplingParams
 from arena_core.tasks import Example
+from arena_core.tools.concurrency import BoundedPool
 from arena_core.tools.parsing import OUTCOMES, ToolCall, build_parser, check_calls
 from arena_core.tools.protocol import (
     DEFAULT_MAX_TOOL_RESPONSE_TOKENS,
@@ -131,6 +139,7 @@ class _Episode:
     logprobs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
     turn_versions: list[int] = field(default_factory=list)
+    last_turn: list[int] = field(default_factory=list)  # the latest model turn's kept ids
     outcomes: Counter = field(default_factory=Counter)
     tool_tokens: int = 0
     truncated: int = 0
@@ -152,6 +161,9 @@ class EpisodeRunner:
         )
         self.timeout_s = float(getattr(task, "tool_timeout_s", DEFAULT_TOOL_TIMEOUT_S))
         self.parser = build_parser(str(getattr(task, "tool_parser", "hermes")))
+        # episodes whose sessions are opened, called and closed at once (a task that does not
+        # declare it is not known to be thread-safe: one at a time)
+        self.concurrency = max(1, int(getattr(task, "tool_concurrency", 1)))
         self._renderers: dict[str, ToolRenderer] = {}
         self._opened = 0
 
@@ -171,8 +183,38 @@ class EpisodeRunner:
         *,
         control: Any = None,
     ) -> list[Completion]:
-        """One completion per example: the whole episode after the prompt, with its loss mask."""
-        episodes = [self._open(ex) for ex in examples]
+        """One completion per example: the whole episode after the prompt, with its loss mask.
+
+        Session work (open, tool calls, close) runs on up to `tool_concurrency` threads, so
+        server starts and slow calls of different episodes overlap; each episode's own calls
+        stay in order. Tokenising stays on this thread."""
+        pool = BoundedPool(self.concurrency)
+        try:
+            return self._run(pool, backend, examples, params, control)
+        finally:
+            pool.close()
+
+    def _run(
+        self,
+        pool: BoundedPool,
+        backend: Any,
+        examples: list[Example],
+        params: SamplingParams,
+        control: Any,
+    ) -> list[Completion]:
+        seeds = []
+        for ex in examples:
+            self._opened += 1
+            seeds.append(_episode_seed(self.seed, self._opened, ex))
+        opened = pool.map(self._open_session, list(zip(examples, seeds, strict=True)))
+        try:
+            episodes = [self._episode(ex, got) for ex, got in zip(examples, opened, strict=True)]
+        except BaseException:  # e.g. a template that cannot render: release every session
+            for got in opened:
+                if not isinstance(got, BaseException):
+                    with contextlib.suppress(Exception):
+                        got[0].close()
+            raise
         extra = {"control": control} if control is not None else {}
         budget = params.max_new_tokens
         try:
@@ -186,81 +228,115 @@ class EpisodeRunner:
                     seed=None if params.seed is None else params.seed + 7919 * turn,
                 )
                 comps = backend.generate([e.prompt + e.ids for e in live], turn_params, **extra)
-                for e, c in zip(live, comps, strict=True):
-                    self._model_turn(e, c, budget, last=turn == self.max_turns - 1)
+                last = turn == self.max_turns - 1
+                calling = [
+                    (e, calls)
+                    for e, c in zip(live, comps, strict=True)
+                    if (calls := self._model_turn(e, c, budget, last=last))
+                ]
+                answers = pool.map(self._call_all, calling)
+                for (e, calls), got in zip(calling, answers, strict=True):
+                    self._tool_turn(e, calls, got, budget)
         finally:
-            for e in episodes:
-                self._close(e)
+            pool.map(self._close, episodes)
         return [self._completion(e) for e in episodes]
 
-    def _open(self, example: Example) -> _Episode:
-        self._opened += 1
-        seed = _episode_seed(self.seed, self._opened, example)
+    def _open_session(self, item: tuple[Example, int]) -> tuple[Any, Any] | BaseException:
+        """(session, its tools) for one episode, or the exception that stopped it (a thread)."""
+        example, seed = item
         try:
             session = self.task.open_session(example, seed)
-            tools = session.tools()
+            return session, session.tools()
         except Exception as exc:  # a server that does not start: a failed episode
+            return exc
+
+    def _episode(self, example: Example, got: tuple[Any, Any] | BaseException) -> _Episode:
+        if isinstance(got, BaseException):
             prompt = self.renderer([]).prompt(self.task.messages(example))
             e = _Episode(example, None, prompt, done=True, end="failed")
-            e.error = f"opening the tool session failed: {type(exc).__name__}: {exc}"
+            e.error = f"opening the tool session failed: {type(got).__name__}: {got}"
             return e
+        session, tools = got
         prompt = self.renderer(tools).prompt(self.task.messages(example))
         return _Episode(example, session, prompt)
 
-    def _model_turn(self, e: _Episode, c: Completion, budget: int, *, last: bool) -> None:
+    def _model_turn(self, e: _Episode, c: Completion, budget: int, *, last: bool) -> list[ToolCall]:
+        """Record the model's turn; the calls to answer (none when the episode ends here)."""
         room = budget - len(e.ids)  # one call serves episodes with different room left
         sampled = list(c.token_ids)[:room]
         version = min(c.versions) if c.versions else 0
         e.turn_versions.append(version)
+        e.last_turn = sampled
         e.ids += sampled
         e.mask += [1] * len(sampled)
         e.logprobs += list(c.logprobs)[:room]
         e.versions += (list(c.versions) or [version] * len(c.token_ids))[:room]
         if c.finish_reason == "aborted":
             e.done, e.finish, e.end = True, "aborted", "aborted"
-            return
+            return []
         if len(c.token_ids) > room:  # past this episode's budget: the rest was not kept
             e.done, e.finish, e.end = True, "length", "budget"
-            return
+            return []
         assert e.session is not None
-        tools = e.session.tools()
-        calls = check_calls(self.parser.find(c.text), tools)
+        calls = check_calls(self.parser.find(c.text), e.session.tools())
         e.outcomes.update(call.outcome for call in calls)
         if not calls:
             e.done, e.end = True, "no_call"
             e.finish = c.finish_reason
-            return
+            return []
         if last:
             e.done, e.end, e.finish = True, "max_turns", "length"
-            return
-        renderer = self.renderer(tools)
+            return []
+        return calls
+
+    def _call_all(self, item: tuple[_Episode, list[ToolCall]]) -> list[Any] | BaseException:
+        """The session's answers to one turn's calls, in order (a thread); a refused call's
+        answer is its parse error; the exception when the session died."""
+        e, calls = item
+        assert e.session is not None
         try:
-            messages = [self._answer(e, call) for call in calls]
-        except Exception as exc:  # the session died: the episode cannot be scored
+            return [self._call(e.session, call) for call in calls]
+        except Exception as exc:
+            return exc
+
+    def _tool_turn(
+        self,
+        e: _Episode,
+        calls: list[ToolCall],
+        got: list[Any] | BaseException,
+        budget: int,
+    ) -> None:
+        """Append the tool answers (template tokens, loss mask 0) after the model's turn."""
+        if isinstance(got, BaseException):  # the session died: the episode cannot be scored
             e.done, e.end, e.finish = True, "failed", "stop"
-            e.error = f"tool session failed: {type(exc).__name__}: {exc}"
+            e.error = f"tool session failed: {type(got).__name__}: {got}"
             return
-        tail = renderer.close_turn(sampled) + renderer.tool_delta(messages)
+        assert e.session is not None
+        renderer = self.renderer(e.session.tools())
+        messages = [self._message(e, call, text) for call, text in zip(calls, got, strict=True)]
+        version = e.versions[-1] if e.versions else 0
+        tail = renderer.close_turn(e.last_turn) + renderer.tool_delta(messages)
         if len(e.ids) + len(tail) >= budget:
             e.done, e.end, e.finish = True, "budget", "length"
             return
-        last_version = e.versions[-1] if e.versions else version
         e.ids += tail
         e.mask += [0] * len(tail)
         e.logprobs += [0.0] * len(tail)
-        e.versions += [last_version] * len(tail)
+        e.versions += [version] * len(tail)
         e.tool_tokens += len(tail)
 
-    def _answer(self, e: _Episode, call: ToolCall) -> dict[str, Any]:
-        """The tool-role message answering `call` (an error message for a refused call)."""
-        assert e.session is not None
-        if call.ok:
-            result = e.session.call(call.name, call.arguments, self.timeout_s)
-            text = result.text
-            if result.is_error and not text.startswith("Error"):  # one shape for every session
-                text = f"Error: {text}"
-        else:
-            text = call.error
+    def _call(self, session: ToolSession, call: ToolCall) -> str:
+        """The text answering `call`: the tool's (errors prefixed `Error`) or the parse error."""
+        if not call.ok:
+            return call.error
+        result = session.call(call.name, call.arguments, self.timeout_s)
+        text = result.text
+        if result.is_error and not text.startswith("Error"):  # one shape for every session
+            text = f"Error: {text}"
+        return text
+
+    def _message(self, e: _Episode, call: ToolCall, text: str) -> dict[str, Any]:
+        """The tool-role message answering `call`, cut to `max_tool_response_tokens`."""
         text, cut = truncate_middle(text, self.tokenizer, self.max_tool_tokens)
         e.truncated += int(cut)
         msg: dict[str, Any] = {"role": "tool", "content": text}

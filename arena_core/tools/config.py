@@ -7,6 +7,7 @@ from pydantic import BaseModel, Field
 from arena_core.tools.protocol import (
     DEFAULT_MAX_TOOL_RESPONSE_TOKENS,
     DEFAULT_MAX_TURNS,
+    DEFAULT_TOOL_CONCURRENCY,
     DEFAULT_TOOL_TIMEOUT_S,
 )
 
@@ -27,4 +28,10 @@ class ToolEnvFields(BaseModel):
     )
     tool_parser: str = Field(
         "hermes", description="Registered tool-call parser (`arena plugins` lists them)."
+    )
+    tool_concurrency: int = Field(
+        DEFAULT_TOOL_CONCURRENCY,
+        ge=1,
+        description="Episodes whose tool sessions are opened, called and closed at once "
+        "(threads; MCP server starts overlap); 1 = one after another.",
     )

@@ -239,12 +239,19 @@ class MCPConnection:
         return not self.dead and self._session is not None
 
     # -- calls -------------------------------------------------------------------------------
-    def call(self, name: str, arguments: dict[str, Any], timeout_s: float) -> ToolResult:
-        """One tool call. A JSON-RPC error or `isError` result is an error ToolResult; ServerGone
-        when the server is gone or did not answer within `timeout_s` (it is then stopped)."""
+    def call(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        timeout_s: float,
+        meta: dict[str, Any] | None = None,
+    ) -> ToolResult:
+        """One tool call (`meta`: the request's `_meta`). A JSON-RPC error or `isError` result
+        is an error ToolResult; ServerGone when the server is gone or did not answer within
+        `timeout_s` (it is then stopped)."""
         if not self.alive:
             raise ServerGone(self.dead or "not started")
-        future = asyncio.run_coroutine_threadsafe(self._call(name, arguments), _loop())
+        future = asyncio.run_coroutine_threadsafe(self._call(name, arguments, meta), _loop())
         try:
             return future.result(timeout=timeout_s)
         except concurrent.futures.TimeoutError:
@@ -259,7 +266,9 @@ class MCPConnection:
             self.close(wait_s=10.0)
             raise
 
-    async def _call(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+    async def _call(
+        self, name: str, arguments: dict[str, Any], meta: dict[str, Any] | None = None
+    ) -> ToolResult:
         from mcp.shared.exceptions import MCPError
         from mcp_types.jsonrpc import CONNECTION_CLOSED
 
@@ -267,7 +276,10 @@ class MCPConnection:
         if session is None:
             raise ServerGone(self.dead or "the server closed the connection")
         try:
-            result = await session.call_tool(name, arguments)
+            if meta:
+                result = await session.call_tool(name, arguments, meta=meta)  # type: ignore[arg-type]
+            else:
+                result = await session.call_tool(name, arguments)
         except MCPError as exc:
             closed = (
                 exc.error.code == CONNECTION_CLOSED and exc.error.message == "Connection closed"

@@ -1,12 +1,21 @@
 """MCP servers as tool sessions: one `MCPToolSession` per episode, served by `MCPServers`.
 
 How an episode gets its own state, `episode_state`:
+- `auto` (the MCP envs' default): decided by the server itself at its first start: `reset` when
+  it lists `reset_tool` (it knows how to empty its state: the key-value store, the to-do
+  plugin), `shared` otherwise (the calculator). A stateful server without a reset tool must be
+  declared `fresh`;
 - `shared`: one server serves every episode, concurrently (stateless servers: a calculator);
 - `fresh`: a new server per episode, started with the episode's state directory (in
   $ARENA_MCP_STATE_DIR and as `{state_dir}` in its arguments) and stopped when the episode ends;
 - `reset`: servers are reused, one episode at a time each; at the start of an episode Arena calls
   the server's `reset_tool` with `{"state_dir": DIR}` (hidden from the model), the cheap way to
-  isolate episodes of a server that is slow to start or reached by URL.
+  isolate episodes of a server that is slow to start or reached by URL. Episodes run in lockstep,
+  so a batch of 64 still needs 64 servers;
+- `tagged`: one server serves every episode, and every call carries its episode's state
+  directory in the request's `_meta` (`{"arena/state_dir": DIR}`, `STATE_META_KEY`): the server
+  keeps one state per directory (the key-value store and the to-do plugin do). Stateful episodes
+  at the cost of a stateless server: one process, started once.
 `final_state()` is `{"state_dir": DIR, "calls": [...], "failed": bool, "error": str}`: the reward
 receives it and can open what the server wrote there (AWM-style rewards query the database).
 State directories live under one root per `MCPServers` and the newest `keep_states` survive the
@@ -34,8 +43,9 @@ from typing import Any, Literal
 from arena_core.tools.mcp_client import MCPConnection, ServerGone, ServerSpec
 from arena_core.tools.protocol import ToolResult, ToolSessionError, function_schema
 
-EpisodeState = Literal["shared", "fresh", "reset"]
-EPISODE_STATES = ("shared", "fresh", "reset")
+EpisodeState = Literal["auto", "shared", "fresh", "reset", "tagged"]
+EPISODE_STATES = ("auto", "shared", "fresh", "reset", "tagged")
+STATE_META_KEY = "arena/state_dir"  # tagged: the `_meta` key naming a call's state directory
 _LIVE: weakref.WeakSet[MCPServers] = weakref.WeakSet()
 _BY_COMMAND: dict[tuple[Any, ...], MCPServers] = {}
 _BY_COMMAND_LOCK = threading.Lock()
@@ -77,7 +87,7 @@ class MCPServers:
             raise ValueError(
                 f"episode_state must be one of {EPISODE_STATES}, got {episode_state!r}"
             )
-        if episode_state == "fresh" and spec.url:
+        if episode_state == "fresh" and spec.url:  # (auto never resolves to fresh)
             raise ValueError(
                 "episode_state=fresh starts a server per episode, which a URL cannot do: use "
                 "episode_state=reset (the server's reset tool) or shared"
@@ -113,30 +123,50 @@ class MCPServers:
             conn = MCPConnection(self.spec, state_dir=state_dir, writable=[self.state_root])
             conn.start(self.start_timeout_s)
         except ServerGone as exc:
-            self.stats["start_failures"] += 1
+            self._count("start_failures")
             raise ToolSessionError(f"MCP server {self.spec.describe()}: {exc}") from None
-        self.stats["started"] += 1
+        self._count("started")
         self._listing = conn.tools
         return conn
 
+    def _count(self, key: str) -> None:
+        with self._lock:  # sessions open, call and close on several threads
+            self.stats[key] += 1
+
+    def _resolve_auto(self) -> None:
+        """`auto`: start the first server and let its tool listing decide (module docstring)."""
+        with self._lock:
+            if self.episode_state != "auto":
+                return
+            conn = self._start(None)
+            names = {str(t.get("name")) for t in conn.tools}
+            if self.reset_tool in names:
+                self.episode_state = "reset"
+                self._idle.append(conn)
+            else:
+                self.episode_state = "shared"
+                self._shared = conn
+
     def _acquire(self, state_dir: str) -> MCPConnection:
+        if self.episode_state == "auto":
+            self._resolve_auto()
         if self.episode_state == "fresh":
             conn = self._start(state_dir)
             with self._lock:
                 self._lent.add(conn)  # close() stops it even if its episode never ends
             return conn
-        if self.episode_state == "shared":
+        if self.episode_state in ("shared", "tagged"):
             with self._lock:
                 if self._shared is None or not self._shared.alive:
                     if self._shared is not None:
-                        self.stats["restarts"] += 1
+                        self._count("restarts")
                         self._shared.close()
                     self._shared = self._start(None)
                 return self._shared
         with self._lock:
             while self._idle and not self._idle[-1].alive:
                 self._idle.pop().close()
-                self.stats["restarts"] += 1
+                self._count("restarts")
             conn = self._idle.pop() if self._idle else None
         if conn is None:
             conn = self._start(None)
@@ -168,7 +198,7 @@ class MCPServers:
                     self._idle.append(conn)
                     return
             conn.close()
-        # shared: the server stays; a dead one is replaced by the next _acquire
+        # shared, tagged: the server stays; a dead one is replaced by the next _acquire
 
     def _new_state_dir(self) -> str:
         with self._lock:
@@ -226,6 +256,8 @@ class MCPToolSession:
         self._names = {t["function"]["name"] for t in self._tools}
         timeout = servers.episode_timeout_s
         self._deadline = time.monotonic() + timeout if timeout else None
+        tagged = servers.episode_state == "tagged"
+        self._meta = {STATE_META_KEY: state_dir} if tagged else None
 
     @classmethod
     def stdio(
@@ -274,7 +306,7 @@ class MCPToolSession:
             timeout_s = min(timeout_s, left)
         started = time.monotonic()
         try:
-            result = self._conn.call(name, arguments, timeout_s)
+            result = self._conn.call(name, arguments, timeout_s, self._meta)
         except ServerGone as exc:
             self._fail(f"MCP server {self._servers.spec.describe()}: {exc}")
         self.calls.append(
@@ -288,7 +320,7 @@ class MCPToolSession:
 
     def _fail(self, why: str) -> None:
         self.failed = why
-        self._servers.stats["failed_episodes"] += 1
+        self._servers._count("failed_episodes")
         raise ToolSessionError(why)
 
     def final_state(self) -> dict[str, Any]:

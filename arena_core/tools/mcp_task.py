@@ -8,6 +8,7 @@ and third-party MCP envs share both, so they validate (`arena validate env NAME`
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
@@ -16,6 +17,8 @@ from arena_core.tasks import Example
 from arena_core.tools.config import ToolEnvFields
 from arena_core.tools.mcp_client import ServerSpec
 from arena_core.tools.mcp_session import MCPServers, MCPToolSession
+
+_SERVERS_LOCK = threading.Lock()
 
 
 class MCPServerFields(ToolEnvFields):
@@ -36,10 +39,12 @@ class MCPServerFields(ToolEnvFields):
         description="Run the stdio server under bubblewrap like rewards: read-only file system "
         "(its state directories writable), no network, private /tmp, own PID namespace.",
     )
-    episode_state: Literal["shared", "fresh", "reset"] = Field(
-        "shared",
-        description="shared: one server for all episodes (stateless tools); fresh: a server per "
-        "episode; reset: reused servers, `reset_tool` called with {state_dir} per episode.",
+    episode_state: Literal["auto", "shared", "fresh", "reset", "tagged"] = Field(
+        "auto",
+        description="auto: reset when the server lists `reset_tool`, else shared; shared: one "
+        "server for all episodes (stateless tools); fresh: a server per episode; reset: reused "
+        "servers, `reset_tool` called with {state_dir} per episode; tagged: one server, every "
+        'call names its episode\'s state directory in `_meta` ("arena/state_dir").',
     )
     reset_tool: str = Field("reset", description="Tool Arena calls per episode (never shown).")
     hide_tools: list[str] = Field(
@@ -96,12 +101,14 @@ class MCPTask:
         self.max_tool_response_tokens = cfg.max_tool_response_tokens
         self.tool_timeout_s = cfg.tool_timeout_s
         self.tool_parser = cfg.tool_parser
+        self.tool_concurrency = cfg.tool_concurrency
         self._servers: MCPServers | None = None
 
     @property
     def servers(self) -> MCPServers:
-        if self._servers is None:
-            self._servers = servers_from(self.mcp)
+        with _SERVERS_LOCK:  # episodes open their sessions on several threads
+            if self._servers is None:
+                self._servers = servers_from(self.mcp)
         return self._servers
 
     @property

@@ -25,6 +25,7 @@ from arena_core.tasks import Example
 DEFAULT_MAX_TURNS = 10  # verifiers' ToolEnv default: model turns per episode
 DEFAULT_MAX_TOOL_RESPONSE_TOKENS = 256  # verl multi_turn's max_tool_response_length
 DEFAULT_TOOL_TIMEOUT_S = 10.0
+DEFAULT_TOOL_CONCURRENCY = 8  # env.tool_concurrency: episodes' sessions opened/called at once
 
 
 class ToolSessionError(ArenaError):
@@ -87,7 +88,9 @@ class ToolTask(Protocol):
     Besides the TextTask members (`name`, `reward`, `train_examples`, `eval_examples`,
     `messages`), a tool task opens one session per episode. Optional attributes (looked up with
     getattr; defaults in brackets): `max_turns` [10], `max_tool_response_tokens` [256],
-    `tool_timeout_s` [10.0], `tool_parser` ["hermes"].
+    `tool_timeout_s` [10.0], `tool_parser` ["hermes"], `tool_concurrency` [1] (sessions of a
+    batch's episodes opened, called and closed on that many threads: declare it only when
+    `open_session` and the sessions are thread-safe; the MCP envs do, with 8).
     """
 
     name: str

@@ -34,7 +34,7 @@ def validate_mcp(
     *,
     command: str | list[str] | None = None,
     url: str | None = None,
-    episode_state: str = "shared",
+    episode_state: str = "auto",
     reset_tool: str = "reset",
     timeout_s: float = 10.0,
     start_timeout_s: float = 30.0,
@@ -266,7 +266,7 @@ def _check_episode(report: Report, spec: Any, episode_state: str, reset_tool: st
     report.add(
         "episode",
         PASS,
-        f"random-policy episode ({episode_state if task is None else task.mcp.episode_state} "
+        f"random-policy episode ({servers.episode_state} "
         f"state) ran {calls} call(s) to its final state",
     )
 

@@ -3,13 +3,15 @@
 It is pip-installed into this environment (once, when missing), found through its entry point,
 checked by its own tests (Arena's `MCPEnvConformance`, subclassed, in a nested pytest session),
 and trained with GRPO by the real runtime: multi-turn episodes against its SDK-written server,
-the sandboxed reward reading each episode's database through `state`. The policy's turns come
+the sandboxed reward reading each episode's database through `state`; one server process
+(the env's `tagged` episode state) serves every episode. The policy's turns come
 from a scripted agent (tests/tools/conftest.py) that does the job on every other episode, so
 groups disagree and the reward's signal is visible in the metrics.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import importlib
 import json
@@ -19,6 +21,7 @@ import sys
 from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 
+import psutil
 import pytest
 
 from arena_core import plugins as plugins_module
@@ -80,11 +83,18 @@ def test_the_plugins_own_conformance_tests_pass(todo_installed: str) -> None:
     assert code == 0, "plugins/arena-mcp-todo/tests failed (output above)"
 
 
+SERVERS_SEEN: set[int] = set()  # PIDs of the plugin's server processes alive at any turn
+
+
 def _agent(tok):
     """Add the requested items on every other episode; say "Done." after the tool answers."""
     episodes = iter(range(10**9))
 
     def script(prompt: list[int], turn: int) -> list[int]:
+        for proc in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                if "arena_mcp_todo.server" in " ".join(proc.cmdline()):
+                    SERVERS_SEEN.add(proc.pid)
         text = tok.decode(prompt)
         if text.rstrip().endswith("assistant") and "<|im_start|>tool" in text:
             return text_ids(tok, "Done.")
@@ -150,3 +160,6 @@ def test_grpo_trains_on_the_plugin_env_through_its_entry_point(
     assert float(row["tokens/tool"]) > 0  # the tool answers are in the episode, masked
     for ev in summary["evals"]:
         assert ev["eval/reward_mean"] == pytest.approx(0.5)  # the eval reads the database too
+    # the env's default episode_state (tagged): one SDK server process served every episode,
+    # training and evaluation, each with its own database
+    assert len(SERVERS_SEEN) == 1, SERVERS_SEEN

@@ -2,18 +2,21 @@
 
 The policy's turns come from a scripted agent registered as a backend plugin (it calls the
 calculator on some rows and guesses on others, so groups disagree); everything else is the real
-run: the tool_calc env with its Python calculator session, multi-turn episodes, the sandboxed
+run: the tool_calc env with its calculator (in process, or its MCP server counted in real
+processes), multi-turn episodes, the sandboxed
 reward, group advantages, the learner training the tiny model on the masked episodes, the
 held-out evaluation and the metrics files.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import re
 from pathlib import Path
 
+import psutil
 import pytest
 
 from arena_core.hookspecs import Register, hookimpl
@@ -25,12 +28,26 @@ from .conftest import ScriptedPolicy, text_ids
 _NUM = re.compile(r"\d+")
 
 
+CALCULATORS: set[int] = set()  # PIDs of calculator server processes alive at any turn
+
+
+def _calculator_pids() -> set[int]:
+    """This process's descendants running the calculator MCP server (env.tools=mcp)."""
+    pids = set()
+    for proc in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if "arena_core.tools.servers.calculator" in " ".join(proc.cmdline()):
+                pids.add(proc.pid)
+    return pids
+
+
 def _agent(tok):
     """Copy the tool's answer when there is one; else call the tool on every other row."""
 
     rows = iter(range(10**9))
 
     def script(prompt: list[int], turn: int) -> list[int]:
+        CALCULATORS.update(_calculator_pids())
         text = tok.decode(prompt)
         last = text.rsplit("<|im_start|>", 2)
         if len(last) == 3 and last[1].startswith("tool\n"):
@@ -65,10 +82,13 @@ def scripted_backend():
         plugins.remove("test-scripted-agent")
 
 
-@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize(("mode", "tools"), [("sync", "python"), ("async", "mcp")])
 def test_grpo_on_the_tool_task_runs_multi_turn_episodes(
-    mode: str, tmp_path: Path, scripted_backend: str, no_leftover_children
+    mode: str, tools: str, tmp_path: Path, scripted_backend: str, no_leftover_children
 ) -> None:
+    """Both runtimes, with the calculator in process and as its MCP server: with mcp, one
+    server process (env.episode_state=shared, its default) serves all 28 episodes."""
+    CALCULATORS.clear()
     cfg = {
         "seed": 0,
         "model": {"name_or_path": "arena:tiny-init", "lora": {"r": 0}},
@@ -87,7 +107,7 @@ def test_grpo_on_the_tool_task_runs_multi_turn_episodes(
         "logger": {"names": ["csv"]},
         "backend": {"name": scripted_backend},
         "algo": {"name": "grpo", "group_size": 4, "lr": 1e-3, "beta": 0.0},
-        "env": {"name": "tool_calc", "tools": "python"},
+        "env": {"name": "tool_calc", "tools": tools},
     }
     run_dir = run_training(cfg)
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -108,3 +128,4 @@ def test_grpo_on_the_tool_task_runs_multi_turn_episodes(
         assert ev["eval/accuracy"] == pytest.approx(0.5)
     sample = summary["eval_samples_final"][0]["completion"]
     assert "<answer>" in sample
+    assert len(CALCULATORS) == (1 if tools == "mcp" else 0), CALCULATORS

@@ -74,6 +74,9 @@ class StdioServer:
     def __init__(self, name: str, version: str = "1.0") -> None:
         self.name, self.version = name, version
         self.tools: dict[str, Tool] = {}
+        # called with a tools/call request's `_meta` (may be empty) before its handler runs:
+        # a stateful server selects the episode's state from it (episode_state=tagged)
+        self.on_meta: Callable[[dict[str, Any]], None] | None = None
 
     def tool(self, name: str, description: str, properties: dict[str, Any]) -> Callable:
         """Decorator: register `fn(**arguments)` as tool `name`; every property is required."""
@@ -108,13 +111,15 @@ class StdioServer:
         elif method == "tools/list":
             result = {"tools": [t.listing() for t in self.tools.values()]}
         elif method == "tools/call":
-            result = self.call(str(params.get("name")), params.get("arguments") or {})
+            meta = params.get("_meta")
+            meta = meta if isinstance(meta, dict) else {}
+            result = self.call(str(params.get("name")), params.get("arguments") or {}, meta)
         else:
             error = {"code": -32601, "message": f"method not found: {method}"}
             return {"jsonrpc": "2.0", "id": msg_id, "error": error}
         return {"jsonrpc": "2.0", "id": msg_id, "result": result}
 
-    def call(self, name: str, arguments: Any) -> dict[str, Any]:
+    def call(self, name: str, arguments: Any, meta: dict[str, Any] | None = None) -> dict[str, Any]:
         tool = self.tools.get(name)
         if tool is None:
             return _text(f"unknown tool '{name}'; tools: {', '.join(self.tools)}", error=True)
@@ -122,6 +127,8 @@ class StdioServer:
         if errors:
             return _text(f"bad arguments for '{name}': {'; '.join(errors)}", error=True)
         try:
+            if self.on_meta is not None:
+                self.on_meta(meta or {})
             value = tool.handler(**arguments)
         except ToolError as exc:
             return _text(str(exc), error=True)

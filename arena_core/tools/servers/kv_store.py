@@ -5,6 +5,8 @@ $ARENA_MCP_STATE_DIR, else the working directory), so the reward can open it aft
 (`sqlite3.connect(state["state_dir"] + "/kv.sqlite")`). Every write is committed before the tool
 answers. The hidden `reset` tool switches to a new state directory (an empty store): with
 `episode_state: reset`, Arena calls it at the start of each episode instead of starting a server.
+With `episode_state: tagged` one process serves every episode: each call names its episode's
+state directory in `_meta` ("arena/state_dir") and runs on that directory's store.
 """
 
 from __future__ import annotations
@@ -16,21 +18,43 @@ import sqlite3
 from arena_core.tools.servers._stdio import StdioServer, ToolError
 
 DB_NAME = "kv.sqlite"
+STATE_META_KEY = "arena/state_dir"
 server = StdioServer("arena-kv-store")
 _db: dict[str, sqlite3.Connection] = {}
+_tagged: dict[str, sqlite3.Connection] = {}  # episode_state=tagged: one store per directory
+_MAX_TAGGED = 256  # open stores kept (oldest closed first; reopened on the next call)
+
+
+def _select(meta: dict) -> None:
+    """A tagged call: run it on its episode's store (opened once, kept while recent)."""
+    state_dir = meta.get(STATE_META_KEY)
+    if not isinstance(state_dir, str) or not state_dir:
+        return
+    conn = _tagged.pop(state_dir, None) or _connect(state_dir)
+    _tagged[state_dir] = conn  # most recent last
+    while len(_tagged) > _MAX_TAGGED:
+        _tagged.pop(next(iter(_tagged))).close()
+    _db["conn"] = conn
+
+
+server.on_meta = _select
 
 
 def open_store(state_dir: str) -> sqlite3.Connection:
     """(Re)open the store in `state_dir`, creating the table; the previous one is closed."""
-    if "conn" in _db:
+    if "conn" in _db and _db["conn"] not in _tagged.values():
         _db.pop("conn").close()
+    _db["conn"] = conn = _connect(state_dir)
+    return conn
+
+
+def _connect(state_dir: str) -> sqlite3.Connection:
     os.makedirs(state_dir, exist_ok=True)
     conn = sqlite3.connect(os.path.join(state_dir, DB_NAME), isolation_level=None)
     # committed rows are visible to the reward's reader at once; an episode's store needs no
     # fsync per write (that made each `set` cost ~25 ms on this machine)
     conn.execute("PRAGMA synchronous=OFF")
     conn.execute("CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-    _db["conn"] = conn
     return conn
 
 

@@ -33,7 +33,8 @@ class TodoConfig(MCPServerFields):
     max_items: int = Field(3, ge=1, le=5, description="Items per request: 1..max_items.")
     eval_fraction: float = Field(0.2, gt=0, lt=1, description="Share of item sets held out.")
     reward: str = Field("todo_items", description="Default reward: a name or a file path.")
-    episode_state: Literal["shared", "fresh", "reset"] = "reset"
+    # one server for every episode, each call tagged with its episode's state directory
+    episode_state: Literal["auto", "shared", "fresh", "reset", "tagged"] = "tagged"
     max_turns: int = Field(4, ge=1, description="Model turns per episode.")
 
     @model_validator(mode="before")
