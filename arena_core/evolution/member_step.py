@@ -44,22 +44,10 @@ def step_seed(seed: int, member_id: int, step: int) -> int:
 
 def build_learner(core: CoreConfig, plan: dict[str, Any] | None, policy: Any, dev: Any) -> Learner:
     """The learner every member's steps go through (its algorithm and optimizer are swapped in
-    per member); the same settings in the driver and in every member actor."""
-    from arena_core.runtime.llm_loop import DEFAULT_MICRO_BATCH_TOKENS
+    per member); the single run's settings, in the driver and in every member actor."""
+    from arena_core.runtime.build import build_learner as run_learner
 
-    return Learner(
-        policy.model,
-        build_algorithm(core.algo),
-        micro_batch_tokens=core.train.micro_batch_tokens
-        or int((plan or {}).get("micro_batch_tokens") or DEFAULT_MICRO_BATCH_TOKENS),
-        temperature=core.generation.temperature,
-        top_k=core.generation.top_k,
-        top_p=core.generation.top_p,
-        tis_cap=core.train.tis_cap,
-        norm_len=core.generation.max_new_tokens,
-        batching=core.train.batching,
-        autocast=dev.autocast,
-    )
+    return run_learner(core, plan, policy.model, build_algorithm(core.algo), dev.autocast)
 
 
 class MemberRunner:

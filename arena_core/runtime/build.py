@@ -7,12 +7,15 @@ file should cost a second, not a model download.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from arena_core.errors import ConfigError
 from arena_core.learn.algorithm import Algorithm
 from arena_core.plugins import get_plugins
 from arena_core.tasks import TextTask, contract_problems
+
+if TYPE_CHECKING:
+    from arena_core.learn.learner import Learner
 
 
 def _section(entry: Any, section: dict[str, Any]) -> Any:
@@ -76,3 +79,28 @@ def build_backend(backend_cfg: dict[str, Any], policy: Any) -> Any:
         return TorchBackend(policy.model, policy.tokenizer)
     registry.get(name)  # raises the unknown-name error with suggestions
     raise AssertionError("unreachable")
+
+
+DEFAULT_MICRO_BATCH_TOKENS = 2048  # until the planner picks one
+
+
+def build_learner(
+    core: Any, plan: dict[str, Any] | None, model: Any, algorithm: Any, autocast: Any
+) -> Learner:
+    """The RL learner a run's settings describe: one place for the single run, population members
+    and member actors, so none of them trains with other settings than the others."""
+    from arena_core.learn.learner import Learner
+
+    return Learner(
+        model,
+        algorithm,
+        micro_batch_tokens=core.train.micro_batch_tokens
+        or int((plan or {}).get("micro_batch_tokens") or DEFAULT_MICRO_BATCH_TOKENS),
+        temperature=core.generation.temperature,
+        top_k=core.generation.top_k,  # the learner scores the sampler's filtered distribution
+        top_p=core.generation.top_p,
+        tis_cap=core.train.tis_cap,
+        norm_len=core.generation.max_new_tokens,
+        batching=core.train.batching,
+        autocast=autocast,
+    )

@@ -31,7 +31,13 @@ from arena_core.runtime.batch_source import (
     SyncSource,
     generator_policy,
 )
-from arena_core.runtime.build import build_algorithm, build_backend, build_task, reward_path
+from arena_core.runtime.build import (
+    build_algorithm,
+    build_backend,
+    build_learner,
+    build_task,
+    reward_path,
+)
 from arena_core.runtime.collecting import build_collector
 from arena_core.runtime.evaluate import evaluate
 from arena_core.runtime.finish import (
@@ -57,7 +63,6 @@ from arena_core.store.checkpoints import (
 from arena_core.store.metrics import plot_reward_curve
 from arena_core.store.rundir import new_run_dir, resolve_resume, write_config, write_validation
 
-DEFAULT_MICRO_BATCH_TOKENS = 2048  # until the planner picks one
 PLAN_CHECK_STEPS = 3  # steps after the first (warm-up) that the plan's prediction is checked on
 
 
@@ -147,19 +152,7 @@ def _train(
     if plan is not None:
         atomic_write_json(run_dir / "plan.json", {**plan, "device": dev.to_dict()})
     policy = load_policy(core.model.model_dump(), device=dev.device, runs=core.paths.runs)
-    learner = Learner(
-        policy.model,
-        algorithm,
-        micro_batch_tokens=core.train.micro_batch_tokens
-        or int((plan or {}).get("micro_batch_tokens") or DEFAULT_MICRO_BATCH_TOKENS),
-        temperature=core.generation.temperature,
-        top_k=core.generation.top_k,  # the learner scores the sampler's filtered distribution
-        top_p=core.generation.top_p,
-        tis_cap=core.train.tis_cap,
-        norm_len=core.generation.max_new_tokens,
-        batching=core.train.batching,
-        autocast=dev.autocast,
-    )
+    learner = build_learner(core, plan, policy.model, algorithm, dev.autocast)
     state: dict[str, Any] = {}
     if resuming:
         ckpt = latest_checkpoint(run_dir)
