@@ -16,9 +16,14 @@ from pydantic import BaseModel, Field
 
 
 class IPPOConfig(PPOConfig):
-    """The `algo` section for IPPO: PPO's fields plus how agents share networks."""
+    """The `algo` section for IPPO: PPO's fields plus how agents share networks. Its defaults
+    stay CleanRL's (algorithms/conf/algo/ippo.yaml): PPO's were tuned on CartPole."""
 
     name: str = "ippo"
+    lr: float = Field(2.5e-4, gt=0, description="Adam learning rate.")
+    num_steps: int = Field(128, ge=1, description="Parallel-env steps per rollout.")
+    update_epochs: int = Field(4, ge=1, description="Passes over each rollout.")
+    ent_coef: float = Field(0.01, ge=0, description="Entropy bonus coefficient.")
     share_parameters: bool = Field(
         True, description="One network per agent group (True) or one per agent (False)."
     )

@@ -45,7 +45,7 @@ def register_algorithms(register: Register) -> None:
         "ppo",
         PPO,
         schema=PPOConfig,
-        description="PPO for Gymnasium envs (CleanRL defaults): vector envs, GAE, clipped "
+        description="PPO for Gymnasium envs (defaults solve CartPole): vector envs, GAE, clipped "
         "policy/value losses, MLP or CNN",
     )
     register(

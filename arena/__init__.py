@@ -14,7 +14,7 @@ checkpoints, arena_core.serve for deploys), so the two always agree.
 """
 
 from arena._deploy import Deployment, deploy
-from arena._runs import Checkpoint, Run, run, runs, train
+from arena._runs import Checkpoint, Run, checkpoint, run, runs, train
 from arena_core.validate import (
     validate_dataset,
     validate_env,
@@ -26,6 +26,7 @@ __all__ = [
     "Checkpoint",
     "Deployment",
     "Run",
+    "checkpoint",
     "deploy",
     "run",
     "runs",

@@ -61,7 +61,8 @@ class Checkpoint:
 
 
 class Run:
-    """A run directory, read on demand (nothing cached that could go stale)."""
+    """A run directory, read on demand (nothing cached that could go stale). `path` is anything
+    `arena runs show` takes: a run directory, a run id or a run name (`index.resolve_run`)."""
 
     def __init__(self, path: str | Path, runs: str | Path = "./runs") -> None:
         self.path = index.resolve_run(str(path), runs)
@@ -93,11 +94,12 @@ class Run:
         (`check=False`, classic RL, SFT/DPO), `{"problem": ...}` when it cannot be read."""
         return index.read_validation(self.path)
 
-    def checkpoints(self, *, metric: str = index.DEFAULT_METRIC) -> list[Checkpoint]:
+    def checkpoints(self, *, metric: str | None = None) -> list[Checkpoint]:
         return [Checkpoint(self, c) for c in index.list_checkpoints(self.path, metric=metric)]
 
-    def best(self, *, metric: str = index.DEFAULT_METRIC) -> Checkpoint:
-        """The checkpoint with the best held-out `metric` (`arena checkpoints best`)."""
+    def best(self, *, metric: str | None = None) -> Checkpoint:
+        """The checkpoint of the run's best evaluation (`arena checkpoints best`): by its own
+        score (reward, return, SFT eval loss, DPO preference accuracy) unless `metric`."""
         return Checkpoint(self, index.best_checkpoint(self.path, metric=metric))
 
     def latest(self) -> Checkpoint:
@@ -127,8 +129,15 @@ def runs(path: str | Path = "./runs", *, project: str | None = None) -> list[Run
 
 
 def run(ref: str | Path, runs: str | Path = "./runs") -> Run:
-    """A run by directory or by name under `runs`."""
+    """A run by directory, run id or run name under `runs` (as every `arena` command takes)."""
     return Run(ref, runs)
+
+
+def checkpoint(ref: str, runs: str | Path = "./runs", *, metric: str | None = None) -> Checkpoint:
+    """`RUN[:STEP|best|latest]` -> that Checkpoint, resolved as `arena deploy` and
+    `model.init_from` resolve it."""
+    run_dir, info = index.select_checkpoint(ref, runs, metric=metric)
+    return Checkpoint(Run(run_dir), info)
 
 
 def train(config: Sequence[str] | Mapping[str, Any] | str, *, check: bool = True) -> Run:
@@ -141,6 +150,7 @@ def train(config: Sequence[str] | Mapping[str, Any] | str, *, check: bool = True
     """
     from arena_core.cli.plan_summary import run_plan
     from arena_core.config import compose_run_config
+    from arena_core.interrupts import sigterm_interrupts
     from arena_core.plugins import get_plugins, import_object
 
     overrides = to_overrides(config)
@@ -148,8 +158,13 @@ def train(config: Sequence[str] | Mapping[str, Any] | str, *, check: bool = True
     algo = get_plugins().registries.algorithms
     name = (cfg.get("algo") or {}).get("name")
     loop = getattr(algo.get(str(name)).obj, "training_loop", None) if name in algo else None
-    if loop is not None:  # classic RL: the algorithm's own loop
-        return Run(import_object(loop)(cfg))
+    if loop is not None:  # classic RL: the algorithm's own loop, after the env's checks
+        if check:
+            from arena_core.cli.preflight import preflight
+
+            preflight(cfg)
+        with sigterm_interrupts():
+            return Run(import_object(loop)(cfg))
     report = None
     if check:
         from arena_core.cli.preflight import preflight
@@ -159,7 +174,8 @@ def train(config: Sequence[str] | Mapping[str, Any] | str, *, check: bool = True
     from arena_core.runtime import run_training
 
     plan_dict = plan.to_dict() if plan is not None else None
-    return Run(run_training(cfg, plan=plan_dict, validation=report))
+    with sigterm_interrupts():
+        return Run(run_training(cfg, plan=plan_dict, validation=report))
 
 
 def to_overrides(config: Sequence[str] | Mapping[str, Any] | str) -> list[str]:

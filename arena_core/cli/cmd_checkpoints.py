@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from arena_core.cli.cmd_runs import add_runs_option
+from arena_core.cli.cmd_runs import METRIC_HELP, REF_HELP, add_runs_option
 from arena_core.store import index
+from arena_core.store.best import ranking_for
 from arena_core.store.export import FORMATS, export_checkpoint
 
 
@@ -14,22 +15,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "checkpoints",
         help="list, pick and export a run's checkpoints",
-        description="RUN is a run directory or a run name under --runs; RUN:STEP, RUN:best and "
-        "RUN:latest name one checkpoint.",
+        description=REF_HELP + "; RUN:STEP, RUN:best and RUN:latest name one checkpoint. "
+        "A run checkpoints every train.checkpoint_every steps and at every evaluation that beats "
+        "all earlier ones, so its best checkpoint is its best evaluation.",
     )
     sub = p.add_subparsers(dest="checkpoints_command", metavar="ACTION", required=True)
     ls = sub.add_parser("list", help="step, kind, held-out scores, size, best/latest marks")
     ls.add_argument("run", metavar="RUN")
     add_runs_option(ls)
-    ls.add_argument("--metric", default=index.DEFAULT_METRIC, help="what 'best' maximises")
+    ls.add_argument("--metric", help=METRIC_HELP)
     ls.add_argument("--json", action="store_true", help="print JSON")
     ls.set_defaults(func=run_list)
     best = sub.add_parser("best", help="the checkpoint with the best held-out score")
     best.add_argument("run", metavar="RUN")
     add_runs_option(best)
-    best.add_argument(
-        "--metric", default=index.DEFAULT_METRIC, help="e.g. eval/accuracy (default %(default)s)"
-    )
+    best.add_argument("--metric", help=METRIC_HELP)
     best.add_argument("--json", action="store_true", help="print JSON")
     best.set_defaults(func=run_best)
     ex = sub.add_parser(
@@ -43,7 +43,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_runs_option(ex)
     ex.add_argument("--format", choices=FORMATS, default="merged", dest="fmt")
     ex.add_argument("--out", required=True, help="the directory to create")
-    ex.add_argument("--metric", default=index.DEFAULT_METRIC, help="what RUN:best maximises")
+    ex.add_argument("--metric", help=METRIC_HELP)
     ex.set_defaults(func=run_export)
 
 
@@ -81,7 +81,8 @@ def run_best(args: argparse.Namespace) -> int:
         print(json.dumps(best.to_dict(), indent=2))
         return 0
     key, score = index.score_of(best, args.metric) or (args.metric, float("nan"))
-    print(f"step {best.step}  {key}={score:.4f}  {best.weights_dir}")
+    better = "lower" if ranking_for(key).mode == "min" else "higher"
+    print(f"step {best.step}  {key}={score:.4f}  ({better} is better)  {best.weights_dir}")
     return 0
 
 

@@ -27,22 +27,37 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--stop", action="append", help="stop string (repeatable)")
     p.add_argument("--seed", type=int)
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        metavar="N",
+        help="torch threads, without --url (default 1, as `arena deploy`; 0: torch's default)",
+    )
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     g = subparsers.add_parser(
         "generate",
-        help="complete a prompt with a checkpoint (in process or via --url)",
-        description="Print the completion of PROMPT (raw text, no chat template).",
+        help="answer a prompt with a checkpoint (in process or via --url)",
+        description="Print the model's answer to PROMPT, sent as a user message through the "
+        "model's chat template (as training prompts are); --raw completes PROMPT as plain text.",
     )
     _common(g)
     g.add_argument("prompt", metavar="PROMPT")
     g.add_argument("--stream", action="store_true", help="print tokens as they are decoded")
+    g.add_argument(
+        "--raw",
+        action="store_true",
+        help="complete PROMPT as plain text, without the chat template (/v1/completions)",
+    )
+    g.add_argument("--system", help="a system message before PROMPT (not with --raw)")
     g.set_defaults(func=run_generate)
     c = subparsers.add_parser(
         "chat",
         help="chat with a checkpoint, streaming (in process or via --url)",
-        description="An interactive chat (the model's chat template); empty line or Ctrl-D ends.",
+        description="An interactive chat (the model's chat template); an empty line, /exit, "
+        "/quit or Ctrl-D ends it.",
     )
     _common(c)
     c.add_argument("--system", help="a system message to start with")
@@ -67,6 +82,18 @@ def _client(args: argparse.Namespace) -> Any:
     return LocalClient([args.ref], runs=args.runs)
 
 
+def _in_process_threads(args: argparse.Namespace) -> Any:
+    """`--threads` for a checkpoint loaded here (nothing to set against a server)."""
+    from arena_core.errors import ArenaError
+    from arena_core.runtime.threads import torch_threads
+
+    if args.threads < 0:
+        raise ArenaError(
+            f"--threads {args.threads}: give a count of 1 or more (0: torch's default)"
+        )
+    return torch_threads(None if args.url else args.threads)
+
+
 def _params(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "max_tokens": args.max_tokens,
@@ -78,30 +105,58 @@ def _params(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    client = _client(args)
-    try:
-        if args.stream:
-            for piece in client.stream(args.prompt, **_params(args)):
-                print(piece, end="", flush=True)
-            print()
-        else:
-            print(client.generate([args.prompt], **_params(args))[0])
-    finally:
-        client.close()
+    from arena_core.errors import ArenaError
+
+    if args.raw and args.system:
+        raise ArenaError("--system is a chat message: leave out --raw, or put it in PROMPT")
+    with _in_process_threads(args):
+        client = _client(args)
+        try:
+            print(_answer(client, args), flush=True)
+        finally:
+            client.close()
     return 0
 
 
+def _answer(client: Any, args: argparse.Namespace) -> str:
+    """The answer (streamed to stdout as it comes with --stream; returns what is left to print)."""
+    params = _params(args)
+    if args.raw:
+        if not args.stream:
+            return client.generate([args.prompt], **params)[0]
+        pieces = client.stream(args.prompt, **params)
+    else:
+        messages = [{"role": "system", "content": args.system}] if args.system else []
+        messages.append({"role": "user", "content": args.prompt})
+        if not args.stream:
+            return client.chat(messages, **params)
+        pieces = client.chat_stream(messages, **params)
+    for piece in pieces:
+        print(piece, end="", flush=True)
+    return ""
+
+
+END_CHAT = ("", "/exit", "/quit")  # what ends `arena chat` (besides Ctrl-D)
+
+
 def run_chat(args: argparse.Namespace) -> int:
+    with _in_process_threads(args):
+        return _chat(args)
+
+
+def _chat(args: argparse.Namespace) -> int:
     client = _client(args)
     messages = [{"role": "system", "content": args.system}] if args.system else []
     interactive = sys.stdin.isatty()
+    if interactive:
+        print("(an empty line, /exit or /quit ends the chat)", flush=True)
     try:
         while True:
             try:
                 line = input("you> " if interactive else "")
             except EOFError:
                 break
-            if not line.strip():
+            if line.strip().lower() in END_CHAT:
                 break
             messages.append({"role": "user", "content": line})
             print("model> " if interactive else "", end="", flush=True)

@@ -10,8 +10,18 @@ from pathlib import Path
 from typing import Any
 
 from arena_core.store import index, report
+from arena_core.store.best import metric_name
 
 RUNS_HELP = "the runs directory (paths.runs of the runs; default ./runs)"
+METRIC_HELP = (
+    "the held-out metric RUN:best ranks by (default: the run's own score: eval/reward_mean for "
+    "GRPO/CISPO, eval/loss, lower, for SFT, eval/pref_accuracy for DPO, eval/return_mean for "
+    "PPO/IPPO); a metric named *loss is minimised, any other maximised"
+)
+REF_HELP = (
+    "RUN is a run directory, a run id (its directory name under --runs) or a run name "
+    "(run_name=...); a name several runs share is refused with the list of them"
+)
 
 
 def add_runs_option(p: argparse.ArgumentParser) -> None:
@@ -22,9 +32,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "runs",
         help="list, inspect, compare and delete runs",
-        description="Runs are read from their directories (no separate database): RUN is a run "
-        "directory or a run name under --runs. A run directory that cannot be read is listed as "
-        "'corrupt' with the reason.",
+        description="Runs are read from their directories (no separate database). "
+        + REF_HELP
+        + ". A run directory that cannot be read is listed as 'corrupt' with the reason. 'best "
+        "held-out' is the run's best evaluation after step 0 by its own score (reward, return, "
+        "SFT eval loss, DPO preference accuracy): the checkpoint RUN:best names.",
     )
     sub = p.add_subparsers(dest="runs_command", metavar="ACTION", required=True)
     ls = sub.add_parser("list", help="one line per run, newest first")
@@ -32,12 +44,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     ls.add_argument("--project", help="only the runs of this project (config `project=NAME`)")
     ls.add_argument("--json", action="store_true", help="print JSON")
     ls.set_defaults(func=run_list)
-    show = sub.add_parser("show", help="a run's config diff against defaults, plan and figures")
+    show = sub.add_parser(
+        "show",
+        help="a run's plan, its config diff against its own algorithm's and env's defaults, "
+        "and the figures of its kind (reward, SFT eval loss, DPO preference accuracy, return)",
+    )
     show.add_argument("run", metavar="RUN")
     add_runs_option(show)
     show.add_argument("--json", action="store_true", help="print JSON")
     show.set_defaults(func=run_show)
-    cmp = sub.add_parser("compare", help="held-out figures side by side and one PNG of curves")
+    cmp = sub.add_parser(
+        "compare",
+        help="held-out figures of each run's kind side by side, and one PNG of their curves",
+    )
     cmp.add_argument("run", metavar="RUN", nargs="+")
     add_runs_option(cmp)
     cmp.add_argument("--png", default="compare.png", help="where to write the curves (PNG)")
@@ -58,6 +77,13 @@ def _fmt(v: Any, digits: int = 3) -> str:
     return str(v)
 
 
+def _best(r: index.RunInfo) -> str:
+    """`0.950 reward @60`: the best held-out score, what it is, and its step (RUN:best)."""
+    if r.best_eval is None or r.best_metric is None:
+        return "-"
+    return f"{_fmt(r.best_eval)} {metric_name(r.best_metric)} @{r.best_step}"
+
+
 def _when(ts: float | None) -> str:
     return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M") if ts else "-"
 
@@ -75,7 +101,7 @@ def run_list(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     table = Table(show_edge=False)
-    for col in ("name", "project", "status", "algo", "env", "steps", "best eval", "wall s"):
+    for col in ("name", "project", "status", "algo", "env", "steps", "best held-out", "wall s"):
         table.add_column(col)
     table.add_column("started")
     for r in runs:
@@ -88,7 +114,7 @@ def run_list(args: argparse.Namespace) -> int:
             _fmt(r.algorithm),
             _fmt(r.env),
             steps,
-            _fmt(r.best_eval_reward),
+            _best(r),
             _fmt(r.wall_seconds, 0),
             _when(r.started),
         )
@@ -105,14 +131,23 @@ def run_show(args: argparse.Namespace) -> int:
     r = data["run"]
     print(f"{r['name']}  ({r['path']})")
     print(f"  status {r['status']}" + (f": {r['problem']}" if r["problem"] else ""))
-    print(f"  {r['algorithm']} on {r['env']}, steps {r['steps']}, checkpoints {r['checkpoints']}")
-    print("config (differs from the defaults):")
+    if data["error"]:  # a failed run: what stopped it
+        print("  error: " + str(data["error"]).replace("\n", "\n    "))
+    for w in data["warnings"]:  # a run that trained on nothing: what happened, what to try
+        print(f"  warning: {w.get('message')}")
+        if w.get("fix"):
+            print(f"    try: {w['fix']}")
+    print(
+        f"  {r['algorithm']} on {r['env']} ({data['kind']} run), steps {r['steps']}, "
+        f"checkpoints {r['checkpoints']}"
+    )
+    print(f"config (differs from the defaults of +algo={r['algorithm']} +env={r['env']}):")
     for key, (default, value) in data["config_diff"].items():
         print(f"  {key} = {value!r}   (default {default!r})")
     if data["plan"]:
         plan = data["plan"]
         print("plan:", plan.get("summary") or {k: plan[k] for k in list(plan)[:6]})
-    print("figures:")
+    print(f"figures ({data['kind']} run):")
     for key, value in data["figures"].items():
         print(f"  {key}: {_fmt(value)}")
     return 0

@@ -22,6 +22,8 @@ def run_guarded(fn: Callable[[], int]) -> int:
             raise
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (arena_core.interrupts): 130 or 143
+        from arena_core.interrupts import interrupt_exit_code
+
         print("interrupted", file=sys.stderr)
-        return 130
+        return interrupt_exit_code()

@@ -22,6 +22,7 @@ SUBCOMMANDS = (
     "generate",  # also registers `chat`
     "dashboard",
     "manifest",
+    "models",
 )
 
 

@@ -23,6 +23,9 @@ def measured_prompt_tokens(cfg: dict[str, Any]) -> int | None:
     name = str((cfg.get("model") or {}).get("name_or_path", ""))
     if not isinstance(env, dict) or not env.get("name"):
         return None
+    from arena_core.models.cache import resolve_model
+
+    name = resolve_model(name, fetch=False)  # a model of Arena's cache: its directory, if pulled
     if not (name.startswith("arena:") or Path(name).is_dir()):
         return None
     try:

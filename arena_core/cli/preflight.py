@@ -12,13 +12,13 @@ from arena_core.validate.preflight import validate_before_run
 from arena_core.validate.report import PASS, Report
 
 
-def preflight(cfg: dict[str, Any]) -> Report:
+def preflight(cfg: dict[str, Any], *, prefix: str = "") -> Report:
     """Raise ValidationFailed (exit 1) when a check FAILs; WARN lines are printed (a limited
     sandbox among them, naming the protections not in force). On a clean pass the run still says,
-    in one line, the isolation its user code runs under. Returns the report, which the run keeps
-    as `validation.json` in its directory."""
+    in one line, the isolation its user code runs under (after `prefix`: "# " keeps a dry run's
+    output YAML). Returns the report, which the run keeps as `validation.json` in its directory."""
     report = validate_before_run(cfg)
     check = report.check("sandbox.isolation")
     if report.verdict == PASS and check is not None:
-        print(check.detail, flush=True)
+        print(f"{prefix}{check.detail}", flush=True)
     return report

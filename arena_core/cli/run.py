@@ -2,7 +2,8 @@
 
 Usage: `arena-run +experiment=quickstart`, `arena-run +algo=grpo +env=gsm8k model.name_or_path=DIR`.
 Overrides are Hydra's (`key=value`, `+group=option`); `dry_run=true` (or `--dry-run`) prints the
-resolved config and the plan and starts nothing.
+resolved config, the plan and the pre-flight's verdict, exits as the run would have at that point,
+and starts nothing.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from arena_core.cli.common import run_guarded
 EPILOG = """examples:
   arena-run +experiment=quickstart                 train the offline default (tiny model, GRPO)
   arena-run +experiment=quickstart train.max_steps=20
-  arena-run +algo=grpo +env=gsm8k dry_run=true     print the resolved config, start nothing
+  arena-run +algo=grpo +env=gsm8k dry_run=true     print the config, the plan and the pre-flight's
+                                                   verdict (its exit code too); start nothing
   arena-run +algo=cispo +env=gsm8k model.name_or_path=/models/qwen env.path=/data/gsm8k.jsonl
   arena-run +algo=ppo +env=gym env.id=CartPole-v1   classic RL: PPO on a Gymnasium env
   arena-run +algo=sft +env=dataset env.path=demos.jsonl            supervised fine-tuning
@@ -26,6 +28,8 @@ EPILOG = """examples:
   arena-run --manifest examples/manifests/grpo_gsm8k.yaml   an Arena/AgileRL manifest
 
 Config groups: algo, env, model, experiment (see `arena plugins` for what is installed).
+Ctrl-C or SIGTERM (Slurm, Kubernetes, `timeout`) stops a run after it saves a checkpoint and
+summary.json (status interrupted, exit 130 or 143); continue it with train.resume=RUN_DIR.
 Set ARENA_DEBUG=1 to see tracebacks."""
 
 
@@ -37,7 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides (key=value, +group=option)")
-    parser.add_argument("--dry-run", action="store_true", help="same as dry_run=true")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="same as dry_run=true: print the config, plan and pre-flight verdict, train nothing",
+    )
     parser.add_argument(
         "--manifest",
         metavar="FILE",
@@ -73,7 +81,7 @@ def execute(overrides: list[str], manifest: str | None = None) -> int:
 
     A dry run makes every check a run makes, so it refuses (exit 2 or 1) what a run refuses.
     """
-    from arena_core.cli.plan_summary import print_plan_summary, run_plan
+    from arena_core.cli.plan_summary import run_plan
     from arena_core.cli.preflight import preflight
     from arena_core.config import compose_run_config
 
@@ -89,11 +97,9 @@ def execute(overrides: list[str], manifest: str | None = None) -> int:
     own_loop = _algorithm_loop(cfg)
     if own_loop is not None:  # classic RL (PPO, IPPO): the algorithm names the loop that runs it
         return _run_algorithm_loop(cfg, own_loop)
-    report = preflight(cfg)
     if cfg.get("dry_run"):
-        print_config(cfg)
-        print_plan_summary(cfg)
-        return 0
+        return _dry_run(cfg)
+    report = preflight(cfg)
     plan = run_plan(cfg)
     if plan is not None:
         print(plan.summary_line(), flush=True)
@@ -103,6 +109,36 @@ def execute(overrides: list[str], manifest: str | None = None) -> int:
         cfg, plan=plan.to_dict() if plan is not None else None, validation=report.to_dict()
     )
     print(f"run directory: {run_dir}")
+    return 0
+
+
+def _dry_run(cfg: dict[str, Any]) -> int:
+    """What a run would do, in its order: the resolved config (YAML), the plan, then the
+    pre-flight's verdict and the exit code a run would end with (`#` lines: YAML comments).
+
+    Config and plan come first so that a failing check (a dataset the hub cannot serve offline)
+    never hides them; a failing pre-flight still fails the dry run, with the run's exit code."""
+    from arena_core.cli.plan_summary import print_plan_summary
+    from arena_core.cli.preflight import preflight
+    from arena_core.errors import ArenaError
+
+    print_config(cfg)
+    if print_plan_summary(cfg) is None:
+        print("# plan: unavailable (the reason is on stderr)")
+    sys.stdout.flush()
+    try:
+        report = preflight(cfg, prefix="# ")
+    except ArenaError as exc:
+        found = getattr(exc, "report", None)
+        failed = [c.name for c in found.checks if c.status == "FAIL"] if found else []
+        what = f" ({', '.join(failed)})" if failed else ""
+        print(
+            f"# pre-flight: FAIL{what}: a run would stop here, exit code {exc.exit_code} "
+            "(the report is on stderr)",
+            flush=True,
+        )
+        raise
+    print(f"# pre-flight: {report.verdict}: a run would start training, exit code 0")
     return 0
 
 
@@ -119,26 +155,36 @@ def _algorithm_loop(cfg: dict[str, Any]) -> str | None:
 
 
 def _run_algorithm_loop(cfg: dict[str, Any], loop: str) -> int:
-    """Classic RL: no LLM planner (a CPU plan, printed by the loop) and the loop's own checks
-    (spaces, sandboxed file envs) before training."""
+    """Classic RL: no LLM planner (a CPU plan, printed by the loop). The pre-flight runs the
+    env through `arena validate env`'s checks first (a step() returning 4 values, observations
+    outside the declared space: exit 1 with the check's message, file and line), then the loop's
+    own checks (spaces PPO can take, sandboxed file envs) run before training."""
+    from arena_core.cli.preflight import preflight
     from arena_core.plugins import import_object
 
-    if cfg.get("dry_run"):  # the loop module's own checks (spaces...), when it has them
-        check = getattr(import_object(loop.partition(":")[0]), "preflight", None)
-        line = check(cfg) if callable(check) else None
+    if cfg.get("dry_run"):  # config and plan first, then the checks a run makes
         print_config(cfg)
         print(f"# plan: CPU, torch threads {cfg['algo'].get('threads', 1)}; loop {loop}")
+        sys.stdout.flush()
+        preflight(cfg, prefix="# ")
+        check = getattr(import_object(loop.partition(":")[0]), "preflight", None)
+        line = check(cfg) if callable(check) else None
         if line:
             print(f"# {line}")
         return 0
+    preflight(cfg)
     run_dir = import_object(loop)(cfg)
     print(f"run directory: {run_dir}")
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`arena-run`; SIGTERM stops a run as Ctrl-C does (checkpoint, summary, exit 143)."""
+    from arena_core.interrupts import sigterm_interrupts
+
     args = build_parser().parse_args(argv)
-    return run_guarded(lambda: execute(_overrides(args), args.manifest))
+    with sigterm_interrupts():
+        return run_guarded(lambda: execute(_overrides(args), args.manifest))
 
 
 if __name__ == "__main__":

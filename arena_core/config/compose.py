@@ -18,6 +18,7 @@ from arena_core.config.searchpath import (
 )
 from arena_core.config.validate import validate_config
 from arena_core.errors import ConfigError, did_you_mean
+from arena_core.evolution.config import override_problems
 from arena_core.plugins import PluginSet, get_plugins
 
 # `hardware=h100-80` and `backend=vllm` read naturally but are plain sections, not Hydra groups.
@@ -150,6 +151,8 @@ def compose_config(overrides: list[str], plugins: PluginSet | None = None) -> di
     """Compose and validate: the config every command runs with (all problems at once)."""
     plugins = plugins or get_plugins()
     raw, problems = _compose(overrides, plugins)
+    # `evolution.population_size=4` without evolution.enabled=true: refused, not ignored
+    problems = problems + override_problems(list(overrides), raw)
     try:
         cfg = validate_config(raw, plugins)
     except ConfigError as exc:

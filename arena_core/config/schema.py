@@ -26,14 +26,16 @@ class LoraConfig(Strict):
     dropout: float = Field(0.0, ge=0, lt=1)
     target_modules: list[str] = Field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
-        description="Module names that receive adapters.",
+        description="Modules that receive adapters: roles (q k v o gate up down; groups "
+        "attention, mlp, all) mapped per architecture, or the model's own module names.",
     )
 
 
 class ModelConfig(Strict):
     name_or_path: str = Field(
         "Qwen/Qwen2.5-0.5B-Instruct",
-        description="Hugging Face id, local directory, or an embedded model such as 'arena:tiny'.",
+        description="Hugging Face id, local directory, an embedded model such as 'arena:tiny', a "
+        "model Arena fetches by name ('smollm2-135m-instruct') or a .gguf file.",
     )
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     trust_remote_code: bool = False
@@ -94,6 +96,13 @@ class TrainConfig(Strict):
         4,
         ge=1,
         description="Generation rounds per step to find prompts_per_step informative groups.",
+    )
+    max_flat_rounds: int = Field(
+        2,
+        ge=0,
+        description="Stop a step's refill after this many rounds in a row with no informative "
+        "group (all flat or failed): a policy whose reward never varies then costs 2 rounds of "
+        "generation per step, not max_sampling_rounds; 0 = never stop early.",
     )
 
 

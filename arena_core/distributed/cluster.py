@@ -185,6 +185,10 @@ class RayCluster:
         cpus_per_bundle: float = 1.0,
         namespace: str | None = None,
     ) -> None:
+        from arena_core.extras import require_extra
+
+        # before anything starts: a plan of several workers on an install without Ray is a hint
+        require_extra("ray", "a plan of several workers (Ray actors)")
         self.layout = layout
         self.address = address
         self.run_dir = Path(run_dir) if run_dir is not None else None
@@ -217,6 +221,12 @@ class RayCluster:
         self._reserve(ray)
 
     def _init_ray(self, ray: Any) -> None:
+        from arena_core.interrupts import keep_sigterm
+
+        with keep_sigterm():  # ray.init's SIGTERM handler (sys.exit) would skip the run's saving
+            self._init_ray_here(ray)
+
+    def _init_ray_here(self, ray: Any) -> None:
         common: dict[str, Any] = {
             "include_dashboard": False,
             "log_to_driver": False,  # actors' prints go to the log files, not the terminal

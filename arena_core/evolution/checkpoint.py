@@ -50,6 +50,8 @@ def save_population(
     store.activate(elite)
     meta = [m.record() | {"scores": m.scores, "data_position": m.data_position} for m in members]
     scores = {k: elite.scores.get(k) for k in ("eval/reward_mean", "eval/accuracy")}
+    # scores only of weights evaluated at this step (an interrupt saves later, trained-on ones)
+    evaluated = bool(elite.scores) and bool(elite.fitness) and elite.fitness[-1][0] == step
     return save_checkpoint(
         run_dir,
         step,
@@ -58,7 +60,7 @@ def save_population(
         {**state, "population": {**state.get("population", {}), "members": meta}},
         tokenizer=tokenizer,
         keep=keep,
-        scores=scores if elite.scores else None,
+        scores=scores if evaluated else None,
         extra=write_members,
         entry_extra={
             "elite": True,

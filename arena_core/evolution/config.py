@@ -169,6 +169,32 @@ def evolution_problems(cfg: dict[str, Any], plugins: Any = None) -> list[str]:
     return problems
 
 
+def override_problems(overrides: list[str], cfg: dict[str, Any]) -> list[str]:
+    """Evolution keys given on the command line (`evolution.population_size=4`) while
+    `evolution.enabled` stays false would train one policy and ignore them silently: a problem
+    naming the keys and the fix. An explicit `evolution.enabled=false` keeps them quiet (a
+    script that switches populations off on purpose)."""
+    evo = cfg.get("evolution") if isinstance(cfg.get("evolution"), dict) else {}
+    if evo.get("enabled") is True:
+        return []
+    keys = []
+    for text in overrides:
+        if text.startswith("~"):
+            continue
+        key = text.lstrip("+").partition("=")[0]
+        if key == "evolution.enabled":
+            return []
+        if key == "evolution" or key.startswith("evolution."):
+            keys.append(key)
+    if not keys:
+        return []
+    return [
+        f"{', '.join(keys)}: evolution is off, so this run would train one policy and ignore "
+        f"{'them' if len(keys) > 1 else 'it'}; add evolution.enabled=true to train a population "
+        "(or drop the evolution.* overrides)"
+    ]
+
+
 def is_number(value: Any) -> bool:
     """int or finite float, not bool (True is an int to Python, not a hyperparameter)."""
     return (

@@ -12,9 +12,10 @@ member per step, with a `member` column). Every `evolution.evo_steps` steps (and
 every member is evaluated greedily on the same `evolution.eval_prompts` held-out prompts (its
 fitness is the mean reward); then tournament selection with elitism picks parents and mutation
 changes their children's hyperparameters (both drawn from `evolution.seed` only; at every
-evo_steps multiple, the last step included, so a run extended by `train.resume` selects as one
-straight run would), and the population is checkpointed with the elite of that evaluation on
-top. `train.max_steps` counts each member's learner steps. A member whose step fails (non-finite loss, an exception) stops training, gets the worst
+evo_steps multiple before the last step: children made after it would never train), and the
+population is checkpointed with the elite of that evaluation on top. A run extended by
+`train.resume` from a checkpoint at an evo_steps multiple makes that selection first, so it
+selects as one straight run would. `train.max_steps` counts each member's learner steps. A member whose step fails (non-finite loss, an exception) stops training, gets the worst
 fitness and is replaced at the next selection; the run fails only when every member has.
 
 Two ways to train, one code path per member (arena_core.evolution.member_step): interleaved, the
@@ -50,10 +51,12 @@ from arena_core.evolution.mutation import mutate
 from arena_core.evolution.plot import plot_population
 from arena_core.evolution.selection import elite_index, tournament_select
 from arena_core.evolution.summary import population_summary, warn_full_copies
+from arena_core.interrupts import signal_name
 from arena_core.loggers import LoggerContext, build_loggers
 from arena_core.runtime.build import build_backend
 from arena_core.runtime.finish import closing_summary, declared_max_reward
 from arena_core.runtime.rewards import RewardScorer
+from arena_core.runtime.run_warnings import count_step, run_warnings
 from arena_core.store.atomic import atomic_write_json
 from arena_core.store.checkpoints import latest_checkpoint
 
@@ -196,8 +199,19 @@ class PopulationTrainer:
             self._pending = [(0, self._row(m, {})) for m in self.members]
             self.lineage.update(self.members)
             self.lineage.write(self.run_dir)
+        if resuming and self._selection_pending():
+            self._select()  # the one the shorter run skipped after its last step
         if self.workers is not None:
             self.workers.place(self.members, self.store)
+
+    def _selection_pending(self) -> bool:
+        """A resumed run at an evo_steps multiple whose selection was not made (it was the last
+        step of the run that saved the checkpoint) and that trains further."""
+        step, evo = self.step, self.evo.evo_steps
+        done = any(
+            e.get("step") == step and e.get("kind") == "selection" for e in self.lineage.events
+        )
+        return 0 < step < self.core.train.max_steps and step % evo == 0 and not done
 
     def _initial_hyperparameters(self) -> dict[str, Any]:
         fields = list(self.evo.mutation.rl_hp_selection) or ["lr"]
@@ -247,7 +261,9 @@ class PopulationTrainer:
                     for m, train in rows
                 ]
             )
-        select = self.step % evo == 0
+        # no selection after the last step: its children would never train (a longer resumed
+        # run makes it first, see `_selection_pending`)
+        select = self.step % evo == 0 and self.step < total
         if select or self.step == total:
             self._print_fitness()
             elite = self.last_elite = self._elite()
@@ -280,6 +296,8 @@ class PopulationTrainer:
         for _, row in rows:
             for key in ("tokens/generated", "tokens/trained", "time/generate_s", "time/learn_s"):
                 self.totals[key] = self.totals.get(key, 0.0) + float(row.get(key) or 0.0)
+            if "train/flat_step" in row:  # a member step that ran (not a failed member's)
+                count_step(self.totals, row)
 
     def _fail_if_all_failed(self) -> None:
         if all(m.failed for m in self.members):
@@ -456,8 +474,11 @@ class PopulationTrainer:
         if status != "finished":
             self._checkpoint(elite)
         summary = population_summary(self, status, elite)
+        summary["warnings"] = run_warnings(self.totals, unit="member steps")
         if error:
             summary["error"] = error
+        if status == "interrupted":
+            summary["signal"] = signal_name()  # SIGINT (Ctrl-C) or SIGTERM (a scheduler)
         atomic_write_json(self.run_dir / "summary.json", summary)
         self.metrics.log_summary(summary)
         print(closing_summary(summary, run_name=self.core.run_name), flush=True)

@@ -30,6 +30,16 @@ class NonFiniteLossError(ArenaError):
     """A pass's loss or gradient was NaN/inf: that pass's update was skipped. With
     num_iterations > 1 the earlier passes of the step were applied (the message says so)."""
 
+    weights_ok = True  # the model's weights are still those of the last good update
+
+
+class NonFiniteWeightsError(NonFiniteLossError):
+    """An update made the weights unusable (their norm overflows: a learning rate far too high).
+    The update is applied, so the model's weights are not worth saving: the run's last good
+    weights are its latest checkpoint."""
+
+    weights_ok = False
+
 
 DEFAULT_TIS_CAP = 2.0  # truncated-IS cap (Yao et al. 2025 use 2): bounds one token's weight
 
@@ -171,6 +181,7 @@ class Learner:
                 self.optimizer.zero_grad(set_to_none=True)  # never apply a poisoned update
                 raise NonFiniteLossError(_nonfinite_message(total_loss, grad_norm, it, passes))
             self.optimizer.step()
+            self._check_weights()
             if it == 0:
                 sums["loss"] = total_loss
                 sums["grad_norm"] = grad_norm
@@ -195,12 +206,35 @@ class Learner:
             sums[f"w:{name}"] = sums.get(f"w:{name}", 0.0) + float((w * value.float()).sum())
         sums["is_sum"] = sums.get("is_sum", 0.0) + float(batch.is_weight.sum())
 
+    def _check_weights(self) -> None:
+        """Raise NonFiniteWeightsError when the update just applied blew the weights up."""
+        check_weights(self.params, self.optimizer.param_groups[0]["lr"])
+
     def _clip(self) -> float:
         max_norm = self.algorithm.max_grad_norm
         if max_norm is None:
             grads = [p.grad.norm() for p in self.params if p.grad is not None]
             return float(torch.stack(grads).norm()) if grads else 0.0
         return float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
+
+
+def check_weights(params: list[Tensor], lr: float) -> None:
+    """Raise NonFiniteWeightsError when an update blew the weights up.
+
+    A finite loss and gradient norm can still give weights of 1e30 (`algo.lr=1e30`): finite
+    numbers whose squares overflow, so the next norm layer or attention gives NaN and the
+    sampler fails on "probability tensor contains inf, nan". Their total norm overflows the same
+    way, which is what is checked: one cheap pass over the weights per update."""
+    norm = torch.nn.utils.get_total_norm([p.detach() for p in params])
+    full = getattr(norm, "full_tensor", None)  # FSDP: a DTensor, the norm over every shard
+    value = float(full() if callable(full) else norm)
+    if not math.isfinite(value):
+        raise NonFiniteWeightsError(
+            f"the update blew up the weights (their norm is {value} after the optimizer step at "
+            f"learning rate {lr:g}), so the next forward pass would give NaN probabilities. The "
+            "learning rate is far too high for this model: lower algo.lr (and keep "
+            "algo.max_grad_norm set), then start again or resume from the last checkpoint."
+        )
 
 
 def _nonfinite_message(loss: float, grad_norm: float, it: int, passes: int) -> str:

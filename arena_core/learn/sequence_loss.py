@@ -77,6 +77,7 @@ def preference_step(
         learner.optimizer.zero_grad(set_to_none=True)
         raise NonFiniteLossError(_nonfinite_message(value, grad_norm, 0, 1))
     learner.optimizer.step()
+    learner._check_weights()  # a finite loss can still blow the weights up (algo.lr=1e30)
     learner.optimizer.zero_grad(set_to_none=True)
     trained = sum(len(s.prompt_ids) + len(s.completion_ids) - 1 for s in chosen + rejected)
     return {

@@ -18,6 +18,8 @@ from torch import nn
 
 from arena_core.errors import ArenaError
 from arena_core.hub import hub_reachable, hub_unreachable_message
+from arena_core.models.cache import resolve_model
+from arena_core.models.lora_targets import module_names, resolve_targets
 from arena_core.models.tiny import EMBEDDED, TINY_PREFIX, build_tiny
 
 # Tokenizer classes that mean "exactly the tokenizer.json that was saved": loaded as such, because
@@ -75,7 +77,9 @@ def load_policy(
     """Build the policy from the `model` config section (a dict or a ModelConfig).
 
     `name_or_path` is `arena:tiny` / `arena:tiny-init` (embedded), a local directory (a full model
-    or a PEFT adapter), or a hub id. `lora.r > 0` wraps the model in a fresh LoRA adapter;
+    or a PEFT adapter), a model Arena fetches by name (`smollm2-135m-instruct`) or a `.gguf` file
+    (both converted once into Arena's model cache, see `cache.py`), or a hub id. `lora.r > 0`
+    wraps the model in a fresh LoRA adapter (`lora_targets.py` maps roles to module names);
     `lora.r = 0` trains every weight. A saved adapter directory keeps training its own adapter.
     `init_from=RUN[:STEP|best|latest]` (a run under `runs`, see `arena_core.store.index`) starts
     from that checkpoint instead of `name_or_path`: see `_init_from`.
@@ -87,7 +91,8 @@ def load_policy(
     dtype = _dtype(str(cfg.get("dtype", "auto")), device)
     trust = bool(cfg.get("trust_remote_code", False))
     lora = _as_dict(cfg.get("lora") or {})
-    path = Path(name).expanduser()
+    source = resolve_model(name)  # a catalog name or a .gguf file -> its cache directory
+    path = Path(source).expanduser()
     if path.is_dir() and (path / "adapter_config.json").is_file():
         model, tokenizer = _load_adapter(path, dtype=dtype, trust=trust)
         return _finish(LoadedPolicy(model, tokenizer, name, is_lora=True), device)
@@ -95,7 +100,7 @@ def load_policy(
         model, tokenizer = build_tiny(name)
         model = model.to(dtype)
     else:
-        model, tokenizer = _load_hf(name, dtype=dtype, trust=trust)
+        model, tokenizer = _load_hf(source, dtype=dtype, trust=trust)
     _prepare_tokenizer(tokenizer, model)
     is_lora = int(lora.get("r", 0)) > 0
     if is_lora:
@@ -117,14 +122,10 @@ def _init_from(cfg: dict[str, Any], ref: str, *, device: str, runs: str | Path) 
     """
     from arena_core.store.index import select_checkpoint
 
-    ref = _newest_named(ref, runs)
-    try:
+    try:  # the run index's one resolver: a path, run id or run_name; RUN:best by its own score
         _, ckpt = select_checkpoint(ref, runs)
     except ArenaError as exc:
-        try:  # RUN:best of a DPO run: its checkpoints are scored by held-out preference accuracy
-            _, ckpt = select_checkpoint(ref, runs, metric="eval/pref_accuracy")
-        except ArenaError:
-            raise ModelLoadError(f"model.init_from={ref}: {exc}") from None
+        raise ModelLoadError(f"model.init_from={ref}: {exc}") from None
     source = {**cfg, "init_from": None, "name_or_path": str(ckpt.weights_dir), "lora": {"r": 0}}
     start = load_policy(source, device="cpu")
     if cfg.get("init_adapter", "merge") == "continue":
@@ -168,22 +169,6 @@ def _continue_adapter(
     return _finish(LoadedPolicy(start.model, start.tokenizer, ref, is_lora=True), device)
 
 
-def _newest_named(ref: str, runs: str | Path) -> str:
-    """`NAME[:SEL]` where NAME is a run_name (directories are NAME-<date>-<time>) -> the newest
-    such run's directory; anything else is returned unchanged for the run index to resolve."""
-    from arena_core.store.index import is_run_dir, list_runs, split_ref
-
-    name, selector = split_ref(ref)
-    if is_run_dir(Path(name).expanduser()) or is_run_dir(Path(runs) / name):
-        return ref
-    stamped = [r.path for r in list_runs(runs) if r.name.startswith(f"{name}-")]
-    stamped = [p for p in stamped if p.name[len(name) + 1 :].replace("-", "").isdigit()]
-    if not stamped:
-        return ref
-    newest = max(stamped, key=lambda p: p.name)
-    return f"{newest}:{selector}" if selector else str(newest)
-
-
 def _finish(policy: LoadedPolicy, device: str) -> LoadedPolicy:
     policy.model.to(device)
     policy.model.eval()  # dropout off until the learner asks for train()
@@ -196,7 +181,9 @@ def _load_hf(name: str, *, dtype: torch.dtype, trust: bool) -> tuple[nn.Module, 
 
     is_local = Path(name).expanduser().exists()
     if is_local:
-        name = str(Path(name).expanduser())
+        # absolute, so what records this path (peft's base_model_name_or_path in a saved
+        # adapter, config._name_or_path) resolves from any working directory
+        name = str(Path(name).expanduser().resolve())
         if not (Path(name) / "config.json").is_file():
             raise ModelLoadError(
                 f"'{name}' is a local path but not a model directory (no config.json). Point "
@@ -233,10 +220,12 @@ def load_tokenizer(name_or_path: str, **kwargs: Any) -> Any:
     """The tokenizer saved with a model, exactly as saved.
 
     A tokenizer saved as a plain `tokenizer.json` (TokenizersBackend, e.g. arena:tiny's) is loaded
-    verbatim; others go through AutoTokenizer, which picks their recorded class.
+    verbatim; others go through AutoTokenizer, which picks their recorded class. A model of
+    Arena's cache (`smollm2-135m-instruct`) is read from there when present, never fetched here.
     """
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
+    name_or_path = resolve_model(str(name_or_path), fetch=False)  # a cached catalog model
     cfg_file = Path(name_or_path) / "tokenizer_config.json"
     if cfg_file.is_file():
         cls = json.loads(cfg_file.read_text()).get("tokenizer_class", "")
@@ -259,7 +248,7 @@ def _prepare_tokenizer(tokenizer: Any, model: nn.Module) -> None:
 def _wrap_lora(model: nn.Module, lora: dict[str, Any], name: str) -> nn.Module:
     from peft import LoraConfig, get_peft_model
 
-    targets = list(lora.get("target_modules") or ["q_proj", "k_proj", "v_proj", "o_proj"])
+    targets = resolve_targets(model, lora.get("target_modules"), where=name)
     config = LoraConfig(
         r=int(lora["r"]),
         lora_alpha=float(lora.get("alpha", 2 * int(lora["r"]))),
@@ -270,12 +259,9 @@ def _wrap_lora(model: nn.Module, lora: dict[str, Any], name: str) -> nn.Module:
     try:
         peft_model = get_peft_model(model, config)
     except ValueError as exc:
-        linear = sorted(
-            {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, nn.Linear)}
-        )
         raise ModelLoadError(
             f"cannot apply LoRA to '{name}' with model.lora.target_modules={targets}: {exc}. "
-            f"Linear modules in this model: {linear}."
+            f"Adaptable modules in this model: {module_names(model)}."
         ) from None
     # What the saved adapter names as its base, so load_policy(adapter_dir) can rebuild it (peft
     # leaves it empty for models built from a config, such as arena:tiny).

@@ -31,10 +31,10 @@ def export_warm_weights(ref: str, out: Path = WARM_WEIGHTS, runs: str | Path = "
 
     from safetensors.torch import load_file, save_file
 
-    from arena_core.models.loading import ModelLoadError, _newest_named
+    from arena_core.models.loading import ModelLoadError
     from arena_core.store.index import select_checkpoint
 
-    run_dir, ckpt = select_checkpoint(_newest_named(ref, runs), runs)
+    run_dir, ckpt = select_checkpoint(ref, runs)
     weights = ckpt.dir / "model" / "model.safetensors"
     if ckpt.kind != "full" or not weights.is_file():
         raise ModelLoadError(

@@ -219,14 +219,19 @@ class ModelSpec(BaseModel):
     def from_hf_config(
         cls, source: str | os.PathLike[str] | dict[str, Any], name: str | None = None
     ) -> ModelSpec:
-        """Build a spec from a config dict, a local model directory / config.json, or a hub id.
+        """Build a spec from a config dict, a local model directory / config.json, a model of
+        Arena's cache (`smollm2-135m-instruct`, a `.gguf` file), or a hub id.
 
-        A hub id is resolved with ``transformers.AutoConfig`` (config only). Offline, or with
+        A cached model's own config.json is read (a GGUF not yet converted: its metadata; a
+        catalog model not yet pulled: its shipped config, see known_configs). A hub id is resolved with ``transformers.AutoConfig`` (config only). Offline, or with
         ``HF_HUB_OFFLINE=1`` and nothing cached, that fails within seconds with an ArenaError that
         says how to fix it.
         """
         if isinstance(source, dict):
             return cls.from_dict(source, name=name or str(source.get("_name_or_path") or "model"))
+        cached = _model_cache_config(str(source))
+        if cached is not None:
+            return cls.from_dict(cached, name=name or str(source))
         path = Path(source).expanduser()
         if path.is_dir():
             path = path / "config.json"
@@ -320,6 +325,19 @@ def _mla_attention_params(m: ModelSpec) -> int:
     )
     o = n * m.v_head_dim * h
     return q + kv + o
+
+
+def _model_cache_config(name: str) -> dict[str, Any] | None:
+    """The config of a model in Arena's cache, or of a GGUF file; None for anything else (a
+    catalog model not pulled yet falls through to its shipped config)."""
+    if not name.lower().endswith(".gguf"):
+        from arena_core.models.catalog import catalog_model
+
+        if catalog_model(name) is None:
+            return None
+    from arena_core.models.cache import local_config
+
+    return local_config(name)
 
 
 def _hub_config(repo_id: str) -> dict[str, Any]:

@@ -2,8 +2,13 @@
 
 It shares the trainer's module (no copy, no weight transfer), which is what a CPU or single-GPU run
 wants. The decode loop is written here rather than borrowed from `generate` so that the logprob of
-each sampled token comes from the exact distribution sampled from (see `sample_next`), and so rows
-that finish (EOS or a stop string) leave the batch and its KV cache instead of decoding padding.
+each sampled token comes from the exact distribution sampled from (see `sample_next`), and so that
+a GRPO batch costs what it must on a real model (see `decode_cache` for the figures):
+- each distinct prompt is prefilled once and its KV cache shared by the group's rows;
+- the KV cache is sized to the batch's real length and appended in place (no `torch.cat`);
+- grouped-query attention without repeating the KV heads;
+- finished rows stop being sampled at once and leave the batch (and cache) in bulk;
+- one uniform per row to sample (no per-vocabulary-entry random numbers), one `tolist` per step.
 On CUDA the cache is static instead (`kv_cache="auto"`, see `arena_core.runtime.device`):
 preallocated with fixed shapes, finished rows stay in the batch and their tokens are dropped.
 """
@@ -19,48 +24,16 @@ from pydantic import BaseModel
 from torch import nn
 from transformers import DynamicCache, StaticCache
 
-from arena_core.kernels.filtering import filtering, keep_mask
 from arena_core.rollout.backend_configs import TorchBackendConfig
 from arena_core.rollout.base import Completion, DecodeControl, SamplingParams
+from arena_core.rollout.decode_cache import decode_attention, expand_rows, growing_cache
 from arena_core.rollout.multi_lora import RowAdapters, check_row_adapters, row_lora
 from arena_core.rollout.onednn_linear import onednn_linears
+from arena_core.rollout.sampling import sample_next
 from arena_core.rollout.static_decode import DecoderCache, resolve_cuda_graphs
 
 # on_token(row, token_id, finished) -> True to end the row now (see TorchBackend.generate)
 TokenCallback = Callable[[int, int, bool], bool]
-
-# -- sampling: the filtering rules and the logprob they imply, in one place ----------------------
-
-
-def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
-    """Mask (-inf) the tokens top-k and top-p exclude; at least one token always survives.
-
-    The kept set is `arena_core.kernels.filtering.keep_mask`, the same rule the learner's
-    logprob applies, so behaviour and learner logprobs describe one distribution.
-    """
-    if not filtering(top_k, top_p):
-        return logits
-    return logits.masked_fill(~keep_mask(logits, top_k, top_p), float("-inf"))
-
-
-def sample_next(
-    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(token ids, behaviour logprobs) for a [batch, vocab] float32 logits tensor.
-
-    Sampling: the logprob is that of the distribution actually sampled from,
-    log_softmax(filter(logits / temperature)). With top_k=0 and top_p=1 (the defaults) this is
-    exactly the learner's log_softmax(logits / temperature). Greedy (temperature 0): the argmax,
-    with logprob log_softmax(logits), i.e. temperature 1 and no filtering.
-    """
-    if params.temperature <= 0:
-        tokens = logits.argmax(dim=-1)
-        logp = torch.log_softmax(logits, dim=-1)
-    else:
-        scaled = filter_logits(logits / params.temperature, params.top_k, params.top_p)
-        logp = torch.log_softmax(scaled, dim=-1)
-        tokens = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
-    return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
 
 
 class _Rows:
@@ -236,29 +209,156 @@ class TorchBackend:
         offset: int = 0,
         adapters: list[str] | None = None,
     ) -> list[Completion]:
+        if self.kv_cache == "static":
+            return self._generate_static(
+                prompts, params, generator, control, on_token, offset, adapters
+            )
+        with decode_attention(self.model):
+            return self._generate_dynamic(
+                prompts, params, generator, control, on_token, offset, adapters
+            )
+
+    def _generate_dynamic(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        generator: torch.Generator | None,
+        control: DecodeControl | None,
+        on_token: TokenCallback | None,
+        offset: int,
+        adapters: list[str] | None,
+    ) -> list[Completion]:
+        """The CPU decode: shared prefill, in-place KV appends, finished rows dropped in bulk.
+
+        Each distinct (prompt, adapter) is prefilled once and its KV rows copied to every row
+        that shares it (a GRPO group's completions). A finished row stops being sampled at once;
+        the batch (and its cache) is compacted when a quarter of its rows are finished, so a
+        batch whose rows end one by one is copied O(log rows) times instead of once per row.
+        """
         n = len(prompts)
-        width = max(len(p) for p in prompts)
+        lora = RowAdapters(self.model, adapters) if adapters is not None else None
+        keys = [
+            (None if adapters is None else adapters[i], tuple(p)) for i, p in enumerate(prompts)
+        ]
+        first: dict[tuple[Any, tuple[int, ...]], int] = {}
+        for i, key in enumerate(keys):
+            first.setdefault(key, i)
+        owners = list(first.values())  # one original row per distinct prompt
+        slot = {key: u for u, key in enumerate(first)}
+        ids, mask, positions = self._left_padded([prompts[i] for i in owners])
+        width = ids.shape[1]
+        cache = growing_cache(getattr(self.model, "config", None), width + params.max_new_tokens)
+        logits = self._forward(ids, mask, positions, cache, 1, lora=lora, rows=owners)
+        if len(owners) < n:  # share each prompt's prefill with the rows that repeat it
+            share = torch.tensor([slot[k] for k in keys], device=self.device)
+            expand_rows(cache, share)
+            logits, mask, positions = logits[share], mask[share], positions[share]
+        logits_version = self.policy_version
+        next_pos = positions[:, -1] + 1
+        rows = _Rows(n)
+        batch = list(range(n))  # original row of each batch position (finished ones included)
+        live = list(range(n))  # batch positions still decoding
+        stop_window = max((len(s.encode()) for s in params.stop), default=0) + 2
+        for step in range(params.max_new_tokens):
+            sampled = logits if len(live) == len(batch) else logits[live]
+            tokens, logps = sample_next(sampled, params, generator)
+            keep = self._record(
+                tokens.tolist(),
+                logps.tolist(),
+                [batch[j] for j in live],
+                rows,
+                params,
+                logits_version,
+                on_token,
+                offset,
+                stop_window,
+            )
+            live = [live[j] for j in keep]
+            if live and control is not None and step < params.max_new_tokens - 1:
+                control.between_steps(self)  # may load new weights: later tokens use them
+            if not live or step == params.max_new_tokens - 1:
+                break
+            step_tokens = torch.zeros(len(batch), dtype=torch.long, device=self.device)
+            step_tokens[live] = tokens[keep].to(self.device)
+            if 4 * len(live) <= 3 * len(batch):  # compact: finished rows leave batch and cache
+                index = torch.tensor(live, device=self.device)
+                expand_rows(cache, index)
+                mask, next_pos, step_tokens = mask[index], next_pos[index], step_tokens[index]
+                batch = [batch[j] for j in live]
+                live = list(range(len(batch)))
+            mask = torch.cat([mask, mask.new_ones((len(batch), 1))], dim=-1)
+            logits = self._forward(
+                step_tokens[:, None], mask, next_pos[:, None], cache, lora=lora, rows=batch
+            )
+            logits_version = self.policy_version
+            if self.decode_delay_s:
+                time.sleep(self.decode_delay_s)  # releases the GIL, like waiting on a device
+            next_pos = next_pos + 1
+        return [self._completion(p, rows, i, params) for i, p in enumerate(prompts)]
+
+    def _record(
+        self,
+        tokens: list[int],
+        logps: list[float],
+        originals: list[int],
+        rows: _Rows,
+        params: SamplingParams,
+        version: int,
+        on_token: TokenCallback | None,
+        offset: int,
+        stop_window: int,
+    ) -> list[int]:
+        """Append one sampled token to each live row; the indices (into `originals`) that go on."""
+        keep: list[int] = []
+        for j, r in enumerate(originals):
+            tok = tokens[j]
+            rows.tokens[r].append(tok)
+            rows.logprobs[r].append(logps[j])
+            rows.versions[r].append(version)
+            done = tok in self.eos_ids or self._hit_stop(rows.tokens[r], params.stop, stop_window)
+            if done:
+                rows.finish[r] = "stop"
+            if on_token is not None and on_token(offset + r, tok, done) and not done:
+                done = True  # the caller ended this row (rows.finish stays "length")
+            if not done:
+                keep.append(j)
+        return keep
+
+    def _left_padded(
+        self, prompts: list[list[int]]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(ids, attention mask, positions) of left-padded prompts: every row ends at the edge."""
+        n, width = len(prompts), max(len(p) for p in prompts)
         ids = torch.full((n, width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((n, width), dtype=torch.long)
-        for i, p in enumerate(prompts):  # left padding: every row's next token is at the end
+        for i, p in enumerate(prompts):
             ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
             mask[i, width - len(p) :] = 1
         ids, mask = ids.to(self.device), mask.to(self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
+
+    def _generate_static(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        generator: torch.Generator | None,
+        control: DecodeControl | None,
+        on_token: TokenCallback | None,
+        offset: int,
+        adapters: list[str] | None,
+    ) -> list[Completion]:
+        """The CUDA decode: fixed shapes (a static cache, CUDA graphs); rows stay in the batch."""
+        n = len(prompts)
+        ids, mask, positions = self._left_padded(prompts)
+        width = ids.shape[1]
         config = getattr(self.model, "config", None)
-        static = self.kv_cache == "static"
-        # static cache without per-row adapters: fixed-shape steps, a CUDA graph on CUDA
-        decoder = (
-            self.decoders.get(n, width + params.max_new_tokens)
-            if static and adapters is None
-            else None
-        )
+        # without per-row adapters: fixed-shape steps, a CUDA graph on CUDA
+        decoder = self.decoders.get(n, width + params.max_new_tokens) if adapters is None else None
         cache = (
             StaticCache(config=config, max_cache_len=width + params.max_new_tokens)
-            if static and decoder is None
-            else DynamicCache(config=config)
+            if decoder is None
+            else None
         )
-        done_rows: set[int] = set()  # static cache: finished rows keep decoding, unrecorded
         lora = RowAdapters(self.model, adapters) if adapters is not None else None
         if decoder is not None:
             with onednn_linears(self.model):
@@ -268,49 +368,38 @@ class TorchBackend:
         logits_version = self.policy_version
         next_pos = positions[:, -1] + 1
         rows = _Rows(n)
-        alive = list(range(n))  # original indices of the rows still in the batch
+        live = list(range(n))  # rows still decoding; finished ones keep decoding, unrecorded
         stop_window = max((len(s.encode()) for s in params.stop), default=0) + 2
         for step in range(params.max_new_tokens):
             tokens, logps = sample_next(logits, params, generator)
-            keep: list[int] = []
-            for j, r in enumerate(alive):
-                if r in done_rows:
-                    continue
-                tok = int(tokens[j])
-                rows.tokens[r].append(tok)
-                rows.logprobs[r].append(float(logps[j]))
-                rows.versions[r].append(logits_version)
-                done = tok in self.eos_ids or self._hit_stop(
-                    rows.tokens[r], params.stop, stop_window
-                )
-                if done:
-                    rows.finish[r] = "stop"
-                if on_token is not None and on_token(offset + r, tok, done) and not done:
-                    done = True  # the caller ended this row (rows.finish stays "length")
-                if not done:
-                    keep.append(j)
-            if keep and control is not None and step < params.max_new_tokens - 1:
+            tl, ll = tokens.tolist(), logps.tolist()
+            keep = self._record(
+                [tl[r] for r in live],
+                [ll[r] for r in live],
+                live,
+                rows,
+                params,
+                logits_version,
+                on_token,
+                offset,
+                stop_window,
+            )
+            live = [live[j] for j in keep]
+            if live and control is not None and step < params.max_new_tokens - 1:
                 control.between_steps(self)  # may load new weights: later tokens use them
-            if not keep or step == params.max_new_tokens - 1:
+            if not live or step == params.max_new_tokens - 1:
                 break
-            if static:  # fixed shapes: every row stays in the batch
-                done_rows = set(alive) - {alive[j] for j in keep}
-            elif len(keep) < len(alive):  # finished rows leave the batch and the KV cache
-                index = torch.tensor(keep, device=self.device)
-                cache.batch_select_indices(index)
-                mask, tokens, next_pos = mask[index], tokens[index], next_pos[index]
-                alive = [alive[j] for j in keep]
             if decoder is not None:
                 with onednn_linears(self.model):
                     logits = decoder.step(tokens, next_pos, width + step)
             else:
-                mask = torch.cat([mask, mask.new_ones((len(alive), 1))], dim=-1)
+                mask = torch.cat([mask, mask.new_ones((n, 1))], dim=-1)
                 logits = self._forward(
-                    tokens[:, None], mask, next_pos[:, None], cache, lora=lora, rows=alive
+                    tokens[:, None], mask, next_pos[:, None], cache, lora=lora, rows=range(n)
                 )
             logits_version = self.policy_version
             if self.decode_delay_s:
-                time.sleep(self.decode_delay_s)  # releases the GIL, like waiting on a device
+                time.sleep(self.decode_delay_s)
             next_pos = next_pos + 1
         return [self._completion(p, rows, i, params) for i, p in enumerate(prompts)]
 
@@ -319,7 +408,7 @@ class TorchBackend:
         ids: torch.Tensor,
         mask: torch.Tensor,
         positions: torch.Tensor,
-        cache: DynamicCache | StaticCache,
+        cache: DynamicCache | StaticCache | None,
         logits_to_keep: int = 0,
         lora: RowAdapters | None = None,
         rows: Sequence[int] = (),

@@ -32,6 +32,28 @@ from arena_core.runtime.async_rollout import (
 class GenerationFailed(ArenaError):
     """The generator could not deliver a batch: it raised, died or timed out."""
 
+    weights_ok = True  # the learner's weights are fine: a checkpoint of them is worth keeping
+
+
+class NonFiniteGeneration(GenerationFailed):
+    """The policy's next-token probabilities were NaN/inf: its weights are broken."""
+
+    weights_ok = False
+
+
+def generation_error(exc: Exception, step: int) -> GenerationFailed:
+    """The run's error for a generator that raised `exc` while sampling step `step + 1`'s batch:
+    NaN/inf probabilities (the sampler's "probability tensor contains inf, nan") mean broken
+    weights, said as such rather than as the sampler's traceback."""
+    text = str(exc)
+    if "probability tensor contains" in text:  # torch.multinomial on NaN/inf probabilities
+        return NonFiniteGeneration(
+            f"the policy's next-token probabilities are not finite (NaN/inf) while sampling "
+            f"step {step + 1}'s batch: its weights have blown up or were broken when loaded. "
+            "Lower algo.lr (and keep algo.max_grad_norm set), or check the model's weights"
+        )
+    return GenerationFailed(f"the generator failed: {type(exc).__name__}: {exc}")
+
 
 def staleness_of(batch: Any, step: int) -> int:
     """The largest version lag among the batch's completions when step `step` consumes it."""
@@ -55,7 +77,13 @@ class SyncSource:
 
     def next_batch(self, step: int) -> Any:
         t0 = time.perf_counter()
-        batch = self.collector.collect(self.n_groups, step)
+        try:
+            batch = self.collector.collect(self.n_groups, step)
+        except RuntimeError as exc:  # NaN weights: a clear error, not the sampler's traceback
+            error = generation_error(exc, step)
+            if not isinstance(error, NonFiniteGeneration):
+                raise
+            raise error from exc
         self._wait = time.perf_counter() - t0
         return batch
 
@@ -148,7 +176,7 @@ class AsyncSource:
         except ArenaError:
             raise
         except Exception as exc:
-            raise GenerationFailed(f"the generator failed: {type(exc).__name__}: {exc}") from exc
+            raise generation_error(exc, step) from exc
         self._wait = time.perf_counter() - t0
         return batch
 

@@ -2,7 +2,7 @@
 
 The single run (`llm_loop`) and population training (`arena_core.evolution`) sample their
 training groups alike: the `generation` section's sampling parameters, the example stream seeded
-by the run's `seed`, `train.max_sampling_rounds`, and multi-turn episodes for a tool task. This
+by the run's `seed`, `train.max_sampling_rounds` and `train.max_flat_rounds`, and multi-turn episodes for a tool task. This
 is that setup, in one place, so the two loops cannot drift apart.
 """
 
@@ -50,6 +50,7 @@ def build_collector(
         sampling_params(core),
         seed=core.seed,
         max_rounds=core.train.max_sampling_rounds,
+        max_flat_rounds=core.train.max_flat_rounds,
         position=position,
         sample_seed=sample_seed,
     )

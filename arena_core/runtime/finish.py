@@ -13,11 +13,19 @@ from pathlib import Path
 from typing import Any
 
 from arena_core.errors import ArenaError, ConfigError
+from arena_core.interrupts import Interrupted, signal_name
 from arena_core.store.atomic import atomic_write_json, read_json
+from arena_core.store.best import metric_name
 from arena_core.store.checkpoints import read_index
+from arena_core.store.kinds import held_out_lines
 from arena_core.store.rundir import CONFIG_FILE, config_changes, read_config
 
 SUMMARY_FILE = "summary.json"
+
+
+class RunFailed(ArenaError):
+    """A step failed (non-finite loss or weights, the generator died or timed out): the run
+    stopped after saving its summary and, when its weights were still good, a checkpoint."""
 
 
 def finished_already(run_dir: Path, max_steps: int) -> bool:
@@ -83,12 +91,16 @@ def failed_summary(run_dir: Path, exc: BaseException) -> None:
         summary = read_json(path) if path.is_file() else {"run_dir": str(run_dir)}
     except (OSError, ValueError):
         summary = {"run_dir": str(run_dir)}
-    interrupted = isinstance(exc, KeyboardInterrupt) or getattr(exc, "exit_code", 1) == 130
+    interrupted = isinstance(exc, KeyboardInterrupt | Interrupted)
     summary["status"] = "interrupted" if interrupted else "failed"
     summary["interrupted"] = True
-    summary["error"] = (
-        f"{type(exc).__name__}: {exc}" if not isinstance(exc, ArenaError) else str(exc)
-    )
+    if interrupted:
+        summary["signal"] = signal_name()
+        summary.pop("error", None)
+    else:
+        summary["error"] = (
+            f"{type(exc).__name__}: {exc}" if not isinstance(exc, ArenaError) else str(exc)
+        )
     if "steps" not in summary:
         steps = [int(c["step"]) for c in read_index(run_dir).get("checkpoints", [])]
         summary["steps"] = max(steps) if steps else 0
@@ -96,6 +108,25 @@ def failed_summary(run_dir: Path, exc: BaseException) -> None:
         atomic_write_json(path, summary)
     except OSError:  # pragma: no cover - a full disk must not hide the original error
         pass
+
+
+def last_good(ckpt: Path | None, saved: bool, run_dir: Path) -> str:
+    """Where a failed run's last good weights are, and how to go on from them."""
+    summary = f"summary in {run_dir / 'summary.json'}"
+    if saved:
+        return (
+            f"The last good weights are in {ckpt} ({summary}). Resume with train.resume={run_dir}"
+        )
+    if ckpt is None:
+        return (
+            f"The weights of that step are unusable and were not saved, and no earlier checkpoint "
+            f"exists ({summary}): start again with a lower algo.lr"
+        )
+    return (
+        f"The weights of that step are unusable and were not saved; the last good ones are in "
+        f"{ckpt} ({summary}). Resume with train.resume={run_dir} after lowering algo.lr "
+        "(with train.resume_allow_changes=true)"
+    )
 
 
 def plan_check(plan: dict[str, Any], step_seconds: list[float]) -> str:
@@ -156,28 +187,38 @@ def _duration(seconds: float) -> str:
 
 
 def closing_summary(summary: dict[str, Any], run_name: str | None = None) -> str:
-    """The lines printed when a run ends: before -> after, wall time, where everything is."""
+    """The lines printed when a run ends, for every kind of run: before -> after of its held-out
+    figures (`arena_core.store.kinds`), wall time, where everything is."""
     status = summary.get("status", "finished")
     name = run_name or Path(str(summary.get("run_dir", "run"))).name
     best = summary.get("best_checkpoint")
     lines = [
         f"{status}: {name}, {summary.get('steps', 0)} steps in "
         f"{_duration(float(summary.get('wall_seconds') or 0.0))}",
-        f"  held-out reward    {_num(summary.get('eval_reward_initial'))} -> "
-        f"{_num(summary.get('eval_reward_final'))} ({summary.get('eval_prompts', '?')} prompts, "
-        "greedy)",
-        f"  held-out accuracy  {_num(summary.get('eval_accuracy_initial'), True)} -> "
-        f"{_num(summary.get('eval_accuracy_final'), True)}",
+        *held_out_lines(summary),  # the run's own figures: reward, loss, preference, return
     ]
     if best:
+        metric = best.get("metric", "eval/reward_mean")  # older summaries: the reward ranked
         lines.append(
-            f"  best checkpoint    {best['path']} (step {best['step']}, held-out reward "
-            f"{_num(best.get('eval/reward_mean'))})"
+            f"  best checkpoint    {best['path']} (step {best['step']}, held-out "
+            f"{metric_name(metric)} {_num(best.get(metric))})"
         )
     elif summary.get("final_checkpoint"):
         lines.append(f"  last checkpoint    {summary['final_checkpoint']}")
     lines.append(f"  run directory      {summary.get('run_dir')}")
+    lines += warning_lines(summary)
     return "\n".join(lines)
+
+
+def warning_lines(summary: dict[str, Any]) -> list[str]:
+    """The summary's `warnings` as the closing summary prints them (none when the run went as it
+    should): what happened, then what to try. A failed run's error is printed by the CLI."""
+    lines = []
+    for w in summary.get("warnings") or []:
+        lines.append(f"  warning: {w.get('message')}")
+        if w.get("fix"):
+            lines.append(f"    try: {w['fix']}")
+    return lines
 
 
 def declared_max_reward(reward_file: str | Path | None) -> float | None:

@@ -24,7 +24,9 @@ import numpy as np
 import torch
 
 from arena_core.config.schema import CoreConfig
-from arena_core.errors import ArenaError, ConfigError
+from arena_core.errors import ConfigError
+from arena_core.interrupts import Interrupted
+from arena_core.learn.learner import NonFiniteLossError
 from arena_core.runtime.build import build_algorithm
 from arena_core.runtime.gym_envs import source_from_config
 from arena_core.runtime.gym_eval import evaluate
@@ -36,14 +38,14 @@ from arena_core.runtime.gym_update import annealed_lr, ppo_update
 from arena_core.runtime.gym_vec import EnvStepError, make_vec
 from arena_core.runtime.progress import Progress
 from arena_core.runtime.threads import torch_threads
+from arena_core.store.kinds import network_label
 
 EVAL_SEED_OFFSET = 1_000_000  # evaluation envs never share seeds with training envs
 
 
-class GymRunInterrupted(ArenaError):
-    """Ctrl-C: the run saved a checkpoint and its summary, then stopped."""
-
-    exit_code = 130
+class GymRunInterrupted(Interrupted):
+    """Ctrl-C or SIGTERM: the run saved a checkpoint and its summary, then stopped (exit 130 or
+    143, arena_core.interrupts)."""
 
 
 def run_gym_training(cfg: dict[str, Any], plan: dict[str, Any] | None = None) -> Path:
@@ -97,21 +99,24 @@ def _run(core: CoreConfig, cfg: dict[str, Any], algo: Any) -> Path:
         run = GymRun(core, cfg, name=f"{core.algo['name']}-{_label(source.target)}")  # type: ignore[index]
         if run.finished:
             return run.dir
-        run.write_plan(
-            {
-                "torch_threads": torch.get_num_threads(),
-                "num_envs": source.num_envs,
-                "vector": "sandboxed" if source.sandboxed else source.vector,
-                "env_steps_per_step": c.num_steps * source.num_envs,
-                "parameters": sum(p.numel() for p in net.parameters()),
-            }
-        )
-        state = run.restore(net, optimizer)
-        scaler = RewardScaler(source.num_envs, c.gamma, c.clip_reward) if c.norm_reward else None
-        if scaler is not None and "reward_scaler" in state:
-            scaler.load(state["reward_scaler"])
-        loop = _Loop(core, algo, net, optimizer, envs, eval_envs, run, scaler)
-        loop.run()
+        with run.recorded():  # summary.json says how the run ended, whatever ends it
+            run.write_plan(
+                {
+                    "torch_threads": torch.get_num_threads(),
+                    "num_envs": source.num_envs,
+                    "vector": "sandboxed" if source.sandboxed else source.vector,
+                    "env_steps_per_step": c.num_steps * source.num_envs,
+                    "parameters": sum(p.numel() for p in net.parameters()),
+                    "policy": network_label(spec),
+                }
+            )
+            state = run.restore(net, optimizer)
+            scaler = (
+                RewardScaler(source.num_envs, c.gamma, c.clip_reward) if c.norm_reward else None
+            )
+            if scaler is not None and "reward_scaler" in state:
+                scaler.load(state["reward_scaler"])
+            _Loop(core, algo, net, optimizer, envs, eval_envs, run, scaler).run()
     finally:
         envs.close()
         eval_envs.close()
@@ -131,6 +136,7 @@ class _Loop:
         self.run_, self.scaler = run, scaler
         self.step = run.step
         self.env_steps = int(run.state.get("env_steps", 0))
+        self.env_steps_done = self.env_steps  # of the completed steps: what a checkpoint counts
 
     def run(self) -> None:
         core, total = self.core, self.core.train.max_steps
@@ -151,6 +157,7 @@ class _Loop:
                     t1 = time.perf_counter()
                     learn = self._update(rollout)
                     self.step += 1
+                    self.env_steps_done = self.env_steps
                     t2 = time.perf_counter()
                     run.totals["train_seconds"] = run.totals.get("train_seconds", 0.0) + t2 - t0
                     row = _row(rollout, learn, self.env_steps, t1 - t0, t2 - t1)
@@ -158,11 +165,15 @@ class _Loop:
                         progress.note(self._evaluate())
                     run.log(self.step, row)
                     progress.update(self.step, row)
-                    if _due(core.train.checkpoint_every, self.step) and self.step < total:
-                        self._checkpoint()
+                    why = run.save_reason(self.step)  # periodic, or a new best evaluation
+                    if why and self.step < total:
+                        self._checkpoint(best_only=why == "best")
                 if run.evals[-1]["step"] != self.step:
                     progress.note(self._evaluate())
-        except KeyboardInterrupt:
+        except NonFiniteLossError as exc:  # blown-up weights: not saved (the last checkpoint is)
+            raise run.failed_update(self.step, exc, {"env_steps": self.env_steps}) from None
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (arena_core.interrupts)
+            self.env_steps = self.env_steps_done  # a cut-off rollout was never trained on
             ckpt = self._checkpoint()
             run.finish(self.step, ckpt, "interrupted", {"env_steps": self.env_steps})
             raise GymRunInterrupted(
@@ -254,11 +265,11 @@ class _Loop:
             f"{rec['eval/return_mean']:.2f} +- {rec['eval/return_std']:.2f} over {episodes} episodes"
         )
 
-    def _checkpoint(self) -> Path:
+    def _checkpoint(self, best_only: bool = False) -> Path:
         extra: dict[str, Any] = {"env_steps": self.env_steps}
         if self.scaler is not None:
             extra["reward_scaler"] = self.scaler.state()
-        return self.run_.checkpoint(self.step, self.net, self.optimizer, extra)
+        return self.run_.checkpoint(self.step, self.net, self.optimizer, extra, best_only=best_only)
 
     def _nan_totals(self) -> dict[str, int]:
         t = self.run_.totals

@@ -6,6 +6,8 @@ from typing import Any
 
 import torch
 
+from arena_core.learn.learner import check_weights
+
 KEYS = ("x", "a", "logp", "value", "adv", "ret")
 
 
@@ -41,6 +43,7 @@ def ppo_update(algo: Any, net: Any, optimizer: Any, b: dict[str, Any], lr: float
             optimizer.step()
         if c.target_kl is not None and stats["approx_kl"] > c.target_kl:
             break
+    check_weights(params, lr)  # NonFiniteWeightsError: the update blew up (algo.lr=1e30)
     var = float(b["ret"].var()) if n > 1 else 0.0
     ev = float("nan") if var == 0 else 1 - float((b["ret"] - b["value"]).var()) / var
     return {**stats, "lr": lr, "explained_variance": ev}

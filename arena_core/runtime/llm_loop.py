@@ -4,8 +4,8 @@
 registries, and writes a run directory: config.yaml, what the loggers of `logger.names` write
 (metrics.csv and TensorBoard events by default), a reward curve, checkpoints (resumable, exactly)
 and summary.json with the held-out figures before and after and the run's `status`; it ends by
-printing a closing summary. Ctrl-C stops after saving a checkpoint and the summary (exit code 130
-via RunInterrupted).
+printing a closing summary. Ctrl-C or SIGTERM stops after saving a checkpoint and the summary (exit
+code 130 or 143 via RunInterrupted).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import torch
 from arena_core.config.schema import CoreConfig
 from arena_core.distributed.trainer_group import TrainerRankDied, learner_for
 from arena_core.errors import ArenaError
+from arena_core.interrupts import Interrupted, signal_name
 from arena_core.learn.learner import Learner, NonFiniteLossError
 from arena_core.loggers import LoggerContext, build_loggers
 from arena_core.planner.measured import record_measured
@@ -41,40 +42,38 @@ from arena_core.runtime.build import (
 from arena_core.runtime.collecting import build_collector
 from arena_core.runtime.evaluate import evaluate
 from arena_core.runtime.finish import (
+    RunFailed,
     check_resume_config,
     closing_summary,
     declared_max_reward,
     failed_summary,
     finished_already,
+    last_good,
     plan_check,
 )
 from arena_core.runtime.progress import Progress
 from arena_core.runtime.rewards import RewardScorer
 from arena_core.runtime.rollout import PromptEncoder
+from arena_core.runtime.run_warnings import count_step, run_warnings
 from arena_core.runtime.step_row import rate, step_row
 from arena_core.runtime.threads import torch_threads
 from arena_core.store.atomic import atomic_write_json
+from arena_core.store.best import save_reason
 from arena_core.store.checkpoints import (
     best_checkpoint,
     latest_checkpoint,
     load_checkpoint,
     save_checkpoint,
 )
-from arena_core.store.metrics import plot_reward_curve
+from arena_core.store.curves import plot_reward_curve
 from arena_core.store.rundir import new_run_dir, resolve_resume, write_config, write_validation
 
 PLAN_CHECK_STEPS = 3  # steps after the first (warm-up) that the plan's prediction is checked on
 
 
-class RunFailed(ArenaError):
-    """A step failed (non-finite loss, the generator died or timed out): the run stopped after
-    saving its summary and a checkpoint of the last good weights."""
-
-
-class RunInterrupted(ArenaError):
-    """Ctrl-C: the run saved a checkpoint and its summary, then stopped."""
-
-    exit_code = 130
+class RunInterrupted(Interrupted):
+    """Ctrl-C or SIGTERM: the run saved a checkpoint and its summary, then stopped (exit 130 or
+    143, arena_core.interrupts)."""
 
 
 def run_training(
@@ -298,6 +297,9 @@ class _Loop:
                     progress.note(_eval_line(self.evals[-1]))
                 while self.step < total:
                     row = self._train_step()
+                    if row["train/flat_step"] and not self.totals.get("steps/flat_noted"):
+                        self.totals["steps/flat_noted"] = 1.0  # said once per run
+                        progress.note(_flat_note(self.step, row))
                     if self._due(self.core.eval.every) or self.step == total:
                         row.update(_public(self._evaluate()))
                         progress.note(_eval_line(self.evals[-1]))
@@ -308,18 +310,19 @@ class _Loop:
                     self.step_times.append(float(row["time/step_s"]))
                     if len(self.step_times) == PLAN_CHECK_STEPS + 1 and self.plan:
                         progress.note(plan_check(self.plan, self.step_times[1:]))
-                    if self._due(self.core.train.checkpoint_every) and self.step < total:
-                        self._checkpoint()
+                    # periodic, or a new best evaluation (its weights are kept: RUN:best)
+                    why = save_reason(self.step, self.core.train.checkpoint_every, self.evals)
+                    if why and self.step < total:
+                        self._checkpoint(best_only=why == "best")
                 if self.evals[-1]["step"] != self.step:
                     self._evaluate()
                     progress.note(_eval_line(self.evals[-1]))
         except (NonFiniteLossError, GenerationFailed, TrainerRankDied) as exc:
             self.totals["wall_seconds"] = wall_before + time.perf_counter() - t_start
-            ckpt = self._finish("failed", error=str(exc))
+            good = getattr(exc, "weights_ok", True)  # blown-up weights are not saved
+            ckpt = self._finish("failed", error=f"step {self.step + 1}: {exc}", save=good)
             raise RunFailed(
-                f"step {self.step + 1} failed: {exc}\nThe last good weights are in {ckpt} "
-                f"(summary in {self.run_dir / 'summary.json'}). Resume with "
-                f"train.resume={self.run_dir}"
+                f"step {self.step + 1} failed: {exc}\n{last_good(ckpt, good, self.run_dir)}"
             ) from None
         except KeyboardInterrupt:
             self.totals["wall_seconds"] = wall_before + time.perf_counter() - t_start
@@ -345,6 +348,7 @@ class _Loop:
         row = step_row(batch, learn, step_s)
         row.update(batch.episode_metrics)  # tool tasks: calls, parse outcomes, tool tokens
         row.update(self.source.step_metrics(batch, self.step - 1, step_s, pause))
+        count_step(self.totals, row)  # flat steps, tool calls: the summary's warnings
         for key in (
             "tokens/generated",
             "tokens/trained",
@@ -386,7 +390,7 @@ class _Loop:
             return None
         return {k: last.get(k) for k in ("eval/reward_mean", "eval/accuracy")}
 
-    def _checkpoint(self) -> Path:
+    def _checkpoint(self, best_only: bool = False) -> Path:
         state = {
             "data_position": self.data_position,
             "policy_version": self.step,
@@ -402,21 +406,23 @@ class _Loop:
             tokenizer=self.policy.tokenizer,
             keep=self.core.train.keep_checkpoints,
             scores=self._scores_now(),
+            best_only=best_only,
         )
         self.last_ckpt_step = self.step
         plot_reward_curve(
             self.run_dir,
-            evals=[(e["step"], e["eval/reward_mean"]) for e in self.evals],
+            self.evals,
             title=self.core.run_name or self.run_dir.name,
-            accuracy=[(e["step"], e["eval/accuracy"]) for e in self.evals],
             max_reward=self.max_reward,
         )
         return path
 
-    def _finish(self, status: str, error: str | None = None) -> Path:
-        """Checkpoint, write summary.json (`status`: finished, failed or interrupted), tell the
+    def _finish(self, status: str, error: str | None = None, save: bool = True) -> Path | None:
+        """Checkpoint (unless `save` is False: weights an update blew up are not worth keeping;
+        the latest earlier checkpoint is then the final one), write summary.json (`status`:
+        finished, failed or interrupted; `warnings` when the run trained on nothing), tell the
         loggers, and print the closing summary."""
-        ckpt = self._checkpoint()
+        ckpt = self._checkpoint() if save else latest_checkpoint(self.run_dir)
         empty = {"step": None, "eval/reward_mean": None, "eval/accuracy": None}
         first = self.evals[0] if self.evals else empty
         last = self.evals[-1] if self.evals else empty
@@ -437,7 +443,7 @@ class _Loop:
             "tokens_per_s/trained": rate(t.get("tokens/trained"), t.get("time/learn_s")),
             "tokens/generated": t.get("tokens/generated", 0.0),
             "tokens/trained": t.get("tokens/trained", 0.0),
-            "final_checkpoint": str(ckpt),
+            "final_checkpoint": str(ckpt) if ckpt else None,
             "best_checkpoint": best_checkpoint(self.run_dir),
             "step_seconds_predicted": _predicted_step_s(self.plan),
             "step_seconds_measured": statistics.fmean(self.step_times[1:])
@@ -446,13 +452,25 @@ class _Loop:
             "evals": [{k: v for k, v in e.items() if k != "samples"} for e in self.evals],
             "eval_samples_final": last.get("samples", []),
         }
+        summary["warnings"] = run_warnings(self.totals)
         if error:
             summary["error"] = error
+        if status == "interrupted":
+            summary["signal"] = signal_name()  # SIGINT (Ctrl-C) or SIGTERM (a scheduler)
         atomic_write_json(self.run_dir / "summary.json", summary)
         record_measured(self.run_dir, t, self.step, self.step_times)  # beside the prediction
         self.metrics.log_summary(summary)
         print(closing_summary(summary, run_name=self.core.run_name), flush=True)
         return ckpt
+
+
+def _flat_note(step: int, row: dict[str, Any]) -> str:
+    return (
+        f"step {step} trained on nothing: all {int(row['groups/dropped_zero_adv'])} flat and "
+        f"{int(row['groups/dropped_failed'])} failed groups after {int(row['sampling/rounds'])} "
+        "sampling round(s) (train/flat_step = 1); if most steps go this way the reward never "
+        "varies for this policy, and the closing summary says what to try"
+    )
 
 
 def _predicted_step_s(plan: dict[str, Any] | None) -> float | None:

@@ -24,6 +24,7 @@ import torch
 
 from arena_core.config.schema import CoreConfig
 from arena_core.errors import ConfigError
+from arena_core.learn.learner import NonFiniteLossError
 from arena_core.runtime.build import build_algorithm
 from arena_core.runtime.gym_envs import source_from_config
 from arena_core.runtime.gym_loop import EVAL_SEED_OFFSET, GymRunInterrupted
@@ -33,6 +34,7 @@ from arena_core.runtime.gym_update import annealed_lr, ppo_update
 from arena_core.runtime.marl_policies import PolicySet, agent_groups
 from arena_core.runtime.progress import Progress
 from arena_core.runtime.threads import torch_threads
+from arena_core.store.kinds import network_label
 
 MAX_EVAL_STEPS = 100_000
 
@@ -89,18 +91,20 @@ def _run(core: CoreConfig, cfg: dict[str, Any], algo: Any) -> Path:
         run = GymRun(core, cfg, name=f"{core.algo['name']}-{_label(source.target)}")  # type: ignore[index]
         if run.finished:
             return run.dir
-        run.write_plan(
-            {
-                "torch_threads": torch.get_num_threads(),
-                "num_envs": source.num_envs,
-                "vector": source.vector,
-                "env_steps_per_step": c.num_steps * source.num_envs,
-                "parameters": sum(p.numel() for p in policies.parameters()),
-                "networks": sorted(policies.specs),
-            }
-        )
-        run.restore(policies, optimizer)
-        _Loop(core, algo, policies, optimizer, envs, eval_env, run).run()
+        with run.recorded():  # summary.json says how the run ended, whatever ends it
+            run.write_plan(
+                {
+                    "torch_threads": torch.get_num_threads(),
+                    "num_envs": source.num_envs,
+                    "vector": source.vector,
+                    "env_steps_per_step": c.num_steps * source.num_envs,
+                    "parameters": sum(p.numel() for p in policies.parameters()),
+                    "networks": sorted(policies.specs),
+                    "policy": network_label(*policies.specs.values()),
+                }
+            )
+            run.restore(policies, optimizer)
+            _Loop(core, algo, policies, optimizer, envs, eval_env, run).run()
     finally:
         for env in [*envs, eval_env]:
             env.close()
@@ -125,6 +129,7 @@ class _Loop:
         self.envs, self.eval_env, self.run_ = envs, eval_env, run
         self.step = run.step
         self.env_steps = int(run.state.get("env_steps", 0))
+        self.env_steps_done = self.env_steps  # of the completed steps: what a checkpoint counts
         self.agents = list(envs[0].possible_agents)
 
     def run(self) -> None:
@@ -149,6 +154,7 @@ class _Loop:
                         stats = ppo_update(self.algo, self.policies[key], self.optimizer, batch, lr)
                         learn.update({f"{k}/{key}": v for k, v in stats.items() if k != "lr"})
                     self.step += 1
+                    self.env_steps_done = self.env_steps
                     t2 = time.perf_counter()
                     run.totals["train_seconds"] = run.totals.get("train_seconds", 0.0) + t2 - t0
                     row = self._row(info, learn, lr, t1 - t0, t2 - t1)
@@ -158,12 +164,15 @@ class _Loop:
                         progress.note(self._evaluate())
                     run.log(self.step, row)
                     progress.update(self.step, row)
-                    every = core.train.checkpoint_every
-                    if every > 0 and self.step % every == 0 and self.step < total:
-                        self._checkpoint()
+                    why = run.save_reason(self.step)  # periodic, or a new best evaluation
+                    if why and self.step < total:
+                        self._checkpoint(best_only=why == "best")
                 if run.evals[-1]["step"] != self.step:
                     progress.note(self._evaluate())
-        except KeyboardInterrupt:
+        except NonFiniteLossError as exc:  # blown-up weights: not saved (the last checkpoint is)
+            raise run.failed_update(self.step, exc, {"env_steps": self.env_steps}) from None
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (arena_core.interrupts)
+            self.env_steps = self.env_steps_done  # a cut-off rollout was never trained on
             ckpt = self._checkpoint()
             run.finish(self.step, ckpt, "interrupted", {"env_steps": self.env_steps})
             raise GymRunInterrupted(
@@ -312,7 +321,11 @@ class _Loop:
             f"{self.core.eval.episodes} episodes"
         )
 
-    def _checkpoint(self) -> Path:
+    def _checkpoint(self, best_only: bool = False) -> Path:
         return self.run_.checkpoint(
-            self.step, self.policies, self.optimizer, {"env_steps": self.env_steps}
+            self.step,
+            self.policies,
+            self.optimizer,
+            {"env_steps": self.env_steps},
+            best_only=best_only,
         )

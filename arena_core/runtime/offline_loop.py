@@ -5,8 +5,10 @@ Algorithms name this loop in `training_loop`. It shares the LLM loop's parts: th
 the store (run directory, loggers, checkpoints, summary.json) and, when the env has a reward,
 the same held-out reward evaluation (greedy, sandboxed reward). One step is `algo.batch_size`
 rows: SFT goes through `Learner.step` with a per-token NLL, DPO through
-`arena_core.learn.sequence_loss.preference_step`. summary.json holds `eval_loss_initial/final`
-(SFT) or `eval_pref_accuracy_initial/final` (DPO).
+`arena_core.learn.sequence_loss.preference_step`. Like every run it writes plan.json at its start,
+`reward_curve.png` at each checkpoint and prints the closing summary; summary.json holds
+`eval_loss_initial/final` (SFT) or `eval_pref_accuracy_initial/final` (DPO) and the run's `kind`
+(`arena_core.store.kinds`).
 """
 
 from __future__ import annotations
@@ -23,12 +25,26 @@ from arena_core.config.schema import CoreConfig
 from arena_core.errors import ArenaError, ConfigError
 from arena_core.learn.learner import Learner, NonFiniteLossError
 from arena_core.runtime.build import build_algorithm, make_env
-from arena_core.runtime.finish import check_resume_config, failed_summary, finished_already
+from arena_core.runtime.finish import (
+    check_resume_config,
+    closing_summary,
+    failed_summary,
+    finished_already,
+)
 from arena_core.runtime.offline_data import Encoder, OfflineData, mismatch, task_category
 from arena_core.runtime.offline_eval import Evaluator
+from arena_core.runtime.plan_file import write_plan
 from arena_core.runtime.threads import torch_threads
 from arena_core.store.atomic import atomic_write_json
-from arena_core.store.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
+from arena_core.store.best import save_reason
+from arena_core.store.checkpoints import (
+    best_checkpoint,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
+from arena_core.store.curves import plot_reward_curve
+from arena_core.store.kinds import PREFERENCE, SFT
 from arena_core.store.rundir import new_run_dir, resolve_resume, write_config
 
 DEFAULT_MICRO_BATCH_TOKENS = 2048
@@ -90,6 +106,8 @@ class _OfflineRun:
             batching=core.train.batching,
         )
         self.preference = "preference" in algorithm.data_categories
+        self.kind = PREFERENCE if self.preference else SFT
+        self._write_plan()
         cfg = algorithm.config
         self.encoder = Encoder(
             self.policy.tokenizer, cfg.max_length, getattr(cfg, "completion_only", True)
@@ -121,11 +139,38 @@ class _OfflineRun:
             ),
         )
 
+    def _write_plan(self) -> None:
+        """plan.json: no generation to balance against learning, so the plan says what the run
+        uses: device, threads, rows and micro-batch tokens per step, what is trained."""
+        params = list(self.policy.model.parameters())
+        trained = sum(p.numel() for p in params if p.requires_grad)
+        fields: dict[str, Any] = {
+            "device": str(params[0].device) if params else "cpu",
+            "torch_threads": torch.get_num_threads(),
+            "model": self.core.model.name_or_path,
+            "lora_rank": self.core.model.lora.r,
+            "rows_per_step": self.algorithm.config.batch_size,
+            "micro_batch_tokens": self.learner.micro_batch_tokens,
+            "parameters": sum(p.numel() for p in params),
+            "trainable_parameters": trained,
+        }
+        if self.preference:  # offline_eval: the adapter-free base, or log-probs computed once
+            lora = hasattr(self.policy.model, "disable_adapter")
+            fields["reference"] = "base without the adapter" if lora else "starting weights"
+        line = (
+            f"{fields['device'].upper()}, {fields['torch_threads']} torch thread(s), "
+            f"{fields['rows_per_step']} rows per step in micro-batches of "
+            f"{fields['micro_batch_tokens']} tokens, {trained:,} of {fields['parameters']:,} "
+            "parameters trained"
+            + (f", reference: {fields['reference']}" if self.preference else "")
+        )
+        write_plan(self.run_dir, self.kind.name, fields, line)
+
     # -- phases ----------------------------------------------------------------------------
     def run(self) -> None:
         total, t0 = self.core.train.max_steps, time.perf_counter()
         wall_before = float(self.totals.get("wall_seconds", 0.0))
-        status, error = "finished", None
+        status, error, save = "finished", None, True
         try:
             with self.evaluator:
                 if not self.evals:
@@ -141,24 +186,30 @@ class _OfflineRun:
                             row.setdefault(key, None)
                     self.metrics.log(self.step, row)
                     self._print(row)
-                    if self._due(self.core.train.checkpoint_every) and self.step < total:
-                        self._checkpoint()
-        except NonFiniteLossError as exc:
-            status, error = "failed", str(exc)
-        except KeyboardInterrupt:
+                    # periodic, or a new best evaluation (its weights are kept: RUN:best)
+                    why = save_reason(self.step, self.core.train.checkpoint_every, self.evals)
+                    if why and self.step < total:
+                        self._checkpoint(best_only=why == "best")
+        except NonFiniteLossError as exc:  # blown-up weights (weights_ok False) are not saved
+            status, error, save = "failed", f"step {self.step + 1}: {exc}", exc.weights_ok
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (arena_core.interrupts)
             status = "interrupted"
         self.totals["wall_seconds"] = wall_before + time.perf_counter() - t0
-        ckpt = self._checkpoint()
+        ckpt = self._checkpoint() if save else latest_checkpoint(self.run_dir)
         self._summary(status, ckpt, error)
         self.metrics.close()
         if status == "failed":
+            from arena_core.runtime.finish import last_good
             from arena_core.runtime.llm_loop import RunFailed
 
-            raise RunFailed(f"step {self.step + 1} failed: {error}\nLast good weights: {ckpt}")
+            raise RunFailed(f"{error}\n{last_good(ckpt, save, self.run_dir)}")
         if status == "interrupted":
             from arena_core.runtime.llm_loop import RunInterrupted
 
-            raise RunInterrupted(f"interrupted at step {self.step}: checkpoint {ckpt}")
+            raise RunInterrupted(
+                f"interrupted at step {self.step}: checkpoint {ckpt}, summary in "
+                f"{self.run_dir / 'summary.json'}. Resume with train.resume={self.run_dir}"
+            )
 
     def _due(self, every: int) -> bool:
         return every > 0 and self.step % every == 0
@@ -212,9 +263,11 @@ class _OfflineRun:
             shown = {k: row[k] for k in keys if k in row}
             print(f"step {self.step}/{self.core.train.max_steps}  " + _fmt(shown), flush=True)
 
-    def _checkpoint(self) -> Path:
+    def _checkpoint(self, best_only: bool = False) -> Path:
         last = self.evals[-1] if self.evals and self.evals[-1]["step"] == self.step else None
         scores = {k: v for k, v in (last or {}).items() if k != "step"} or None
+        title = self.core.run_name or self.run_dir.name
+        plot_reward_curve(self.run_dir, self.evals, kind=self.kind, title=title)
         return save_checkpoint(
             self.run_dir,
             self.step,
@@ -224,9 +277,10 @@ class _OfflineRun:
             tokenizer=self.policy.tokenizer,
             keep=self.core.train.keep_checkpoints,
             scores=scores,
+            best_only=best_only,
         )
 
-    def _summary(self, status: str, ckpt: Path, error: str | None) -> None:
+    def _summary(self, status: str, ckpt: Path | None, error: str | None) -> None:
         first, last = self.evals[0], self.evals[-1]
         t = self.totals
         summary: dict[str, Any] = {
@@ -235,6 +289,8 @@ class _OfflineRun:
             "steps": self.step,
             "interrupted": status != "finished",
             "algorithm": self.core.algo["name"],  # type: ignore[index]
+            "kind": self.kind.name,
+            "eval_rows": len(self.data.eval_rows),
         }
         for key in sorted({k for e in (first, last) for k in e if k.startswith("eval/")}):
             name = _SUMMARY_NAMES.get(key) or "eval_" + key.removeprefix("eval/").replace("/", "_")
@@ -248,15 +304,20 @@ class _OfflineRun:
                 "tokens_per_s/trained": t["tokens/trained"] / t["time/learn_s"]
                 if t.get("time/learn_s")
                 else 0.0,
-                "final_checkpoint": str(ckpt),
+                "final_checkpoint": str(ckpt) if ckpt else None,
+                "best_checkpoint": best_checkpoint(self.run_dir),
                 "evals": self.evals,
             }
         )
         if error:
             summary["error"] = error
+        if status == "interrupted":
+            from arena_core.interrupts import signal_name
+
+            summary["signal"] = signal_name()  # SIGINT (Ctrl-C) or SIGTERM (a scheduler)
         atomic_write_json(self.run_dir / "summary.json", summary)
         self.metrics.log_summary(summary)
-        print(f"summary: {self.run_dir / 'summary.json'} ({status})", flush=True)
+        print(closing_summary(summary, run_name=self.core.run_name), flush=True)
 
 
 def _fmt(values: dict[str, Any]) -> str:

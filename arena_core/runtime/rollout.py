@@ -9,7 +9,10 @@ than two valid samples is dropped (`groups/dropped_failed`). Failed calls are co
 A group whose advantages are all zero (every completion got the same reward) carries no
 gradient, so it is dropped before the learner and counted (`groups/dropped_zero_adv`); more
 prompts are then sampled, a bounded number of rounds, so each step trains on
-`train.prompts_per_step` informative groups whenever the policy can produce them.
+`train.prompts_per_step` informative groups whenever the policy can produce them. When
+`max_flat_rounds` rounds in a row give no informative group at all, the refill stops early: a
+policy whose reward never varies would otherwise spend every round on nothing (the step is then
+logged as `train/flat_step` = 1 and the run's summary warns, arena_core.runtime.run_warnings).
 """
 
 from __future__ import annotations
@@ -97,12 +100,14 @@ class GroupCollector:
         *,
         seed: int,
         max_rounds: int = 4,
+        max_flat_rounds: int = 0,
         position: int = 0,
         sample_seed: int | None = None,
     ) -> None:
         self.task, self.encoder, self.backend = task, encoder, backend
         self.scorer, self.algorithm, self.params = scorer, algorithm, params
         self.seed, self.max_rounds = seed, max_rounds
+        self.max_flat_rounds = max_flat_rounds  # 0: never stop refilling early
         # `seed` orders the examples; `sample_seed` (default: the same) seeds the sampling, so
         # population members read the same prompts but sample differently
         self.sample_seed = seed if sample_seed is None else sample_seed
@@ -120,9 +125,10 @@ class GroupCollector:
     def collect(self, n_groups: int, step: int) -> StepBatch:
         g = self.algorithm.group_size
         out = StepBatch()
+        flat_rounds = 0  # rounds in a row without one informative group
         for rnd in range(self.max_rounds):
             need = n_groups - out.groups_kept
-            if need <= 0:
+            if need <= 0 or (self.max_flat_rounds and flat_rounds >= self.max_flat_rounds):
                 break
             # after the first round, oversample by the observed informative rate (at most 2x):
             # enough to fill the step usually, bounded when the policy gives no signal at all
@@ -161,7 +167,9 @@ class GroupCollector:
             out.rewards.extend(v for v, ok in zip(values, valid, strict=True) if ok)
             out.completions.extend(comps)
             out.rounds += 1
+            kept = out.groups_kept
             self._assemble(out, comps, values, valid, n_try, need)
+            flat_rounds = flat_rounds + 1 if out.groups_kept == kept else 0
         out.position = self.position
         return out
 

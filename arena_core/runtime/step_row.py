@@ -38,6 +38,8 @@ def step_row(batch: StepBatch, learn: dict[str, float], step_s: float) -> dict[s
             "tokens/trained": learn.get("tokens/trained", 0.0),
             "completion_len/mean": gen_tokens / max(1, len(batch.completions)),
             "groups/kept": batch.groups_kept,
+            # 1: no informative group after the refill rounds, so the step trained on nothing
+            "train/flat_step": 0 if batch.groups_kept else 1,
             "groups/dropped_zero_adv": batch.groups_dropped,
             "groups/dropped_failed": batch.groups_failed,
             "sampling/rounds": batch.rounds,

@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from arena_core.errors import ArenaError
+from arena_core.sandbox.visible import SCRATCH, visible_paths  # what /tmp mounts back
 
 MODES = ("auto", "bwrap", "none")
-SCRATCH = "/tmp"  # the worker's private, size-capped working directory
 SANDBOX_UID = 65534  # "nobody" inside the namespace: not root there either
 # Tasks (the limits count threads) the sandbox needs besides the user's: bwrap's monitor and its
 # init (pid 1) in the cgroup, and the worker's lifeline thread.
@@ -222,31 +222,14 @@ def _namespace_args(*, network: bool) -> list[str]:
     return args
 
 
-def visible_paths(paths: list[str]) -> list[str]:
-    """Of `paths` (and Python's own: the interpreter, sys.path), the existing ones under SCRATCH,
-    which the private /tmp would hide: they are mounted back, read-only, at the same place."""
-    found: list[str] = []
-    own = [sys.prefix, sys.base_prefix, os.path.realpath(sys.executable), *sys.path]
-    for path in [*paths, *own]:
-        if not path:
-            continue
-        real = os.path.realpath(path)
-        if not (real == SCRATCH or real.startswith(SCRATCH + os.sep)) or not os.path.exists(real):
-            continue
-        if os.path.isfile(real):
-            real = os.path.dirname(real)
-        if real != SCRATCH and not any(real == f or real.startswith(f + os.sep) for f in found):
-            found = [f for f in found if not f.startswith(real + os.sep)] + [real]
-    return found
-
-
 def bwrap_command(
     binary: str, argv: list[str], policy: SandboxPolicy, expose: list[str] | None = None
 ) -> list[str]:
     """bwrap's command line running `argv` in the sandbox (fds passed to bwrap pass through).
 
-    `expose`: files or folders the worker must read (the reward file's folder) that the private
-    /tmp would otherwise hide; they are mounted read-only at their own path."""
+    `expose`: files or folders the worker must read (the reward file, a dataset, an MCP server's
+    script) that the private /tmp would otherwise hide; they and every installed distribution's
+    code are mounted read-only at their own path (visible.py)."""
     size = str(max(1, int(policy.scratch_mb)) * 1024 * 1024)
     cmd = [binary, *_namespace_args(network=policy.network)]
     if "--disable-userns" in _bwrap_help(binary):

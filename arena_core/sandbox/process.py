@@ -31,6 +31,7 @@ from arena_core.sandbox.isolation import (
     check_isolation,
     new_cgroup,
 )
+from arena_core.sandbox.reap import wait_dead
 
 SECRET_MARKERS = (
     "KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE", "SESSION",
@@ -103,20 +104,6 @@ def stack_frame(dump: str, path: str | None = None) -> tuple[str | None, int | N
 def stack_line(dump: str, path: str | None) -> int | None:
     """The innermost line in `path` of the last faulthandler dump in `dump`."""
     return stack_frame(dump, path)[1] if path else None
-
-
-def _wait_dead(procs: list[psutil.Process], timeout: float) -> None:
-    """Wait until each process is gone or a zombie (psutil.wait_procs would wait out the timeout
-    on a zombie whose new parent, the container's init, never reaps it)."""
-    deadline = time.monotonic() + timeout
-    for proc in procs:
-        while time.monotonic() < deadline:
-            try:
-                if proc.status() == psutil.STATUS_ZOMBIE:
-                    break
-            except psutil.Error:
-                break
-            time.sleep(0.01)
 
 
 class Child:
@@ -334,7 +321,7 @@ class Child:
                 proc.kill()
         if self.cgroup is not None:
             self.cgroup.kill()
-        _wait_dead(descendants, timeout=2.0)
+        wait_dead(descendants, timeout=2.0)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(self.proc.pid, signal.SIGKILL)
         self.proc.wait()

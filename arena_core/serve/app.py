@@ -175,7 +175,7 @@ def create_app(
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:
         req = await parse_body(request, ChatRequest)
-        model = _pick(engine, req.model)
+        model = _pick(engine, req.model, request)
         messages = [{"role": m.role, "content": m.text()} for m in req.messages]
         try:
             prompt = model.backend.encode_chat(messages)
@@ -189,7 +189,7 @@ def create_app(
     @app.post("/v1/completions")
     async def completions(request: Request) -> Any:
         req = await parse_body(request, CompletionRequest)
-        model = _pick(engine, req.model)
+        model = _pick(engine, req.model, request)
         texts = req.prompts()
         if not texts or len(texts) > limits.max_prompts:
             raise ApiError(400, f"send 1 to {limits.max_prompts} prompts", param="prompt")
@@ -199,10 +199,16 @@ def create_app(
         max_tokens = req.max_tokens or 16  # the OpenAI default for completions
         return await _answer(engine, model, req, prompts, max_tokens, limits, chat=False)
 
+    openai_paths = _paths(app)
     for kind in sorted({m.kind for m in models} - {"llm"}):
         if kind in _KIND_ROUTES:
             _KIND_ROUTES[kind](app, [m for m in models if m.kind == kind])
+    app.state.kind_paths = sorted(_paths(app) - openai_paths)  # e.g. ["/v1/act"]
     return app
+
+
+def _paths(app: FastAPI) -> set[str]:
+    return {str(getattr(route, "path", "")) for route in app.routes}
 
 
 async def parse_body(request: Request, schema: type[BaseModel]) -> Any:
@@ -222,13 +228,16 @@ async def parse_body(request: Request, schema: type[BaseModel]) -> Any:
         raise ApiError(400, f"{where}: {first['msg']}", param=where) from None
 
 
-def _pick(engine: Engine, name: str | None) -> ServedModel:
+def _pick(engine: Engine, name: str | None, request: Request) -> ServedModel:
     llms = [m for m in engine.models.values() if m.kind == "llm"]
     if name is None and len(llms) == 1:
         return llms[0]
     model = engine.models.get(name or "")
-    if model is None or model.kind != "llm":
-        served = ", ".join(m.name for m in llms)
+    others = [m for m in engine.models.values() if m.kind != "llm"]
+    if (model is not None and model.kind != "llm") or (name is None and not llms and others):
+        raise _not_a_language_model(model or others[0], request)
+    if model is None:
+        served = ", ".join(m.name for m in engine.models.values())
         raise ApiError(
             404,
             f"model '{name}' is not served here; served models: {served}",
@@ -236,6 +245,22 @@ def _pick(engine: Engine, name: str | None) -> ServedModel:
             param="model",
         )
     return model
+
+
+def _not_a_language_model(model: ServedModel, request: Request) -> ApiError:
+    """A chat or completion request for a policy (PPO...): name the route that answers it."""
+    paths = list(getattr(request.app.state, "kind_paths", []))
+    where = " or ".join(f"POST {p}" for p in paths) or "its own routes"
+    example = (
+        f' with {{"model": "{model.name}", "observation": [...]}}' if "/v1/act" in paths else ""
+    )
+    return ApiError(
+        400,
+        f"model '{model.name}' is a '{model.kind}' policy, not a language model: it does not "
+        f"answer {request.url.path}; send it to {where}{example}",
+        code="wrong_endpoint",
+        param="model",
+    )
 
 
 class _Pipe:

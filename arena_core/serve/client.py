@@ -119,9 +119,7 @@ class HttpClient:
 class LocalClient:
     """The same calls on checkpoints loaded into this process (no server, no port)."""
 
-    def __init__(
-        self, refs: list[str], *, runs: str = "./runs", metric: str = "eval/reward_mean"
-    ) -> None:
+    def __init__(self, refs: list[str], *, runs: str = "./runs", metric: str | None = None) -> None:
         from arena_core.serve.engine import Engine
         from arena_core.serve.models import load_models
 
@@ -150,7 +148,13 @@ class LocalClient:
         return "".join(self.chat_stream(messages, **params))
 
     def chat_stream(self, messages: Messages, **params: Any) -> Iterator[str]:
-        prompt = self.engine.models[self.model].backend.encode_chat(messages)
+        try:
+            prompt = self.engine.models[self.model].backend.encode_chat(messages)
+        except Exception as exc:  # no template, or one that rejects these roles
+            raise ArenaError(
+                f"cannot apply {self.model}'s chat template: {exc} (`arena generate --raw` "
+                "sends the prompt as plain text)"
+            ) from None
         for _, piece in self._run([prompt], params):
             yield piece
 

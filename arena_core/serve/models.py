@@ -117,7 +117,7 @@ def load_models(
     refs: list[str],
     runs: str | Path = "./runs",
     *,
-    metric: str = DEFAULT_METRIC,
+    metric: str | None = DEFAULT_METRIC,
     device: str = "cpu",
     max_batch_size: int | None = None,
     backend: str = "torch",

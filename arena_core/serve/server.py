@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from arena_core.errors import ArenaError
+from arena_core.extras import require_extra
 from arena_core.serve.protocol import Limits
 
 API_KEY_ENV = "ARENA_API_KEY"
@@ -30,7 +31,7 @@ class ServeOptions:
     port: int = 8000
     api_key: str | None = None
     runs: str | Path = "./runs"
-    metric: str = "eval/reward_mean"
+    metric: str | None = None  # what RUN:best ranks by; None: each run's own score
     device: str = "cpu"
     backend: str = "torch"  # a name in arena_core.serve.backends.SERVING_BACKENDS
     log_level: str = "warning"
@@ -156,6 +157,7 @@ class Server(UvicornHost):
     """A running server: `url`, `port`, `engine`; `close()` stops it (a thread) or Ctrl-C."""
 
     def __init__(self, refs: list[str], options: ServeOptions) -> None:
+        require_extra("serve", "serving checkpoints (`arena deploy`, `arena.deploy`)")
         from arena_core.serve.app import create_app
         from arena_core.serve.engine import Engine
         from arena_core.serve.models import load_models

@@ -37,6 +37,7 @@ from arena_core.store.atomic import (
     fsync_tree,
     read_json,
 )
+from arena_core.store.best import best_of, infer_ranking
 
 INDEX = "index.json"
 
@@ -85,12 +86,20 @@ def save_checkpoint(
     scores: dict[str, float | None] | None = None,
     extra: Callable[[Path], None] | None = None,
     entry_extra: dict[str, Any] | None = None,
+    best_only: bool = False,
 ) -> Path:
     """Write checkpoint `step` atomically and record it in the index with its `scores` (the
     held-out evaluation at that step, when there was one); returns its directory. `extra(dir)`
     writes more files into the checkpoint before it is renamed into place (a population's
     members); `entry_extra` goes into its index entry (`"elite": True` moves the elite mark
-    here from any older entry)."""
+    here from any older entry).
+
+    The run's best checkpoint (`arena_core.store.best`) is never deleted: `keep` keeps the
+    `keep` newest plus the best. `best_only=True` marks a checkpoint saved only because its
+    evaluation is a new best (none was due): it is deleted once a later checkpoint beats it,
+    so such saves add at most one checkpoint to what the schedule keeps. Old checkpoints are
+    deleted only after the new index (which no longer names them) is in place, so a kill at any
+    moment leaves the best one named and whole."""
     root = checkpoints_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     name = f"step_{step:06d}"
@@ -127,22 +136,38 @@ def save_checkpoint(
     os.replace(tmp, final)
     fsync_dir(root)
     entries = [c for c in index["checkpoints"] if c["dir"] != name]
-    entry = {"step": step, "dir": name, "kind": kind, "time": time.time()}
+    entry: dict[str, Any] = {"step": step, "dir": name, "kind": kind, "time": time.time()}
     if scores:
         entry["scores"] = scores
+    if best_only:
+        entry["best_only"] = True
     if entry_extra:
         if entry_extra.get("elite"):
             entries = [{k: v for k, v in c.items() if k != "elite"} for c in entries]
         entry.update(entry_extra)
     entries.append(entry)
     entries.sort(key=lambda c: c["step"])
-    removed: list[dict[str, Any]] = []
-    if keep is not None and len(entries) > keep:
-        removed, entries = entries[:-keep], entries[-keep:]
+    entries, removed = _retained(entries, entry, keep)
     atomic_write_json(root / INDEX, {"latest": name, "checkpoints": entries})
     for old in removed:  # delete only after the index stopped naming them
         shutil.rmtree(root / old["dir"], ignore_errors=True)
     return final
+
+
+def _retained(
+    entries: list[dict[str, Any]], new: dict[str, Any], keep: int | None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(entries to keep, entries to delete): the best always stays, a `best_only` entry stays
+    only while it is the best, and `keep` bounds the rest to the newest `keep`."""
+    ranking = infer_ranking(e.get("scores") for e in entries)
+    best = best_of(entries, ranking, scores=lambda e: e.get("scores"), step=lambda e: e["step"])
+    removed = [e for e in entries if e.get("best_only") and e is not best and e is not new]
+    kept = [e for e in entries if not any(e is r for r in removed)]
+    if keep is not None and len(kept) > keep:
+        old, newest = kept[:-keep], kept[-keep:]
+        removed += [e for e in old if e is not best]
+        kept = [e for e in old if e is best] + newest
+    return kept, removed
 
 
 @contextlib.contextmanager
@@ -208,14 +233,23 @@ def load_checkpoint(
     return state
 
 
-def best_checkpoint(run_dir: Path, key: str = "eval/reward_mean") -> dict[str, Any] | None:
-    """The kept checkpoint with the highest held-out `key` ({"path", "step", scores...}), or None
-    when no checkpoint was evaluated. Ranked by `arena_core.store.index.find_best`, so a run's
-    summary names the checkpoint `arena deploy RUN:best` serves (for the default key a
-    classic-RL run's `eval/return_mean` ranks)."""
-    from arena_core.store.index import find_best  # index reads this module's layout
+def best_checkpoint(run_dir: Path, key: str | None = None) -> dict[str, Any] | None:
+    """The run's best checkpoint for its summary: {"path", "step", "metric", "mode", "value",
+    scores...}, or None when no checkpoint was evaluated. Ranked by
+    `arena_core.store.index.find_best` (the run's own score unless `key`), so the summary names
+    the checkpoint `arena deploy RUN:best` serves."""
+    from arena_core.store.index import checkpoint_ranking, find_best  # index reads this layout
 
     best = find_best(run_dir, metric=key)
     if best is None:
         return None
-    return {"path": str(best.dir), "step": best.step, **best.scores}
+    ranking = checkpoint_ranking([best], key)
+    assert ranking is not None  # find_best ranked it
+    return {
+        "path": str(best.dir),
+        "step": best.step,
+        "metric": ranking.metric,
+        "mode": ranking.mode,
+        "value": ranking.value(best.scores),
+        **best.scores,
+    }

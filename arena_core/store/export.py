@@ -84,11 +84,36 @@ def _export_adapter(run_dir: Path, ckpt: CheckpointInfo, dst: Path) -> None:
         )
     _copy_files(ckpt.weights_dir, dst)
     check_lora_alpha(dst, _run_lora_alpha(run_dir))
+    resolve_adapter_base(dst)
     from arena_core.models import load_policy
 
     # The tokenizer the run trained with, so the adapter folder is all a user needs beside the base.
     policy = load_policy({"name_or_path": str(ckpt.weights_dir), "lora": {"r": 0}})
     policy.tokenizer.save_pretrained(str(dst))
+
+
+def resolve_adapter_base(adapter_dir: Path) -> str:
+    """Make the adapter's `base_model_name_or_path` something `peft` loads on its own
+    (`AutoPeftModelForCausalLM.from_pretrained(adapter_dir)`), and return it.
+
+    A model of Arena's cache (`smollm2-135m-instruct`, a `.gguf` file) becomes its cache
+    directory and a relative local path an absolute one; hub ids stay as they are. Embedded
+    `arena:` bases stay too: only Arena builds them (`load_policy(adapter_dir)` does).
+    """
+    from arena_core.models.cache import resolve_model
+
+    path = adapter_dir / "adapter_config.json"
+    cfg = json.loads(path.read_text())
+    base = str(cfg.get("base_model_name_or_path") or "")
+    if not base or base.startswith("arena:"):
+        return base
+    resolved = resolve_model(base, fetch=False)
+    if Path(resolved).expanduser().exists():
+        resolved = str(Path(resolved).expanduser().resolve())
+    if resolved != base:
+        cfg["base_model_name_or_path"] = resolved
+        atomic_write_json(path, cfg)
+    return resolved
 
 
 def _run_lora_alpha(run_dir: Path) -> float | None:

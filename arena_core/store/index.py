@@ -6,15 +6,22 @@ disagree with what is on disk. A directory that cannot be read (a half-written r
 file) is listed with status "corrupt" and the reason, never an exception, so one bad run cannot
 hide the others.
 
-References: wherever a command takes RUN it is a run directory or a run name under the runs
-directory (`paths.runs`, also inside its project folders); `RUN:STEP` and `RUN:best` name one
-checkpoint (the latest when no suffix is given).
+References (`resolve_run`, the one resolver of every command, the SDK, `model.init_from` and
+`arena deploy`): RUN is a run directory (a path), a run id (a run directory's name under the runs
+directory `paths.runs`, or under one of its project folders), or a run name (the `run_name` the
+run was started with, or the name its directory was stamped from: `NAME-YYYYmmdd-HHMMSS`); a
+name that several runs share is refused with the list of them. `RUN:STEP`, `RUN:best` and
+`RUN:latest` name one checkpoint (the latest when no suffix is given). "Best" is the ranking of
+`arena_core.store.best`: each run's own held-out score, in its own direction.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import re
 import shutil
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,12 +29,14 @@ from typing import Any
 import yaml
 
 from arena_core.errors import ArenaError
+from arena_core.store.best import Ranking, best_of, infer_ranking, ranking_for
 from arena_core.store.checkpoints import INDEX, checkpoints_dir
+from arena_core.store.rundir import STAMP_RE, slug
 
-DEFAULT_METRIC = "eval/reward_mean"
-# the headline held-out figure by kind of run: LLM runs score rewards, classic RL runs returns;
-# "best" without --metric takes the first one a run has
-HEADLINE_METRICS = (DEFAULT_METRIC, "eval/return_mean")
+# no metric named: "best" ranks by the run's own headline score (arena_core.store.best)
+DEFAULT_METRIC: str | None = None
+# the held-out figures the compare plot draws on its reward/return axis
+HEADLINE_METRICS = ("eval/reward_mean", "eval/return_mean")
 _RUN_MARKERS = ("config.yaml", "summary.json", "checkpoints")
 
 
@@ -43,7 +52,10 @@ class RunInfo:
     env: str | None = None
     steps: int | None = None
     max_steps: int | None = None
-    best_eval_reward: float | None = None
+    best_eval: float | None = None  # the best held-out score, ranked as arena_core.store.best
+    best_metric: str | None = None  # what ranks it: eval/reward_mean, eval/loss, ...
+    best_step: int | None = None  # the step of that evaluation (a checkpoint holds it)
+    best_eval_reward: float | None = None  # best_eval under its older name (JSON readers)
     wall_seconds: float | None = None
     started: float | None = None  # epoch seconds (config.yaml's modification time)
     checkpoints: int = 0
@@ -92,24 +104,29 @@ def is_run_dir(path: Path) -> bool:
     return path.is_dir() and any((path / m).exists() for m in _RUN_MARKERS)
 
 
-def list_runs(runs: str | Path = "./runs", *, project: str | None = None) -> list[RunInfo]:
-    """Every run under `runs` (and its project folders), newest first; never raises on a bad run."""
+def run_dirs(runs: str | Path = "./runs") -> Iterator[tuple[Path, str | None]]:
+    """(run directory, project folder or None) of every run under `runs`, by name."""
     root = Path(runs)
     if not root.is_dir():
-        return []
-    found: list[RunInfo] = []
+        return
     for child in sorted(root.iterdir()):
         if not child.is_dir() or child.name.startswith("."):
             continue
         if is_run_dir(child):
-            if project is None:
-                found.append(read_run(child))
-        elif project is None or child.name == project:
-            found += [
-                read_run(g, project=child.name)
-                for g in sorted(child.iterdir())
-                if is_run_dir(g) and not g.name.startswith(".")
-            ]
+            yield child, None
+        else:
+            for g in sorted(child.iterdir()):
+                if is_run_dir(g) and not g.name.startswith("."):
+                    yield g, child.name
+
+
+def list_runs(runs: str | Path = "./runs", *, project: str | None = None) -> list[RunInfo]:
+    """Every run under `runs` (and its project folders), newest first; never raises on a bad run."""
+    found = [
+        read_run(path, project=folder)
+        for path, folder in run_dirs(runs)
+        if project is None or folder == project
+    ]
     found.sort(key=lambda r: r.started or 0.0, reverse=True)
     return found
 
@@ -158,14 +175,14 @@ def read_run(path: Path, *, project: str | None = None) -> RunInfo:
         info.summary = summary
         info.steps = summary.get("steps")
         info.wall_seconds = summary.get("wall_seconds")
-        info.best_eval_reward = _headline_best(summary.get("evals") or [])
+        _set_best(info, [e for e in summary.get("evals") or [] if isinstance(e, dict)])
         info.status = str(
             summary.get("status") or ("interrupted" if summary.get("interrupted") else "finished")
         )
     else:
         info.status = "incomplete"  # still running, or killed before writing its summary
         info.steps = max((c.step for c in ckpts), default=None)
-        info.best_eval_reward = _headline_best([c.scores for c in ckpts])
+        _set_best(info, [{"step": c.step, **c.scores} for c in ckpts])
     if problems:
         info.status = "corrupt"
         info.problem = "; ".join(problems)
@@ -192,19 +209,14 @@ def read_validation(run_dir: Path) -> dict[str, Any] | None:
     return report
 
 
-def _headline_best(records: list[dict[str, Any]]) -> float | None:
-    """The best value of the first headline metric that any record has."""
-    for key in HEADLINE_METRICS:
-        values = [r.get(key) for r in records]
-        values = [v for v in values if _is_score(v)]
-        if values:
-            return max(values)
-    return None
-
-
-def _is_score(value: Any) -> bool:
-    """A number that can rank: not missing, not NaN (an evaluation that could not score)."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and value == value
+def _set_best(info: RunInfo, records: list[dict[str, Any]]) -> None:
+    """The run's best held-out evaluation (`records`: step and scores), as RUN:best ranks."""
+    ranking = infer_ranking(records)
+    best = best_of(records, ranking)
+    if ranking is None or best is None:
+        return
+    info.best_metric, info.best_step = ranking.metric, int(best["step"])
+    info.best_eval = info.best_eval_reward = ranking.value(best)
 
 
 def _read_json(path: Path, problems: list[str]) -> dict[str, Any] | None:
@@ -228,39 +240,87 @@ def _name(section: Any) -> str | None:
     return section.get("name") if isinstance(section, dict) else None
 
 
-def resolve_run(ref: str | Path, runs: str | Path = "./runs") -> Path:
-    """A run directory from a path or a run name under `runs` (or under one of its projects)."""
-    path = Path(ref).expanduser()
+class AmbiguousRunError(ArenaError):
+    """A run name that several runs share: the message lists them and how to name one."""
+
+
+def resolve_run(
+    ref: str | Path, runs: str | Path = "./runs", *, selector: str | None = None
+) -> Path:
+    """The run directory `ref` names (see the module docstring): a path, a run id, or a run name.
+
+    `selector` (STEP, best, latest) only shapes the hint of an ambiguous name, so it reads as
+    the reference the user typed (`NAME-YYYYmmdd-HHMMSS:best`)."""
+    text = str(ref)
+    path = Path(text).expanduser()
     if is_run_dir(path):
         return path
     root = Path(runs)
-    candidates = [root / str(ref)]
-    if root.is_dir():
-        candidates += [p / str(ref) for p in root.iterdir() if p.is_dir()]
-    for cand in candidates:
-        if is_run_dir(cand):
-            return cand
+    if text and is_run_dir(root / text) and not text.startswith("."):
+        return root / text  # a run id (or project/id) at the top of the runs directory
+    found = list(run_dirs(root)) if text and "/" not in text else []
+    for match in (lambda p: p.name == text, lambda p: _is_named(p, text)):
+        hits = [p for p, _ in found if match(p)]
+        if len(hits) == 1:
+            return hits[0]
+        if hits:
+            raise AmbiguousRunError(_ambiguous(text, hits, selector))
     names = [r.name for r in list_runs(root)][:10]
     hint = f" Runs there: {', '.join(names)}." if names else " There are no runs there."
     raise ArenaError(
-        f"no run '{ref}': not a run directory, and no run of that name under {root.resolve()}."
-        f"{hint} Pass a run directory, or --runs DIR where the runs are (`arena runs list`)."
+        f"no run '{ref}': not a run directory, and no run of that id or name under "
+        f"{root.resolve()}.{hint} Pass a run directory, a run id or run_name from "
+        "`arena runs list`, or --runs DIR where the runs are."
     )
 
 
+def _is_named(path: Path, name: str) -> bool:
+    """Whether the run in `path` was started as `run_name=name` (its directory is stamped
+    `slug(name)-YYYYmmdd-HHMMSS`, or its config.yaml says so)."""
+    if re.fullmatch(re.escape(slug(name)) + "-" + STAMP_RE, path.name):
+        return True
+    try:
+        cfg = yaml.safe_load((path / "config.yaml").read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return False
+    return isinstance(cfg, dict) and cfg.get("run_name") == name
+
+
+def _ambiguous(name: str, paths: list[Path], selector: str | None) -> str:
+    runs = sorted((read_run(p) for p in paths), key=lambda r: r.started or 0.0, reverse=True)
+    lines = [f"  {r.name:<36} {_when(r.started)}  {r.status:<11} {r.path}" for r in runs]
+    example = runs[0].name + (f":{selector}" if selector else "")
+    return (
+        f"'{name}' names {len(runs)} runs (newest first):\n" + "\n".join(lines) + "\n"
+        f"Name one by its run id (the first column) or its directory, e.g. {example} for the "
+        "newest; or give each run its own run_name when you start it."
+    )
+
+
+def _when(ts: float | None) -> str:
+    return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S") if ts else "-"
+
+
 def split_ref(ref: str) -> tuple[str, str | None]:
-    """'RUN:STEP' or 'RUN:best' -> (RUN, selector); a plain RUN -> (RUN, None)."""
+    """'RUN:STEP', 'RUN:best' or 'RUN:latest' -> (RUN, selector); a plain RUN -> (RUN, None)."""
     head, sep, tail = str(ref).rpartition(":")
     if sep and head and (tail == "best" or tail.isdigit() or tail == "latest"):
         return head, tail
     return str(ref), None
 
 
+def resolve_ref(ref: str, runs: str | Path = "./runs") -> tuple[Path, str | None]:
+    """`RUN[:STEP|best|latest]` -> (run directory, selector): the one parse of a reference."""
+    run_ref, selector = split_ref(ref)
+    return resolve_run(run_ref, runs, selector=selector), selector
+
+
 # -- checkpoints -------------------------------------------------------------------------------------
 
 
-def list_checkpoints(run_dir: Path, *, metric: str = DEFAULT_METRIC) -> list[CheckpointInfo]:
-    """The run's checkpoints (oldest first) with scores, size and best/latest/elite marks."""
+def list_checkpoints(run_dir: Path, *, metric: str | None = DEFAULT_METRIC) -> list[CheckpointInfo]:
+    """The run's checkpoints (oldest first) with scores, size and best/latest/elite marks;
+    "best" by `metric`, or by the run's own score when None (`arena_core.store.best`)."""
     root = checkpoints_dir(Path(run_dir))
     index_file = root / INDEX
     if not index_file.is_file():
@@ -293,39 +353,42 @@ def list_checkpoints(run_dir: Path, *, metric: str = DEFAULT_METRIC) -> list[Che
     return out
 
 
-def _best(ckpts: list[CheckpointInfo], metric: str) -> CheckpointInfo | None:
-    for key in HEADLINE_METRICS if metric == DEFAULT_METRIC else (metric,):
-        scored = [c for c in ckpts if _is_score(c.scores.get(key))]
-        if scored:  # ties: the more trained one
-            return max(scored, key=lambda c: (c.scores[key], c.step))
-    return None
+def checkpoint_ranking(ckpts: list[CheckpointInfo], metric: str | None = None) -> Ranking | None:
+    """What ranks these checkpoints: `metric` (its direction from its name), or the run's own
+    headline score when None."""
+    return ranking_for(metric) if metric else infer_ranking(c.scores for c in ckpts)
 
 
-def score_of(ckpt: CheckpointInfo, metric: str = DEFAULT_METRIC) -> tuple[str, float] | None:
-    """(metric, value) that ranks `ckpt`: `metric`, or for the default the first headline one."""
-    for key in HEADLINE_METRICS if metric == DEFAULT_METRIC else (metric,):
-        value = ckpt.scores.get(key)
-        if _is_score(value):
-            return key, float(value)
-    return None
+def _best(ckpts: list[CheckpointInfo], metric: str | None) -> CheckpointInfo | None:
+    ranking = checkpoint_ranking(ckpts, metric)
+    return best_of(ckpts, ranking, scores=lambda c: c.scores, step=lambda c: c.step)
 
 
-def find_best(run_dir: Path, *, metric: str = DEFAULT_METRIC) -> CheckpointInfo | None:
+def score_of(ckpt: CheckpointInfo, metric: str | None = DEFAULT_METRIC) -> tuple[str, float] | None:
+    """(metric, value) that ranks `ckpt`: `metric`, or its run's headline score when None."""
+    ranking = checkpoint_ranking([ckpt], metric)
+    value = ranking.value(ckpt.scores) if ranking else None
+    return (ranking.metric, value) if ranking and value is not None else None
+
+
+def find_best(run_dir: Path, *, metric: str | None = DEFAULT_METRIC) -> CheckpointInfo | None:
     """The best checkpoint, or None when there is none scored: the one ranking of the store
     (`best_checkpoint` here and in `arena_core.store.checkpoints` both come here)."""
     return _best(list_checkpoints(run_dir, metric=metric), metric)
 
 
-def best_checkpoint(run_dir: Path, *, metric: str = DEFAULT_METRIC) -> CheckpointInfo:
-    """The checkpoint with the highest held-out `metric` (ties: the later step)."""
+def best_checkpoint(run_dir: Path, *, metric: str | None = DEFAULT_METRIC) -> CheckpointInfo:
+    """The checkpoint with the best held-out score (`metric`, or the run's own when None; ties:
+    the earlier step); ArenaError saying what is scored when none is."""
     ckpts = list_checkpoints(run_dir, metric=metric)
     if not ckpts:
         raise ArenaError(f"{run_dir} has no checkpoints (no {checkpoints_dir(run_dir) / INDEX}).")
     best = _best(ckpts, metric)
     if best is None:
         known = sorted({k for c in ckpts for k in c.scores})
+        what = f"a held-out score '{metric}'" if metric else "a held-out score"
         raise ArenaError(
-            f"no checkpoint of {run_dir} has a held-out score '{metric}'. Scored metrics: "
+            f"no checkpoint of {run_dir} has {what}. Scored metrics: "
             f"{', '.join(known) or 'none (set eval.every so checkpoints are evaluated)'}; "
             "pick one with --metric, or name a step as RUN:STEP."
         )
@@ -333,18 +396,17 @@ def best_checkpoint(run_dir: Path, *, metric: str = DEFAULT_METRIC) -> Checkpoin
 
 
 def select_checkpoint(
-    ref: str, runs: str | Path = "./runs", *, metric: str = DEFAULT_METRIC
+    ref: str, runs: str | Path = "./runs", *, metric: str | None = DEFAULT_METRIC
 ) -> tuple[Path, CheckpointInfo]:
     """`RUN`, `RUN:STEP`, `RUN:best` or `RUN:latest` -> (run directory, checkpoint)."""
-    run_ref, selector = split_ref(ref)
-    run_dir = resolve_run(run_ref, runs)
+    run_dir, selector = resolve_ref(ref, runs)
     if selector == "best":
         return run_dir, best_checkpoint(run_dir, metric=metric)
     ckpts = list_checkpoints(run_dir, metric=metric)
     if not ckpts:
         raise ArenaError(
             f"{run_dir} has no checkpoints yet; a run writes one every train.checkpoint_every "
-            "steps and at its end."
+            "steps, at every new best evaluation and at its end."
         )
     if selector is None or selector == "latest":
         return run_dir, next((c for c in ckpts if c.latest), ckpts[-1])

@@ -1,16 +1,15 @@
-"""Per-step metrics: a CSV (the source of truth), TensorBoard events and a reward-curve PNG."""
+"""Per-step metrics: a CSV (the source of truth) and TensorBoard events (the curve PNGs that are
+drawn from them: `arena_core.store.curves`)."""
 
 from __future__ import annotations
 
 import csv
 import math
 import os
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 METRICS_FILE = "metrics.csv"
-CURVE_FILE = "reward_curve.png"
 
 
 class CsvMetrics:
@@ -115,105 +114,3 @@ def read_metrics(run_dir: Path) -> list[dict[str, str]]:
         return []
     with open(path, newline="", encoding="utf-8") as fh:
         return list(csv.DictReader(fh))
-
-
-def _series(rows: Iterable[dict[str, str]], key: str) -> tuple[list[int], list[float]]:
-    xs, ys = [], []
-    for r in rows:
-        if r.get(key) not in (None, ""):
-            xs.append(int(float(r["step"])))
-            ys.append(float(r[key]))
-    return xs, ys
-
-
-_NOT_COMPONENTS = {"reward/mean", "reward/std", "reward/failures"}
-
-
-def reward_curve_figure(
-    run_dir: Path,
-    evals: list[tuple[int, float]] | None = None,
-    *,
-    title: str | None = None,
-    accuracy: list[tuple[int, float | None]] | None = None,
-    max_reward: float | None = None,
-) -> Any:
-    """The reward-curve figure (matplotlib, Agg): the run's name as title; top panel the training
-    reward, each reward component, the held-out reward and the reward's maximum when known;
-    bottom panel the held-out accuracy. Returns None when there is nothing to plot."""
-    rows = read_metrics(run_dir)
-    if not rows and not evals:
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax, acc_ax) = plt.subplots(
-        2, 1, figsize=(8, 6), sharex=True, gridspec_kw={"height_ratios": [3, 1.2]}
-    )
-    fig.suptitle(title or Path(run_dir).name)
-    xs, ys = _series(rows, "reward/mean")
-    if xs:
-        ax.plot(xs, ys, label="train reward (mean)", alpha=0.8)
-    components = [k for k in (rows[0] if rows else {}) if k.startswith("reward/")]
-    for key in components:
-        if key in _NOT_COMPONENTS:
-            continue
-        cx, cy = _series(rows, key)
-        if cx:
-            ax.plot(cx, cy, "--", alpha=0.6, label=f"train {key.removeprefix('reward/')}")
-    ex, ey = (
-        ([s for s, _ in evals], [r for _, r in evals])
-        if evals
-        else _series(rows, "eval/reward_mean")
-    )
-    if ex:
-        ax.plot(ex, ey, "o-", label="held-out reward (greedy)")
-        best = max(range(len(ey)), key=lambda i: ey[i])
-        ax.annotate(
-            f"best {ey[best]:.3g}", (ex[best], ey[best]), textcoords="offset points", xytext=(0, 6)
-        )
-    if max_reward is not None:
-        ax.axhline(
-            max_reward, color="grey", linestyle=":", label=f"reward maximum ({max_reward:g})"
-        )
-    ax.set_ylabel("reward")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="small", loc="best")
-    if accuracy is None:
-        accuracy = list(zip(*_series(rows, "eval/accuracy"), strict=True))
-    points = [(s, a) for s, a in accuracy if a is not None and a == a]
-    if points:
-        acc_ax.plot([s for s, _ in points], [100 * a for _, a in points], "o-", color="tab:green")
-    acc_ax.set_ylabel("held-out accuracy (%)")
-    acc_ax.set_ylim(0, 100)
-    acc_ax.set_xlabel("step")
-    acc_ax.grid(alpha=0.3)
-    fig.tight_layout()
-    return fig
-
-
-def plot_reward_curve(
-    run_dir: Path,
-    evals: list[tuple[int, float]] | None = None,
-    *,
-    title: str | None = None,
-    accuracy: list[tuple[int, float | None]] | None = None,
-    max_reward: float | None = None,
-) -> Path | None:
-    """Write `reward_curve.png` (see `reward_curve_figure`) atomically; returns its path.
-
-    `evals` (step, reward) and `accuracy` (step, accuracy) override the eval columns of
-    metrics.csv, which has no row for the initial evaluation at step 0.
-    """
-    fig = reward_curve_figure(run_dir, evals, title=title, accuracy=accuracy, max_reward=max_reward)
-    if fig is None:
-        return None
-    import matplotlib.pyplot as plt
-
-    out = Path(run_dir) / CURVE_FILE
-    tmp = out.with_name(f".{out.stem}.tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, out)
-    return out

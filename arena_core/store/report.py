@@ -9,38 +9,34 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
-from arena_core.store.index import HEADLINE_METRICS, RunInfo, read_run
+from arena_core.store.index import RunInfo, read_run
+from arena_core.store.kinds import kind_of
 from arena_core.store.metrics import read_metrics
-
-FIGURES = (
-    "eval_reward_initial",
-    "eval_reward_final",
-    "eval_accuracy_initial",
-    "eval_accuracy_final",
-    "steps",
-    "wall_seconds",
-    "tokens_per_s/generated",
-    "tokens_per_s/trained",
-)
-# a classic-RL run (PPO, IPPO) reports episode returns instead of LLM rewards and accuracies
-CLASSIC_FIGURES = (
-    "eval_return_mean_initial",
-    "eval_return_mean_final",
-    "eval_return_std_initial",
-    "eval_return_std_final",
-    "steps",
-    "env_steps",
-    "wall_seconds",
-)
 
 
 def config_diff(cfg: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
-    """Dotted key -> (default, this run's value), for every key the run set differently."""
-    from arena_core.config import compose_config
+    """Dotted key -> (default, this run's value), for every key the run set differently: the
+    defaults are those of the run's own algorithm and env (`+algo=sft +env=dataset` for an SFT
+    run), so an SFT, DPO or PPO run lists what its user chose, not every key of GRPO's."""
+    flat_run, flat_def = _flatten(cfg), _flatten(run_defaults(cfg))
+    return {
+        k: (flat_def.get(k), v)
+        for k, v in sorted(flat_run.items())
+        if k not in flat_def or flat_def[k] != v
+    }
+
+
+def run_defaults(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The config `+algo=NAME +env=NAME` composes today for the run's algorithm and env. Keys
+    that have no default (an env's `path`: required) are borrowed from the run to pass
+    validation, then shown unset (None)."""
+    from arena_core.config import compose_raw
+    from arena_core.config.validate import validate_config
+    from arena_core.errors import ArenaError
+    from arena_core.plugins import get_plugins
 
     overrides = []
     for group in ("algo", "env"):
@@ -48,15 +44,29 @@ def config_diff(cfg: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
         if name:
             overrides.append(f"+{group}={name}")
     try:
-        defaults = compose_config(overrides)
-    except Exception:  # a plugin of the run is not installed any more: diff against the root
-        defaults = compose_config([])
-    flat_run, flat_def = _flatten(cfg), _flatten(defaults)
-    return {
-        k: (flat_def.get(k), v)
-        for k, v in sorted(flat_run.items())
-        if k not in flat_def or flat_def[k] != v
-    }
+        raw = compose_raw(overrides)
+    except ArenaError:  # a plugin of the run is not installed any more: diff against the root
+        overrides, raw = [], compose_raw([])
+    unset = [k for k, v in _flatten(raw).items() if v is None and k in _flatten(cfg)]
+    flat_run = _flatten(cfg)
+    filled = _unflatten({**_flatten(raw), **{k: flat_run[k] for k in unset}})
+    try:
+        defaults = validate_config(filled, get_plugins())
+    except ArenaError:
+        return raw
+    flat = _flatten(defaults)
+    return _unflatten({**flat, **{k: None for k in unset if k in flat}})
+
+
+def _unflatten(flat: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        node = out
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out
 
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -73,33 +83,49 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def show(run_dir: Path) -> dict[str, Any]:
-    """`arena runs show`: the run's row, config diff, plan and held-out figures."""
+    """`arena runs show`: the run's row, kind, config diff, plan and held-out figures."""
     info = read_run(run_dir)
-    plan = None
-    if (run_dir / "plan.json").is_file():
-        try:
-            plan = json.loads((run_dir / "plan.json").read_text())
-        except ValueError:
-            plan = None
+    plan = read_plan(run_dir)
+    kind = kind_of(info.summary, plan)
     return {
         "run": info.to_dict(),
+        "kind": kind.name,
+        **outcome(info.summary),
         "config_diff": config_diff(info.config) if info.config else {},
         "plan": plan,
-        "figures": figures(info),
+        "figures": kind.run_figures(info.summary),
         "evals": [
             {k: v for k, v in e.items() if k != "samples"} for e in info.summary.get("evals", [])
         ],
     }
 
 
-def figure_keys(summary: dict[str, Any]) -> tuple[str, ...]:
-    """The figures that describe this run: episode returns for classic RL, else LLM figures."""
-    classic = any(k in summary for k in CLASSIC_FIGURES[:2])
-    return CLASSIC_FIGURES if classic else FIGURES
+def outcome(summary: dict[str, Any]) -> dict[str, Any]:
+    """How the run went beyond its figures: a failed run's `error` (None otherwise) and the
+    `warnings` of a run that trained on nothing ({code, message, fix}; see
+    arena_core.runtime.run_warnings), as summary.json holds them."""
+    warnings = summary.get("warnings")
+    return {
+        "error": summary.get("error"),
+        "warnings": [w for w in warnings if isinstance(w, dict)]
+        if isinstance(warnings, list)
+        else [],
+    }
 
 
 def figures(info: RunInfo) -> dict[str, Any]:
-    return {k: info.summary.get(k) for k in figure_keys(info.summary)}
+    """The held-out figures of the run's own kind (`arena_core.store.kinds`): eval loss for SFT,
+    preference accuracy and margin for DPO, episode return for PPO/IPPO, reward for GRPO."""
+    return kind_of(info.summary, read_plan(info.path)).run_figures(info.summary)
+
+
+def read_plan(run_dir: Path) -> dict[str, Any] | None:
+    """The run's plan.json as a dict, or None (no plan, or one that cannot be read)."""
+    try:
+        plan = json.loads((run_dir / "plan.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return plan if isinstance(plan, dict) else None
 
 
 def metrics_table(run_dir: Path, keys: list[str] | None = None) -> dict[str, list[float | None]]:
@@ -132,53 +158,21 @@ def _num(v: str | None) -> float | None:
 
 
 def compare(run_dirs: list[Path], png: Path | None = None) -> dict[str, Any]:
-    """Held-out figures of several runs side by side, and one PNG of their reward curves."""
+    """Held-out figures of several runs side by side (each run's own kind's), and one PNG of
+    their curves on the panels of their kinds."""
     infos = [read_run(d) for d in run_dirs]
-    table = {i.name: figures(i) for i in infos}
+    kinds = [kind_of(i.summary, read_plan(i.path)) for i in infos]
+    table = {i.name: k.run_figures(i.summary) for i, k in zip(infos, kinds, strict=True)}
     keys = list(dict.fromkeys(k for row in table.values() for k in row))  # mixed kinds: all
     if png is not None:
-        _plot(infos, png)
-    return {"runs": table, "figures": keys, "png": str(png) if png else None}
+        from arena_core.store.curves import plot_compare
 
-
-def _headline(record: dict[str, Any]) -> float | None:
-    """The held-out reward of an eval record: an LLM's reward or a classic run's return."""
-    return next((record[k] for k in HEADLINE_METRICS if record.get(k) is not None), None)
-
-
-def _plot(infos: list[RunInfo], png: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax_train, ax_eval) = plt.subplots(1, 2, figsize=(11, 4))
-    for info in infos:
-        cols = metrics_table(info.path)
-        steps = cols.get("step", [])
-        train = [
-            (s, r)
-            for s, r in zip(steps, cols.get("reward/mean", []), strict=False)
-            if r is not None
-        ]
-        if train:
-            ax_train.plot(*zip(*train, strict=True), label=info.name, alpha=0.8)
-        evals = [
-            (e["step"], score)
-            for e in info.summary.get("evals", [])
-            if (score := _headline(e)) is not None
-        ]
-        if evals:
-            ax_eval.plot(*zip(*evals, strict=True), "o-", label=info.name)
-    ax_train.set_title("train reward (mean)")
-    ax_eval.set_title("held-out reward or return (greedy)")
-    for ax in (ax_train, ax_eval):
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    png.parent.mkdir(parents=True, exist_ok=True)
-    tmp = png.with_name(f".{png.stem}.tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, png)
+        evals = [[e for e in i.summary.get("evals") or [] if isinstance(e, dict)] for i in infos]
+        runs = zip(infos, kinds, evals, strict=True)
+        plot_compare([(i.name, i.path, k, e) for i, k, e in runs], png)
+    return {
+        "runs": table,
+        "kinds": {i.name: k.name for i, k in zip(infos, kinds, strict=True)},
+        "figures": keys,
+        "png": str(png) if png else None,
+    }

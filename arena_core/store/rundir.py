@@ -21,8 +21,12 @@ CONFIG_FILE = "config.yaml"
 VALIDATION_FILE = "validation.json"  # arena-run's pre-flight report (reward, env, dataset checks)
 
 
-def _slug(text: str) -> str:
+def slug(text: str) -> str:
+    """A run name as it appears in directory names (`NAME-YYYYmmdd-HHMMSS`)."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "run"
+
+
+STAMP_RE = r"\d{8}-\d{6}(-\d+)?"  # what new_run_dir appends to a run's name
 
 
 def new_run_dir(runs: str | Path, name: str) -> Path:
@@ -30,7 +34,7 @@ def new_run_dir(runs: str | Path, name: str) -> Path:
     root = Path(runs)
     root.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = f"{_slug(name)}-{stamp}"
+    base = f"{slug(name)}-{stamp}"
     for k in range(1000):
         path = root / (base if k == 0 else f"{base}-{k}")
         try:

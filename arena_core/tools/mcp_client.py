@@ -9,7 +9,11 @@ left by the same task. Calls are separate tasks on the same loop.
 Failure model (what the session above turns into a failed episode): `ServerGone` when the server
 did not start, exited, stopped answering within the call timeout, or broke the protocol. The
 SDK's stdio transport starts the server in its own session and kills the whole process group on
-close (stdin closed, then SIGTERM, then SIGKILL), so a hung or crashed server leaves no process.
+close (stdin closed, then SIGTERM, then SIGKILL); a close during the start cancels the connection
+through anyio, so that shutdown runs too (a native task.cancel() would skip it). The server also
+carries a tag in its environment (arena_core.sandbox.reap): whatever still carries it after the
+close, or sits in the server's session (a child that called setsid(), or one orphaned when the
+server died), is stopped the same way. So a hung, stubborn or forking server leaves no process.
 A server that answers a call with a JSON-RPC error or an `isError` result is alive and well: that
 is a `ToolResult(is_error=True)`, the model's information.
 """
@@ -31,6 +35,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
+from arena_core.sandbox.reap import TAG_VARIABLE, new_tag, stop_tagged
 from arena_core.tools.protocol import ToolResult
 
 _LIVE: weakref.WeakSet[MCPConnection] = weakref.WeakSet()
@@ -106,6 +111,10 @@ class MCPConnection:
         self.protocol_errors: list[str] = []  # lines the server wrote that are not JSON-RPC
         self._session: Any = None
         self._stop: asyncio.Event | None = None
+        self._scope: Any = None  # the connection's anyio cancel scope (close during the start)
+        self._closing = False
+        self.tag = new_tag()  # in the server's environment: what to stop at the close
+        self.server_pid: int | None = None
         self._task: concurrent.futures.Future | None = None
         self._ready: concurrent.futures.Future = concurrent.futures.Future()
         self._stderr = tempfile.TemporaryFile(mode="w+", prefix="arena-mcp-stderr-")
@@ -129,13 +138,13 @@ class MCPConnection:
             except ArenaError as exc:
                 self._closed_file()
                 raise ServerGone(f"env.isolate_server is set but {exc}") from None
-        try:
-            import mcp  # noqa: F401 - the optional extra: say how to get it before anything starts
-        except ImportError:
+        from arena_core.extras import MissingExtraError, require_extra
+
+        try:  # the optional extra: say how to get it before anything starts
+            require_extra("mcp", "an MCP server session")
+        except MissingExtraError as exc:
             self._closed_file()
-            raise ServerGone(
-                "the `mcp` package is not installed: pip install 'arena-rl[mcp]'"
-            ) from None
+            raise ServerGone(str(exc)) from None
         started = time.monotonic()
         _LIVE.add(self)
         self._task = asyncio.run_coroutine_threadsafe(self._main(), _loop())
@@ -152,23 +161,31 @@ class MCPConnection:
         return self
 
     async def _main(self) -> None:
+        import anyio
         from mcp import ClientSession
 
         self._stop = asyncio.Event()
         try:
-            async with contextlib.AsyncExitStack() as stack:
-                streams = await stack.enter_async_context(self._transport())
-                read, write = streams[0], streams[1]
-                session = await stack.enter_async_context(
-                    ClientSession(read, write, message_handler=self._on_message)
-                )
-                init = await session.initialize()
-                listed = await _list_all_tools(session)
-                self.server_info = init.server_info.model_dump(exclude_none=True)
-                self.tools = listed
-                self._session = session
-                self._ready.set_result(True)
-                await self._stop.wait()
+            with anyio.CancelScope() as scope:
+                self._scope = scope
+                if self._closing:  # closed before the loop got to us
+                    scope.cancel()
+                async with contextlib.AsyncExitStack() as stack:
+                    streams = await stack.enter_async_context(self._transport())
+                    self.server_pid = self._own_child()
+                    read, write = streams[0], streams[1]
+                    session = await stack.enter_async_context(
+                        ClientSession(read, write, message_handler=self._on_message)
+                    )
+                    init = await session.initialize()
+                    listed = await _list_all_tools(session)
+                    self.server_info = init.server_info.model_dump(exclude_none=True)
+                    self.tools = listed
+                    self._session = session
+                    self._ready.set_result(True)
+                    await self._stop.wait()
+            if not self._ready.done():
+                self._ready.set_exception(ServerGone("closed while starting"))
         except BaseException as exc:  # noqa: BLE001 - whatever ended the connection is the finding
             if not self._ready.done():
                 self._ready.set_exception(exc)
@@ -190,7 +207,7 @@ class MCPConnection:
         argv = [a.replace("{state_dir}", self.state_dir or "") for a in self.spec.command or []]
         if self.spec.isolate:
             argv = isolated_argv(argv, self.spec.cwd or os.getcwd(), self.writable)
-        env = dict(self.spec.env)
+        env = {**self.spec.env, TAG_VARIABLE: self.tag}
         if self.state_dir:
             env["ARENA_MCP_STATE_DIR"] = self.state_dir
         params = StdioServerParameters(
@@ -198,22 +215,44 @@ class MCPConnection:
         )
         return stdio_client(params, errlog=self._stderr)
 
+    def _own_child(self) -> int | None:
+        """The pid of the server process just started (our child carrying the tag)."""
+        import psutil
+
+        for proc in psutil.Process().children():
+            with contextlib.suppress(psutil.Error):
+                if proc.environ().get(TAG_VARIABLE) == self.tag:
+                    return proc.pid
+        return None
+
+    def _cancel_start(self) -> None:
+        """On the loop: cancel a connection still starting (the SDK's shielded shutdown runs)."""
+        self._closing = True
+        if self._scope is not None:
+            self._scope.cancel()
+
     async def _on_message(self, message: Any) -> None:
         """Exceptions the transport hands the session: lines that are not JSON-RPC."""
         if isinstance(message, Exception):
             self.protocol_errors.append(describe(message).splitlines()[0][:200])
 
     def close(self, wait_s: float = 10.0) -> None:
-        """Stop the server (its process group dies with it); idempotent."""
+        """Stop the server and everything it started; idempotent.
+
+        The SDK closes its stdin, waits, then SIGTERMs and SIGKILLs its process group; then every
+        process still tagged as this server's, or in its session, is stopped the same way."""
         self.dead = self.dead or "closed"
         task = self._task
         if task is not None and not task.done():
             if self._ready.done() and self._stop is not None:
                 _loop().call_soon_threadsafe(self._stop.set)  # stdin closes: a clean exit
             else:
-                task.cancel()  # still starting: the SDK's shielded shutdown kills the group
+                _loop().call_soon_threadsafe(self._cancel_start)
             with contextlib.suppress(BaseException):
                 task.result(timeout=wait_s)
+        if task is not None and self.spec.command:
+            stop_tagged(self.tag, session=self.server_pid)
+            self._task = None
         _LIVE.discard(self)
         self._stderr_text = self.stderr_tail()  # kept: messages quote it after the close
         self._closed_file()

@@ -95,7 +95,12 @@ class MCPTask:
     mcp: MCPServerFields
 
     def init_mcp(self, cfg: MCPServerFields) -> None:
-        """Keep the config; servers start lazily, at the first episode (or validation)."""
+        """Keep the config; servers start lazily, at the first episode (or validation). Without
+        the `mcp` extra the env is refused here, when it is built (pre-flight, validation), with
+        the install command, rather than failing every episode of a run."""
+        from arena_core.extras import require_extra
+
+        require_extra("mcp", "an MCP environment")
         self.mcp = cfg
         self.max_turns = cfg.max_turns
         self.max_tool_response_tokens = cfg.max_tool_response_tokens

@@ -7,6 +7,7 @@ with the checks that passed before it kept.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,7 @@ def validate_env(
     timeout_s: float = 10.0,
     memory_mb: int = 4096,
     policy: SandboxPolicy | None = None,
+    source: dict[str, Any] | None = None,
 ) -> Report:
     """Validate an environment given as a registered name, `pkg.mod:Class` or `file.py:Class`.
 
@@ -59,7 +61,8 @@ def validate_env(
     `timeout_s` bounds each operation (import, construction, reset, step...): a hang there is a
     FAIL naming the operation and the line it was stuck on. `policy` is the run's sandbox policy
     (`SandboxPolicy.from_config(cfg["sandbox"])`): the environment runs under it, and the
-    `isolation` check says which protections are in force.
+    `isolation` check says which protections are in force. `source` (`{"kwargs", "kind"}`) is a
+    classic-RL run's env: `target` (its env.id or env.path) built with the run's env.kwargs.
     """
     from arena_core.validate.mcp import is_mcp_env, validate_mcp_env
 
@@ -73,6 +76,8 @@ def validate_env(
     if not add_isolation_check(report, policy):
         return report
     phase: list[str] = ["class_path"]
+    overrides = [_absolute_override(o) for o in overrides or []]
+    config = _absolute_config(config)
 
     def on_event(event: Any) -> None:
         if not isinstance(event, dict):
@@ -86,7 +91,7 @@ def validate_env(
     outcome = run_in_sandbox(
         "arena_core.validate.env_checks:run",
         args=[target, int(rollouts), int(seed), *_files(overrides or [], config)],
-        kwargs={"overrides": list(overrides or []), "config": config},
+        kwargs={"overrides": list(overrides or []), "config": config, "source": source},
         timeout_s=timeout_s,
         total_timeout_s=max(timeout_s * 30, 120.0),
         startup_timeout_s=max(timeout_s, 60.0),  # loading plugins (torch) can take this long
@@ -111,6 +116,35 @@ def validate_env(
     if outcome.stray_processes:
         report.info["stray_processes"] = outcome.stray_processes
     return report
+
+
+def _absolute(value: Any) -> Any:
+    """A relative path that exists here (`r.py`, `data/train.jsonl`), made absolute: the
+    sandboxed child works in its own private /tmp, where the relative path would name nothing.
+    Only path-looking values (a separator or a suffix): `model=tiny` is a config option."""
+    if not isinstance(value, str) or not value or "\n" in value or os.path.isabs(value):
+        return value
+    path = Path(value).expanduser()
+    if (os.sep in value or path.suffix) and path.exists():
+        return str(path.resolve())
+    return value
+
+
+def _absolute_override(override: str) -> str:
+    key, sep, value = override.partition("=")
+    return f"{key}{sep}{_absolute(value)}" if sep else override
+
+
+def _absolute_config(config: dict[str, Any] | None) -> dict[str, Any] | None:
+    """`config` with its reward and env paths absolute (see _absolute)."""
+    if not config:
+        return config
+    out = dict(config)
+    if "reward" in out:
+        out["reward"] = _absolute(out["reward"])
+    if isinstance(out.get("env"), dict):
+        out["env"] = {k: _absolute(v) for k, v in out["env"].items()}
+    return out
 
 
 def _files(overrides: list[str], config: dict[str, Any] | None) -> list[str]:

@@ -270,6 +270,7 @@ def run(
     emit: Callable[[Any], None] = print,
     overrides: list[str] | None = None,
     config: dict[str, Any] | None = None,
+    source: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Every check for `target`; the results travel as events, the return value is the info.
 
@@ -277,9 +278,23 @@ def run(
     dataset, reward file or model the environment reads). A registered text environment is built
     from a run config (`config`, as arena-run's
     pre-flight passes it, or composed here from `overrides`) through the trainer's own
-    `make_env`, and gets the text-task checks.
+    `make_env`, and gets the text-task checks. `source` (`{"kwargs": {...}, "kind": "gymnasium"
+    | "parallel"}`) is a classic-RL run's env (`+env=gym`, `+env=pettingzoo`): `target` built
+    with the run's constructor arguments, as its loop builds it.
     """
     h = Harness(emit)
+    if source is not None:
+        factory = _source_factory(h, target, source)
+        if factory is None:
+            return h.info
+        how = f"env.kwargs {source['kwargs']}" if source.get("kwargs") else "no arguments"
+        env = h.run("construction", lambda: ok(f"constructed with {how}", factory()))
+        if env is None:
+            return h.info
+        kind = h.run("kind", lambda: _kind(env))
+        h.info["kind"] = kind
+        _check_kind(h, env, factory, kind, rollouts, seed)
+        return h.info
     registered = config is None and ":" not in target and _is_registered(target)
     if registered or config is not None:
         # Before the first event, under the startup timeout: the chat-template check needs
@@ -334,6 +349,32 @@ def run(
             return h.info
         kind = h.run("kind", lambda: _kind(env))
         h.info["kind"] = kind
+    _check_kind(h, env, factory, kind, rollouts, seed)
+    return h.info
+
+
+def _source_factory(h: Harness, target: str, source: dict[str, Any]) -> Callable[[], Any] | None:
+    """The factory of a classic-RL run's env: `file.py:Class` and `pkg.mod:Class` through the
+    import checks above, then called with the run's `kwargs`; a Gymnasium id, registered env or
+    PettingZoo module as the loop's EnvSource builds it (without the loop's TimeLimit/flatten
+    wrappers: the user's own reset/step are what is checked). None when the import failed."""
+    from arena_core.runtime.gym_envs import EnvSource
+
+    kwargs = dict(source.get("kwargs") or {})
+    if ":" not in target:
+        built = EnvSource(target=target, kwargs=kwargs, kind=str(source.get("kind", "gymnasium")))
+        return built.make
+    located = h.run("class_path", lambda: locate(target))
+    if located is None or h.run("class_exists", lambda: find_class(target, located)) is None:
+        return None
+    cls = getattr(located[0], located[1])
+    return lambda: cls(**kwargs)
+
+
+def _check_kind(
+    h: Harness, env: Any, factory: Callable[[], Any], kind: Any, rollouts: int, seed: int
+) -> None:
+    """The checks of the env's kind (Gymnasium, PettingZoo, MCP, text task)."""
     if kind == "gymnasium":
         from arena_core.validate.env_gym import check_gym
 
@@ -355,7 +396,6 @@ def run(
         from arena_core.validate.env_text import check_text_task
 
         check_text_task(h, env)
-    return h.info
 
 
 def sample_rows(target: str, n: int, *files: str, overrides: list[str] | None = None) -> list:

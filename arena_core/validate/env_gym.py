@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import os
 import time
 from typing import Any
 
@@ -85,6 +86,18 @@ def check_space(env: Any, attr: str) -> Result:
     return ok(f"{space}" + (f" ({'; '.join(notes)})" if notes else ""))
 
 
+def defined_at(env: Any, method: str) -> str:
+    """`step()` as `step() (envs.py:47)`: where the environment's own method is defined, so a
+    FAIL about what it returned names the file and line to fix (an exception names its own)."""
+    fn = getattr(type(getattr(env, "unwrapped", env)), method, None)
+    try:
+        path = inspect.getsourcefile(fn)  # type: ignore[arg-type]
+        line = inspect.getsourcelines(fn)[1]  # type: ignore[arg-type]
+    except (TypeError, OSError):
+        return f"{method}()"
+    return f"{method}() ({os.path.basename(path)}:{line})" if path else f"{method}()"
+
+
 def _reset(env: Any, **kwargs: Any) -> tuple[Any, dict]:
     result = env.reset(**kwargs)
     if not isinstance(result, tuple) or len(result) != 2:
@@ -92,12 +105,12 @@ def _reset(env: Any, **kwargs: Any) -> tuple[Any, dict]:
             f"a {len(result)}-tuple" if isinstance(result, tuple) else f"a {type(result).__name__}"
         )
         raise Fail(
-            f"reset() returned {shown}, expected (observation, info) (Gymnasium >= 0.26): "
-            "return obs, {}"
+            f"{defined_at(env, 'reset')} returned {shown}, expected (observation, info) "
+            "(Gymnasium >= 0.26): return obs, {}"
         )
     obs, info = result
     if not isinstance(info, dict):
-        raise Fail(f"reset() info is a {type(info).__name__}, expected a dict")
+        raise Fail(f"{defined_at(env, 'reset')} info is a {type(info).__name__}, expected a dict")
     return obs, info
 
 
@@ -115,7 +128,7 @@ def check_reset(env: Any, seed: int) -> Result:
     obs, _ = _seeded_reset(env, seed)
     why = mismatch(env.observation_space, obs, "observation")
     if why:
-        raise Fail(f"reset(): {why}")
+        raise Fail(f"{defined_at(env, 'reset')}: {why}")
     return ok("(observation, info) with the observation in observation_space")
 
 
@@ -141,27 +154,36 @@ def check_reset_seed(env: Any, seed: int) -> Result:
 
 def _step(env: Any, action: Any) -> tuple[Any, float, bool, bool, dict]:
     result = env.step(action)
+    problem = _step_problem(env, result)
+    if problem:  # where step() is defined: looked up only on a failure (it reads the source)
+        raise Fail(f"{defined_at(env, 'step')}{problem}")
+    obs, reward, terminated, truncated, info = result
+    return obs, float(reward), bool(terminated), bool(truncated), info
+
+
+def _step_problem(env: Any, result: Any) -> str | None:
+    """What is wrong with step()'s return value (text after `step() (file:line)`), or None."""
     if not isinstance(result, tuple) or len(result) != 5:
         n = len(result) if isinstance(result, tuple) else None
         shown = f"a {n}-tuple" if n else f"a {type(result).__name__}"
-        raise Fail(
-            f"step() returned {shown}, expected (observation, reward, terminated, truncated, "
-            "info) (Gymnasium >= 0.26 split done into terminated and truncated)"
+        return (
+            f" returned {shown}, expected (observation, reward, terminated, truncated, info) "
+            "(Gymnasium >= 0.26 split done into terminated and truncated)"
         )
     obs, reward, terminated, truncated, info = result
     why = mismatch(env.observation_space, obs, "observation")
     if why:
-        raise Fail(f"step(): {why}")
+        return f": {why}"
     if isinstance(reward, bool) or not isinstance(reward, int | float | np.integer | np.floating):
-        raise Fail(f"step(): reward is a {type(reward).__name__}, expected a float")
+        return f": reward is a {type(reward).__name__}, expected a float"
     if not math.isfinite(float(reward)):
-        raise Fail(f"step(): reward is {reward}, expected a finite float")
+        return f": reward is {reward}, expected a finite float"
     for name, flag in (("terminated", terminated), ("truncated", truncated)):
         if not isinstance(flag, bool | np.bool_):
-            raise Fail(f"step(): {name} is {type(flag).__name__} {flag!r}, expected a bool")
+            return f": {name} is {type(flag).__name__} {flag!r}, expected a bool"
     if not isinstance(info, dict):
-        raise Fail(f"step(): info is a {type(info).__name__}, expected a dict")
-    return obs, float(reward), bool(terminated), bool(truncated), info
+        return f": info is a {type(info).__name__}, expected a dict"
+    return None
 
 
 def check_step(env: Any, seed: int) -> Result:

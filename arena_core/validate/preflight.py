@@ -12,6 +12,10 @@ from typing import Any
 from arena_core.errors import ArenaError
 from arena_core.validate.report import FAIL, SKIP, Report
 
+# The env options that wrap another environment for the classic-RL loops (envs/gym.py): the
+# pre-flight checks the wrapped one (arena_core/runtime/gym_envs.py reads them the same way).
+CLASSIC_SOURCES = ("gym", "pettingzoo")
+
 
 class ValidationFailed(ArenaError):
     """A preflight check failed; the message is the report's summary."""
@@ -56,6 +60,11 @@ def preflight_report(cfg: dict[str, Any]) -> Report:
     policy = SandboxPolicy.from_config(sandbox)
     if not add_isolation_check(report, policy, "sandbox.isolation"):
         return report  # isolation is required and missing: no user code runs
+    if name in CLASSIC_SOURCES:  # PPO/IPPO: the wrapped env itself; no dataset, no reward
+        part = _classic_env(env_cfg, policy, int(cfg.get("seed") or 0))
+        report.subject = part.subject or name
+        _merge(report, part)
+        return report
     path, mapping = env_cfg.get("path"), env_cfg.get("column_mapping")
     local = bool(path) and Path(str(path)).expanduser().exists()
     if local:
@@ -88,6 +97,25 @@ def preflight_report(cfg: dict[str, Any]) -> Report:
         )
         _merge(report, part)
     return report
+
+
+def _classic_env(env_cfg: dict[str, Any], policy: Any, seed: int) -> Report:
+    """`arena validate env` of what `+env=gym` / `+env=pettingzoo` names (env.path or env.id),
+    built with env.kwargs: a step() that returns 4 values or observations outside the declared
+    space stop the run here, with the check's message and the file and line, not mid-training."""
+    from arena_core.validate.env import validate_env
+
+    target = str(env_cfg.get("path") or env_cfg.get("id") or "")
+    if not target:  # the loop's own error says what to give
+        report = Report(subject="", kind="env")
+        report.add("target", SKIP, "no env.id or env.path: nothing to check")
+        return report
+    source = {
+        "kwargs": dict(env_cfg.get("kwargs") or {}),
+        "kind": "parallel" if env_cfg.get("name") == "pettingzoo" else "gymnasium",
+    }
+    timeout = max(float(env_cfg.get("step_timeout_s") or 30.0), 30.0)
+    return validate_env(target, seed=seed, timeout_s=timeout, policy=policy, source=source)
 
 
 def validate_before_run(cfg: dict[str, Any]) -> Report:

@@ -1,7 +1,10 @@
-"""`arena-run ... dry_run=true`: the resolved, validated config as YAML, exit 0, no model built."""
+"""`arena-run ... dry_run=true`: the resolved, validated config as YAML, the plan and the
+pre-flight's verdict (`#` comments), the run's exit code, no model built."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -45,7 +48,35 @@ def test_dry_run_prints_validated_yaml_and_builds_no_model(
 
 def test_dry_run_flag_is_the_same_as_the_override(capsys: pytest.CaptureFixture[str]) -> None:
     assert arena_run.main(["+algo=grpo", "+env=arithmetic", "model=tiny", "--dry-run"]) == 0
-    assert yaml.safe_load(capsys.readouterr().out)["dry_run"] is True
+    out = capsys.readouterr().out
+    assert yaml.safe_load(out)["dry_run"] is True
+    # config, plan, then the pre-flight's verdict and the exit code a run would have
+    comments = [line for line in out.splitlines() if line.startswith("# ")]
+    assert comments[0].startswith("# plan: 1 trainer")
+    assert re.fullmatch(
+        r"# pre-flight: (PASS|WARN): a run would start training, exit code 0", comments[-1]
+    )
+
+
+def test_a_failing_preflight_still_shows_config_and_plan_first(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Offline, `+env=gsm8k` without a local file fails its pre-flight: the dry run still prints
+    what it would have run (a missing `env.path` fails the same way on every machine)."""
+    missing = tmp_path / "gsm8k-train.jsonl"
+    rc = arena_run.main(
+        ["+algo=grpo", "+env=gsm8k", "model=tiny", f"env.path={missing}", "dry_run=true"]
+    )
+    assert rc == 1
+    captured = capsys.readouterr()
+    cfg = yaml.safe_load(captured.out)
+    assert cfg["env"]["name"] == "gsm8k" and cfg["env"]["path"] == str(missing)
+    lines = captured.out.splitlines()
+    plan = next(i for i, line in enumerate(lines) if line.startswith("# plan: "))
+    verdict = lines[-1]
+    assert plan == len(lines) - 2 and "1 trainer" in lines[plan]
+    assert verdict.startswith("# pre-flight: FAIL (dataset.load)") and "exit code 1" in verdict
+    assert f"env.path {missing} does not exist" in captured.err  # the report, on stderr
 
 
 def test_the_recorder_sees_a_model(modules_built: list[torch.nn.Module]) -> None:

@@ -96,8 +96,9 @@ def test_population_page_shows_members_and_selection(tmp_path: Path, serve, chro
             f"paths.runs={runs}",
             "evolution.enabled=true",
             "evolution.population_size=2",
-            "evolution.evo_steps=2",
+            "evolution.evo_steps=1",  # a selection after step 1 (none after the last step)
             "evolution.eval_prompts=4",
+            "evolution.mutation.probabilities.no_mut=0",  # both founders replaced by clones
             "+evolution.mutation.rl_hp_selection.lr={min:1e-5,max:1e-3}",
         ],
         check=False,

@@ -65,7 +65,7 @@ def ray_up() -> Iterator[object]:
 
 @pytest.fixture(scope="module")
 def interleaved(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The reference: two members taking turns in this process, two selections."""
+    """The reference: two members taking turns in this process, 2 steps, one selection."""
     runs = tmp_path_factory.mktemp("interleaved")
     return arena.train(_overrides(runs, 2, "off"), check=False).path
 
@@ -128,7 +128,9 @@ def test_parallel_members_resume_and_select_as_interleaved_ones(
                 assert float(g[col]) == pytest.approx(
                     float(w[col]), rel=1e-4, abs=1e-6, nan_ok=True
                 )
-    for step in (1, 2):
+    # step 1's checkpoint was the shorter run's last (no selection after a last step), so it
+    # holds the population before the selection the resumed run then made: compare step 2
+    for step in (2,):
         got, ref = _member_weights(run, step), _member_weights(interleaved, step)
         assert got.keys() == ref.keys()
         for member, tensors in ref.items():

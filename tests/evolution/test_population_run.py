@@ -2,8 +2,9 @@
 
 One configuration serves every test here: selection after every learner step, and an `lr` range
 so wide that a grown lr (x1e25) makes a member's weights blow up: with `evolution.seed=0` the
-second selection breeds a member with lr 1e30 whose next step fails, so the run shows a member
-failing, getting the worst fitness and being replaced, and the population going on. The same run,
+first selection breeds a member with lr 1e21 whose next update (step 2) blows its weights up, so
+the run shows a member failing with the step named, getting the worst fitness and being replaced,
+and the population going on. The same run,
 stopped after step 2 and resumed, must make the same selections.
 """
 
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import arena
+from arena_core.evolution.selection import elite_index
 
 STEPS = 3
 
@@ -56,6 +58,12 @@ def _lineage(run_dir: Path) -> dict:
     return json.loads((run_dir / "lineage.json").read_text())
 
 
+def _fitness_at(lineage: dict, member: int, step: int) -> float:
+    record = next(m for m in lineage["members"] if m["id"] == member)
+    value = dict((s, v) for s, v in record["fitness"])[step]
+    return float("nan") if value is None else float(value)
+
+
 def test_every_member_logs_every_step_and_the_lineage_records_each_selection(
     population_run: Path,
 ) -> None:
@@ -70,9 +78,8 @@ def test_every_member_logs_every_step_and_the_lineage_records_each_selection(
     lineage = _lineage(population_run)
     assert lineage["fitness"] == "eval/reward_mean"
     events = lineage["events"]
-    assert [e["step"] for e in events] == [1, 2, 3] and all(
-        e["kind"] == "selection" for e in events
-    )
+    # a selection after every step but the last (its children would never train)
+    assert [e["step"] for e in events] == [1, 2] and all(e["kind"] == "selection" for e in events)
     members = {m["id"]: m for m in lineage["members"]}
     assert {0, 1} <= set(members) and members[0]["parent"] is None
     for e in events:
@@ -83,8 +90,27 @@ def test_every_member_logs_every_step_and_the_lineage_records_each_selection(
                 assert "lr x" in m["mutation"]
     assert (population_run / "population.png").stat().st_size > 10_000
     summary = json.loads((population_run / "summary.json").read_text())
-    assert summary["status"] == "finished" and summary["population"]["selections"] == 3
-    assert summary["population"]["elite"] == events[-1]["elite"]  # the best of the last scoring
+    assert summary["status"] == "finished" and summary["population"]["selections"] == 2
+    final = events[-1]["population"]  # trained through the last step, scored after it
+    scores = [_fitness_at(lineage, mid, STEPS) for mid in final]
+    assert summary["population"]["elite"] == final[elite_index(scores)]  # the best of that scoring
+
+
+def test_no_selection_after_the_last_step(population_run: Path) -> None:
+    """Every member in the lineage (and so in population.png) trained: none is born at the last
+    step, and the last checkpoint holds the population that trained to the end."""
+    lineage = _lineage(population_run)
+    assert max(e["step"] for e in lineage["events"]) < STEPS
+    rows = list(csv.DictReader((population_run / "metrics.csv").open()))
+    # a member took a step after its birth (member 3's first update blows up: it took it, failed)
+    trained = {(int(r["member"]), int(r["step"])) for r in rows}
+    for m in lineage["members"]:
+        assert m["born_step"] < STEPS
+        assert any(mid == m["id"] and step > m["born_step"] for mid, step in trained), m
+    index = json.loads((population_run / "checkpoints" / "index.json").read_text())
+    last = index["checkpoints"][-1]
+    assert last["step"] == STEPS and last["population"] == lineage["events"][-1]["population"]
+    assert {int(r["member"]) for r in rows if r["step"] == str(STEPS)} == set(last["population"])
 
 
 def test_a_failed_member_gets_the_worst_fitness_and_is_replaced(population_run: Path) -> None:
@@ -92,12 +118,13 @@ def test_a_failed_member_gets_the_worst_fitness_and_is_replaced(population_run: 
     failed = [m for m in lineage["members"] if m["failed"]]
     assert len(failed) == 1, lineage["members"]
     bad = failed[0]
-    assert "step 3" in bad["failed"]
-    last = lineage["events"][-1]
-    assert last["step"] == 3 and last["fitness"][str(bad["id"])] is None  # the worst
-    assert bad["id"] not in last["population"] and last["elite"] != bad["id"]
+    # the step whose update blew the weights up, named as such (not a later NaN in sampling)
+    assert "step 2: NonFiniteWeightsError" in bad["failed"]
+    event = lineage["events"][1]
+    assert event["step"] == 2 and event["fitness"][str(bad["id"])] is None  # the worst
+    assert bad["id"] not in event["population"] and event["elite"] != bad["id"]
     assert all(m["parent"] != bad["id"] for m in lineage["members"])  # never a parent
-    rows = [r for r in csv.DictReader((population_run / "metrics.csv").open()) if r["step"] == "3"]
+    rows = [r for r in csv.DictReader((population_run / "metrics.csv").open()) if r["step"] == "2"]
     assert {r["failed"] for r in rows} == {"0", "1"}
 
 
@@ -106,8 +133,11 @@ def test_checkpoints_hold_the_whole_population_and_mark_the_elite(population_run
     entries = index["checkpoints"]
     assert [e["step"] for e in entries] == [1, 2, 3]
     assert [bool(e.get("elite")) for e in entries] == [False, False, True]
-    events = _lineage(population_run)["events"]
-    for e, ev in zip(entries, events, strict=True):
+    lineage = _lineage(population_run)
+    events = lineage["events"]
+    # one per selection, and the last step's (no selection there: its population trained last)
+    assert entries[-1]["population"] == events[-1]["population"]
+    for e, ev in zip(entries[:-1], events, strict=True):
         assert e["elite_member"] == ev["elite"] and e["population"] == ev["population"]
         ckpt = population_run / "checkpoints" / e["dir"]
         assert (ckpt / "model" / "model.safetensors").is_file()  # the elite: deployable as is
@@ -116,6 +146,7 @@ def test_checkpoints_hold_the_whole_population_and_mark_the_elite(population_run
     # "deploy the best": the best checkpoint is the one whose elite scored highest
     best = arena.runs(population_run.parent)[0].best()
     elite_scores = [ev["fitness"][str(ev["elite"])] for ev in events]
+    elite_scores.append(_fitness_at(lineage, entries[-1]["elite_member"], STEPS))
     assert best.scores["eval/reward_mean"] == max(elite_scores)
 
 
@@ -133,7 +164,8 @@ def test_resume_mid_evolution_makes_the_same_selections(
 ) -> None:
     runs = tmp_path / "runs"
     first = arena.train(_overrides(runs, 2), check=False).path
-    assert [e["step"] for e in _lineage(first)["events"]] == [1, 2]
+    assert [e["step"] for e in _lineage(first)["events"]] == [1]  # none after its last step
+    # the resumed run makes the selection at step 2 first, as the straight run did
     resumed = arena.train(_overrides(runs, STEPS, f"train.resume={first}"), check=False).path
     assert resumed == first
     assert _lineage(resumed)["events"] == _lineage(population_run)["events"]

@@ -7,7 +7,7 @@ import pytest
 
 from arena_core.config import compose_run_config
 from arena_core.errors import ConfigError
-from arena_core.evolution.mutation import mutate, scale_value
+from arena_core.evolution.mutation import mutate, scale, scale_value
 from arena_core.evolution.selection import tournament_select
 
 
@@ -100,3 +100,46 @@ def test_bad_evolution_configs_name_the_key_and_the_fix() -> None:
         compose_run_config(["+experiment=cartpole", "evolution.enabled=true"])
     off = compose_run_config(["+algo=grpo", "+env=arithmetic", "model=tiny"])
     assert off["evolution"]["enabled"] is False
+
+
+def test_an_evolution_key_without_enabled_is_refused_with_the_fix() -> None:
+    """`evolution.population_size=4` alone used to train one policy and ignore it."""
+    from arena_core.cli.run import main
+
+    base = ["+algo=grpo", "+env=arithmetic", "model=tiny"]
+    with pytest.raises(ConfigError) as info:
+        compose_run_config([*base, "evolution.population_size=4"])
+    msg = str(info.value)
+    assert "evolution.population_size" in msg and "add evolution.enabled=true" in msg
+    with pytest.raises(ConfigError, match="evolution.evo_steps, evolution.mutation"):
+        compose_run_config(
+            [*base, "evolution.evo_steps=3", "+evolution.mutation.rl_hp_selection.lr={min:0,max:1}"]
+        )
+    assert main([*base, "evolution.population_size=4", "dry_run=true"]) == 2  # a config error
+    on = compose_run_config([*base, "evolution.enabled=true", "evolution.population_size=4"])
+    assert on["evolution"]["population_size"] == 4
+    off = compose_run_config([*base, "evolution.enabled=false", "evolution.population_size=4"])
+    assert off["evolution"]["enabled"] is False  # switched off on purpose: no complaint
+
+
+def test_a_clamped_mutation_says_so() -> None:
+    """A factor the range cut short is labelled: the lineage never shows x10 that was not."""
+    ranges = {"lr": {"min": 1e-6, "max": 1e-3, "grow_factor": 10.0, "shrink_factor": 0.1}}
+    probs = {"no_mut": 0.0, "rl_hp_mut": 1.0}
+    seen = {}
+    for seed in range(20):
+        for lr in (5e-4, 2e-6, 1e-4):
+            m = mutate(
+                {"lr": lr}, probabilities=probs, ranges=ranges, rng=np.random.default_rng(seed)
+            )
+            seen[(lr, m.factor)] = m
+    grown_past_max = seen[(5e-4, 10.0)]
+    assert grown_past_max.hyperparameters["lr"] == 1e-3 and grown_past_max.clamped == "max"
+    assert grown_past_max.describe() == "lr x10 (0.0005 -> 0.001, clamped to max)"
+    shrunk_past_min = seen[(2e-6, 0.1)]
+    assert shrunk_past_min.describe() == "lr x0.1 (2e-06 -> 1e-06, clamped to min)"
+    inside = seen[(1e-4, 10.0)]
+    assert inside.clamped is None and inside.describe() == "lr x10 (0.0001 -> 0.001)"
+    assert scale(12, 1.2, 4, 12) == (12, "max")  # ints: at the bound already
+    assert scale(4, 0.8, 4, 12) == (4, "min")
+    assert scale(10, 1.2, 1, 12) == (12, None)  # ceil(12.0): the factor applied in full

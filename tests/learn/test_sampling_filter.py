@@ -12,7 +12,8 @@ from arena_core.learn.learner import Learner
 from arena_core.learn.packing import Sample
 from arena_core.models import load_policy
 from arena_core.rollout.base import SamplingParams
-from arena_core.rollout.torch_backend import TorchBackend, filter_logits
+from arena_core.rollout.sampling import filter_logits
+from arena_core.rollout.torch_backend import TorchBackend
 
 SETTINGS = [(0, 0.9), (5, 1.0), (7, 0.8)]
 

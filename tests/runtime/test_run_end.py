@@ -10,7 +10,7 @@ import pytest
 from arena_core.errors import ConfigError
 from arena_core.runtime import run_training
 from arena_core.runtime.rollout import GroupCollector
-from arena_core.store.metrics import reward_curve_figure
+from arena_core.store.curves import reward_curve_figure
 
 COMPONENT_REWARD = """
 MAX_REWARD = 2.0
@@ -64,12 +64,7 @@ def test_a_finished_run_says_how_it_went(finished_run, capsys, one_torch_thread)
     assert len(set(modes.values())) == 1, modes
 
     # the reward curve: titled with the run's name, each component, the maximum, the accuracy
-    fig = reward_curve_figure(
-        run_dir,
-        title="closing-demo",
-        accuracy=[(e["step"], e["eval/accuracy"]) for e in summary["evals"]],
-        max_reward=2.0,
-    )
+    fig = reward_curve_figure(run_dir, summary["evals"], title="closing-demo", max_reward=2.0)
     reward_ax, accuracy_ax = fig.axes
     labels = {t.get_text() for t in reward_ax.get_legend().get_texts()}
     assert fig._suptitle.get_text() == "closing-demo"

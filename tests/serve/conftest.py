@@ -75,8 +75,16 @@ def lora_run(runs_dir: Path):
 
 
 @pytest.fixture(scope="session")
-def deployed(quick_run) -> Iterator[str]:
-    """`arena deploy RUN:best` in a child process, with a key and small limits; yields its URL."""
+def deployed(deploy_banner: str) -> str:
+    """The URL of the `arena deploy` below."""
+    return re.search(r"on (http://127\.0\.0\.1:\d+)/v1", deploy_banner).group(1)
+
+
+@pytest.fixture(scope="session")
+def deploy_banner(quick_run) -> Iterator[str]:
+    """`arena deploy RUN:best` in a child process, with a key and small limits, on its default
+    torch threads (no OMP_NUM_THREADS: the default must be the steady one); yields the line it
+    printed once serving."""
     cmd = [
         sys.executable,
         "-m",
@@ -96,11 +104,11 @@ def deployed(quick_run) -> Iterator[str]:
         "--max-request-bytes",
         "20000",
     ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
     )
-    url = None
+    url = banner = None
     deadline = time.monotonic() + 60
     lines = []
     while time.monotonic() < deadline:
@@ -110,7 +118,7 @@ def deployed(quick_run) -> Iterator[str]:
         lines.append(line)
         match = re.search(r"on (http://127\.0\.0\.1:\d+)/v1", line)
         if match:
-            url = match.group(1)
+            url, banner = match.group(1), line
             break
     if url is None:
         proc.kill()
@@ -119,7 +127,7 @@ def deployed(quick_run) -> Iterator[str]:
     threading.Thread(target=proc.stdout.read, daemon=True).start()
     assert httpx.get(f"{url}/health", timeout=10).json()["status"] == "ok"
     try:
-        yield url
+        yield banner
     finally:
         proc.terminate()
         try:

@@ -109,15 +109,34 @@ def test_public_bind_requires_a_key(quick_run, monkeypatch) -> None:
     assert main(["deploy", str(quick_run.path), "--host", "0.0.0.0", "--port", "0"]) == 1
 
 
+def _chat_in_process(path, question: str, n: int = 16) -> str:
+    """The greedy answer to `question` as a user message through the tokenizer's template."""
+    policy = load_policy({"name_or_path": str(path), "lora": {"r": 0}})
+    backend = TorchBackend(policy.model, policy.tokenizer)
+    prompt = backend.encode_chat([{"role": "user", "content": question}])
+    (done,) = backend.generate([prompt], SamplingParams(max_new_tokens=n, temperature=0.0))
+    return policy.tokenizer.decode(done.token_ids, skip_special_tokens=True)
+
+
 def test_cli_generate_in_process_and_against_a_deploy(quick_run, capsys) -> None:
-    ref = f"{quick_run.path}:best"
-    assert main(["generate", ref, PROMPTS[0], "--max-tokens", "16"]) == 0
-    local = capsys.readouterr().out
-    assert local.rstrip("\n") == _in_process(quick_run.best().path, PROMPTS[:1])[0]
+    """`arena generate RUN QUESTION` asks through the model's chat template (the tiny model's
+    tokenizer has one, ChatML), as the run's prompts were; --raw completes plain text."""
+    ref, best = f"{quick_run.path}:best", quick_run.best().path
+    tokenizer = load_policy({"name_or_path": str(best), "lora": {"r": 0}}).tokenizer
+    assert "<|im_start|>" in tokenizer.chat_template
+    assert main(["generate", ref, PROMPTS[1], "--max-tokens", "16"]) == 0
+    chat = capsys.readouterr().out.rstrip("\n")
+    assert chat == _chat_in_process(best, PROMPTS[1])
+    assert main(["generate", ref, PROMPTS[1], "--max-tokens", "16", "--raw"]) == 0
+    raw = capsys.readouterr().out
+    assert raw.rstrip("\n") == _in_process(best, PROMPTS[1:2])[0]
+    assert raw.rstrip("\n") != chat  # the template reached the model
     with arena.deploy(quick_run.best(), api_key="k") as dep:
-        args = ["generate", "--url", dep.url, "--api-key", "k", PROMPTS[0], "--max-tokens", "16"]
-        assert main([*args, "--stream"]) == 0
-        assert capsys.readouterr().out == local
+        args = ["generate", "--url", dep.url, "--api-key", "k", PROMPTS[1], "--max-tokens", "16"]
+        assert main([*args, "--stream"]) == 0  # /v1/chat/completions, streamed
+        assert capsys.readouterr().out.rstrip("\n") == chat
+        assert main([*args, "--raw"]) == 0  # /v1/completions
+        assert capsys.readouterr().out == raw
         assert main(["generate", "--url", dep.url, "--api-key", "bad", "x"]) == 1
         assert "401" in capsys.readouterr().err
 
@@ -129,6 +148,11 @@ def test_cli_chat_and_runs_show_on_a_real_run(quick_run, runs_dir, capsys, monke
     assert main(["chat", f"{quick_run.path}:best", "--max-tokens", "12"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 and all(lines)  # one streamed answer per question, history kept
+    for end in ("/exit", "/quit", " /QUIT "):  # what users type to leave, besides an empty line
+        monkeypatch.setattr("sys.stdin", io.StringIO(f"What is 2+2?\n{end}\nNever asked?\n"))
+        assert main(["chat", f"{quick_run.path}:best", "--max-tokens", "12"]) == 0
+        answers = capsys.readouterr().out.splitlines()
+        assert answers == lines[:1], end  # the first answer, then the chat ended
     assert main(["runs", "show", quick_run.name, "--runs", str(runs_dir)]) == 0
     out = capsys.readouterr().out
     assert "train.max_steps = 2" in out and "status finished" in out
@@ -176,7 +200,10 @@ def test_other_algorithm_kinds_add_their_own_routes(tmp_path) -> None:
         listed = http.get("/v1/models", headers=auth).json()["data"]
         assert listed[0]["kind"] == "toy-policy" and listed[0]["root"].endswith("step_000001")
         r = http.post("/v1/completions", json={"prompt": "x"}, headers=auth)
-        assert r.status_code == 404 and "not served" in r.json()["error"]["message"]
+        error = r.json()["error"]  # the route this kind added is named, whatever it is
+        assert r.status_code == 400 and error["code"] == "wrong_endpoint"
+        assert "'walker' is a 'toy-policy' policy" in error["message"]
+        assert "POST /v1/act" in error["message"]
     finally:
         engine.close()
 
@@ -187,3 +214,31 @@ def test_train_accepts_a_mapping_of_overrides() -> None:
     got = to_overrides({"+experiment": "quickstart", "train": {"max_steps": 3}, "run_name": "a b"})
     assert got == ["+experiment=quickstart", "train.max_steps=3", 'run_name="a b"']
     assert to_overrides("train.max_steps=2") == ["train.max_steps=2"]
+
+
+def test_a_ppo_policy_asked_to_chat_names_v1_act(tmp_path) -> None:
+    """A PPO run deployed next to nothing else: the openai client's chat and completion calls
+    get an OpenAI-shaped 400 that names the endpoint the policy does answer."""
+    import openai
+
+    run = arena.train(
+        ["+algo=ppo", "+env=gym", "env.id=CartPole-v1", "env.num_envs=2", "algo.num_steps=16"]
+        + ["train.max_steps=1", f"paths.runs={tmp_path}", "run_name=cartpole"]
+    )
+    with Server([f"cartpole={run.path}"], ServeOptions(port=0, runs=tmp_path)).start() as server:
+        client = OpenAI(base_url=f"{server.url}/v1", api_key="none", max_retries=0)
+        chat = [{"role": "user", "content": "hi"}]
+        for ask in (
+            lambda: client.chat.completions.create(model="cartpole", messages=chat),
+            lambda: client.completions.create(model="cartpole", prompt="hi"),
+            lambda: client.chat.completions.create(model=None, messages=chat),  # the only one
+        ):
+            with pytest.raises(openai.BadRequestError) as caught:
+                ask()
+            error = caught.value.body
+            assert error["code"] == "wrong_endpoint" and error["type"] == "invalid_request_error"
+            assert "'cartpole' is a 'ppo' policy, not a language model" in error["message"]
+            named = 'POST /v1/act with {"model": "cartpole", "observation": [...]}'
+            assert named in error["message"]
+        act = client.post("/act", body={"observation": [0.0] * 4}, cast_to=dict)
+        assert act["model"] == "cartpole" and act["action"] in (0, 1)

@@ -19,7 +19,8 @@ from arena_core.store.checkpoints import (
     read_index,
     save_checkpoint,
 )
-from arena_core.store.metrics import MetricsWriter, plot_reward_curve, read_metrics
+from arena_core.store.curves import plot_reward_curve
+from arena_core.store.metrics import MetricsWriter, read_metrics
 from arena_core.store.rundir import new_run_dir, resolve_resume
 
 

@@ -27,6 +27,10 @@ KNOWN: dict[str, str] = {
     "meta-llama/Meta-Llama-3-8B-Instruct": "llama-3-8b",
     "mistralai/Mixtral-8x7B-v0.1": "mixtral-8x7b",
     "deepseek-ai/DeepSeek-V2-Lite": "deepseek-v2-lite",
+    # the model Arena fetches by name (arena_core.models.catalog), before its first pull
+    "smollm2-135m-instruct": "smollm2-135m",
+    "HuggingFaceTB/SmolLM2-135M": "smollm2-135m",
+    "HuggingFaceTB/SmolLM2-135M-Instruct": "smollm2-135m",
 }
 
 

@@ -34,7 +34,7 @@ from arena_core.errors import ArenaError
 from arena_core.serve.app import ApiError, _Guard, install_error_handlers
 from arena_core.serve.dashboard import data, pages
 from arena_core.serve.dashboard.guard import BrowserGuard
-from arena_core.store import index
+from arena_core.store import index, report
 
 POLL_S = 0.5  # how often the events stream looks at metrics.csv: rows arrive within ~0.5 s
 KEEPALIVE_S = 15.0
@@ -135,8 +135,9 @@ def create_dashboard_app(
     @app.get("/compare", response_class=HTMLResponse)
     def page_compare(run: Annotated[list[str] | None, Query()] = None) -> str:
         names = [r for r in (run or []) if r]
-        known = {i.name for i in index.list_runs(root)}
-        return pages.compare_page([n for n in names if n in known])
+        known = {i.name: i for i in index.list_runs(root)}
+        chosen = [n for n in names if n in known]
+        return pages.compare_page(chosen, data.compare_keys([known[n] for n in chosen]))
 
     return app
 
@@ -159,10 +160,12 @@ def run_detail(info: index.RunInfo) -> dict[str, Any]:
         "plan": data.plan(info, m),
         "validation": index.read_validation(info.path),
         "evals": evals,
+        "kind": data.run_kind(info, m.columns).name,  # which charts: reward, loss, return...
         "columns": m.columns,
         "last_step": m.steps[-1] if m.steps else None,
         "problems": [p for p in [info.problem] if p],
         "metrics_problems": m.problems,
+        **report.outcome(info.summary),  # a failed run's error, a run's warnings
     }
 
 

@@ -23,7 +23,9 @@ from typing import Any
 
 from arena_core.errors import ArenaError
 from arena_core.store import index
+from arena_core.store.kinds import RunKind, kind_of, model_label
 from arena_core.store.metrics import METRICS_FILE
+from arena_core.store.report import read_plan
 
 # no summary.json and a file written this recently: the run is taken to be still training
 RUNNING_WINDOW_S = 120.0
@@ -32,9 +34,12 @@ POPULATION_FILE = "lineage.json"
 
 
 def run_row(info: index.RunInfo) -> dict[str, Any]:
-    """One row of the runs page/API: the index's row plus live status, model and last step."""
+    """One row of the runs page/API: the index's row plus live status, kind, model and last
+    step. The model is what the run trained: the LLM, or PPO's own network ("mlp 64-64")."""
     row = info.to_dict()
-    row["model"] = _model_name(info.config)
+    plan = read_plan(info.path)
+    row["kind"] = kind_of(info.summary, plan).name
+    row["model"] = model_label(info.config, plan)
     row["status"] = live_status(info)
     if info.summary == {} and info.status != "corrupt":
         last = last_step(info.path)
@@ -43,11 +48,19 @@ def run_row(info: index.RunInfo) -> dict[str, Any]:
     return row
 
 
-def _model_name(cfg: dict[str, Any]) -> str | None:
-    model = cfg.get("model") if isinstance(cfg, dict) else None
-    if isinstance(model, dict):
-        return model.get("name_or_path") or model.get("name")
-    return None
+def run_kind(info: index.RunInfo, columns: list[str] | None = None) -> RunKind:
+    """The run's kind (what its charts are): from summary.json, plan.json, or its columns."""
+    return kind_of(info.summary, read_plan(info.path), metrics=columns or ())
+
+
+def compare_keys(infos: list[index.RunInfo]) -> list[str]:
+    """The metrics the compare page overlays: the series of the runs' kinds' panels, each once
+    (the training reward and held-out reward of GRPO runs, the losses of SFT runs...)."""
+    keys: list[str] = []
+    for info in infos:
+        for panel in run_kind(info).panels:
+            keys += [k for k in panel.keys if k not in keys]
+    return keys
 
 
 def live_status(info: index.RunInfo) -> str:

@@ -14,20 +14,20 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-# the run page's charts: title -> metric columns (those the run has are drawn)
+from arena_core.store.best import metric_name
+from arena_core.store.kinds import LLM_RL, RunKind, kind_named
+
+# the run page's charts after its kind's own panels (arena_core.store.kinds: reward, loss,
+# preference accuracy, return...): title -> metric columns (those the run has are drawn)
 CHARTS: list[tuple[str, list[str]]] = [
-    ("Reward (train and held-out)", ["reward/mean", "eval/reward_mean"]),
-    ("Held-out accuracy", ["eval/accuracy"]),
     ("Loss", ["loss"]),
     ("KL", ["kl"]),
     ("Clip fraction", ["clip_frac"]),
+    ("Entropy", ["entropy"]),
     ("Tokens/s", ["tokens_per_s/generated", "tokens_per_s/trained"]),
+    ("Env steps/s", ["env_steps_per_s"]),
     ("Staleness", ["staleness/max"]),
     ("Idle fractions", ["time/generator_idle_frac", "time/learner_idle_frac"]),
-]
-# classic-RL runs log returns rather than rewards
-CLASSIC_CHARTS: list[tuple[str, list[str]]] = [
-    ("Return (train and held-out)", ["return/mean", "eval/return_mean"]),
 ]
 
 
@@ -41,6 +41,13 @@ def _fmt(value: Any, digits: int = 3) -> str:
     if isinstance(value, float):
         return f"{value:.{digits}g}"
     return _e(value)
+
+
+def _best(row: dict[str, Any]) -> str:
+    """`0.95 reward @ 60`: the run's best held-out score as RUN:best ranks it (run index)."""
+    if row.get("best_eval") is None or not row.get("best_metric"):
+        return _fmt(row.get("best_eval_reward"))
+    return f"{_fmt(row['best_eval'])} {_e(metric_name(row['best_metric']))} @ {row['best_step']}"
 
 
 def _wall(seconds: Any) -> str:
@@ -100,7 +107,7 @@ def runs_page(
             f"<td>{_e(r.get('project') or '')}</td><td>{_badge(r['status'])}</td>"
             f"<td>{_e(r.get('algorithm'))}</td><td>{_e(r.get('env'))}</td>"
             f"<td>{_e(r.get('model'))}</td><td>{_fmt(steps)}</td>"
-            f"<td>{_fmt(r.get('best_eval_reward'))}</td><td>{_wall(r.get('wall_seconds'))}</td>"
+            f"<td>{_best(r)}</td><td>{_wall(r.get('wall_seconds'))}</td>"
             f"<td>{_when(r.get('started'))}</td></tr>"
         )
     table = (
@@ -123,14 +130,17 @@ def runs_page(
     )
 
 
-def _charts(columns: list[str]) -> list[tuple[str, list[str]]]:
-    if not columns:  # nothing written yet: the usual charts, filled live as rows arrive
-        return [c for c in CHARTS if c[0].startswith(("Reward", "Loss", "KL", "Tokens"))]
-    have = set(columns)
-    out = []
-    for title, keys in CLASSIC_CHARTS + CHARTS:
+def _charts(columns: list[str], kind: RunKind) -> list[tuple[str, list[str]]]:
+    """The kind's panels (as in reward_curve.png), then the diagnostics the run logged; before
+    any row is written, the kind's panels and the loss, filled live as rows arrive."""
+    own = [(p.title[:1].upper() + p.title[1:], p.keys, p.components) for p in kind.panels]
+    if not columns:
+        first = [(t, k) for t, k, _ in own]
+        return first if any("loss" in k for _, k in first) else [*first, ("Loss", ["loss"])]
+    have, out, drawn = set(columns), [], set()
+    for title, keys, components in own:
         present = [k for k in keys if k in have]
-        if title.startswith("Reward"):  # each reward component, selectable in the legend
+        if components:  # each reward component, selectable in the legend
             present += [
                 k
                 for k in columns
@@ -138,6 +148,11 @@ def _charts(columns: list[str]) -> list[tuple[str, list[str]]]:
                 and k not in ("reward/mean", "reward/std", "reward/failures")
                 and k not in present
             ]
+        if present:
+            out.append((title, present))
+            drawn.update(present)
+    for title, keys in CHARTS:
+        present = [k for k in keys if k in have and k not in drawn]
         if present:
             out.append((title, present))
     return out
@@ -168,13 +183,13 @@ def run_page(
         f'<p class="facts">{_badge(row["status"])} step <b id="step" data-initial="{since}">'
         f"{step_text}</b>{'/' + _e(row['max_steps']) if row.get('max_steps') else ''} · "
         f"{_e(row.get('algorithm'))} · {_e(row.get('env'))} · {_e(row.get('model'))} · "
-        f"best held-out {_fmt(row.get('best_eval_reward'))} · wall {_wall(row.get('wall_seconds'))}"
+        f"best held-out {_best(row)} · wall {_wall(row.get('wall_seconds'))}"
         "</p>"
     )
     charts = "".join(
         f'<figure class="chart" data-title="{_e(t)}" data-keys="{_e(",".join(k))}">'
         f"<figcaption>{_e(t)}</figcaption></figure>"
-        for t, k in _charts(detail["columns"])
+        for t, k in _charts(detail["columns"], kind_named(detail.get("kind") or LLM_RL.name))
     )
     if "member" in detail["columns"]:  # rows of several members interleave: plot them apart
         charts = '<p class="empty">A population run: each member\'s curve is under Population.</p>'
@@ -188,6 +203,7 @@ def run_page(
     body = (
         head
         + problem_html
+        + _outcome_html(detail.get("error"), detail.get("warnings") or [])
         + f'<section><h2>Curves</h2><div class="charts" id="charts">{charts}</div>{picker}'
         + "</section>"
         + _plan_html(detail.get("plan"))
@@ -197,6 +213,23 @@ def run_page(
         + _evals_html(detail.get("evals") or [])
     )
     return _page(f"{name} · Arena", body)
+
+
+def _outcome_html(error: Any, warnings: list[dict[str, Any]]) -> str:
+    """A failed run's error and a run's warnings (it trained on nothing...), with what to try:
+    above the curves, where a run that ended badly says so first."""
+    if not error and not warnings:
+        return ""
+    html_ = f'<p class="problem" id="run-error"><b>error</b> {_e(error)}</p>' if error else ""
+    items = "".join(
+        f'<li class="warning" data-code="{_e(w.get("code"))}">{_e(w.get("message"))}'
+        + (f"<br>try: {_e(w.get('fix'))}" if w.get("fix") else "")
+        + "</li>"
+        for w in warnings
+    )
+    if items:
+        html_ += f'<ul class="problems" id="run-warnings">{items}</ul>'
+    return f'<section id="outcome"><h2>How it went</h2>{html_}</section>'
 
 
 def _plan_html(plan: dict[str, Any] | None) -> str:
@@ -219,8 +252,18 @@ def _plan_html(plan: dict[str, Any] | None) -> str:
             "colocate",
             "fused_logprob",
             "lora_rank",
+            # the plans of SFT/DPO and PPO/IPPO runs (arena_core.runtime.plan_file)
+            "device",
+            "torch_threads",
+            "rows_per_step",
+            "num_envs",
+            "env_steps_per_step",
+            "policy",
+            "parameters",
+            "trainable_parameters",
+            "reference",
         )
-        if k in p
+        if k in p and not isinstance(p[k], dict)  # an LLM plan's device is a mapping
     ]
     chosen_rows = "".join(f"<tr><th>{_e(k)}</th><td>{_fmt(p[k])}</td></tr>" for k in chosen)
     timing = "".join(
@@ -243,7 +286,8 @@ def _plan_html(plan: dict[str, Any] | None) -> str:
         else ""
     )
     return (
-        f'<section id="plan"><h2>Plan</h2><p>{_e(p.get("model"))}</p><div class="cols">'
+        f'<section id="plan"><h2>Plan</h2><p>{_e(p.get("summary") or p.get("model"))}</p>'
+        '<div class="cols">'
         f'<table class="kv">{chosen_rows}</table><table class="timing"><tr><th>seconds/step'
         f"</th><th>predicted</th><th>measured (mean)</th></tr>{timing}</table></div>"
         f"{alt_html}</section>"
@@ -382,8 +426,9 @@ def _evals_html(evals: list[dict[str, Any]]) -> str:
     )
 
 
-def compare_page(names: list[str]) -> str:
-    """`/compare?run=a&run=b`: the runs' reward curves overlaid."""
+def compare_page(names: list[str], keys: list[str] | None = None) -> str:
+    """`/compare?run=a&run=b`: the runs' curves overlaid, one chart per metric of `keys` (the
+    held-out and training series of the runs' kinds: reward, loss, preference accuracy...)."""
     if not names:
         body = '<h1>Compare</h1><p class="empty">Select runs on the <a href="/">runs page</a>.</p>'
         return _page("Compare · Arena", body, script=False)
@@ -391,7 +436,7 @@ def compare_page(names: list[str]) -> str:
     charts = "".join(
         f'<figure class="chart" data-title="{_e(k)}" data-keys="{_e(k)}" '
         f'data-runs="{_e(",".join(names))}"><figcaption>{_e(k)}</figcaption></figure>'
-        for k in ("reward/mean", "eval/reward_mean", "eval/accuracy", "loss")
+        for k in keys or ("reward/mean", "eval/reward_mean", "eval/accuracy", "loss")
     )
     return _page(
         "Compare · Arena", f'<h1>Compare</h1><p>{links}</p><div class="charts">{charts}</div>'

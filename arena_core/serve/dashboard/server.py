@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from arena_core.extras import require_extra
 from arena_core.serve.server import UvicornHost, _is_loopback, resolve_api_key
 
 DEFAULT_PORT = 8265
@@ -24,6 +25,7 @@ class DashboardServer(UvicornHost):
         api_key: str | None = None,
         log_level: str = "warning",
     ) -> None:
+        require_extra("serve", "the dashboard (`arena dashboard`)")
         from arena_core.serve.dashboard.app import create_dashboard_app
 
         self.runs = Path(runs)

@@ -1,0 +1,190 @@
+"""The torch engine's KV cache and attention on the CPU: nothing copied per token that need not be.
+
+Why each piece exists (measured on SmolLM2-135M, 30 layers, 9 query / 3 KV heads, a GRPO batch of
+64 rows and ~300 positions; `bench/real_model.py` reruns it):
+
+- transformers' `DynamicCache` grows by `torch.cat`, so every decode step copies the whole cache of
+  every layer: O(length^2) memory traffic over a completion, as much time as the matmuls late in a
+  256-token decode. `GrowingLayer` keeps one buffer per layer with room for the batch's real
+  length (prompt width + `max_new_tokens`, never `max_position_embeddings`), writes each new
+  position in place and hands attention a view.
+- HF's `sdpa` attention repeats the KV heads to the query heads (`repeat_kv`) whenever there is an
+  attention mask, which a left-padded batch always has: another full copy of K and V per layer per
+  step, 3x the cache for a 9/3 GQA model. `gqa_attention` asks SDPA for grouped-query attention
+  with the mask instead (`enable_gqa=True`, torch >= 2.5), the same numbers without the copy.
+- Prefix sharing: the rows of a GRPO group share one prompt, so the engine prefills each distinct
+  prompt once and `expand_rows` copies its cache into the group's rows (see
+  `TorchBackend._generate_batch`).
+
+`decode_attention(model)` switches the model to `gqa_attention` for the decode block only (the
+learner keeps its own implementation); the function is exact SDPA with autograd, so a learner
+thread that runs the shared module meanwhile computes the same values either way.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+GQA_ATTENTION = "arena_gqa_sdpa"
+
+
+class GrowingLayer(DynamicLayer):
+    """A `DynamicLayer` with a preallocated buffer: appends write in place, no `torch.cat`.
+
+    `keys`/`values` are views of the first `length` positions, so everything that reads a
+    DynamicLayer (mask sizes, `get_seq_length`, attention) sees the same shapes as before. A write
+    past the buffer grows it geometrically (a caller that underestimated the length stays correct).
+    """
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.capacity = max(1, int(capacity))
+        self.length = 0
+        self._k: torch.Tensor | None = None
+        self._v: torch.Tensor | None = None
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        new = key_states.shape[-2]
+        if self._k is None or self.length + new > self._k.shape[-2]:
+            self._grow(key_states, value_states, self.length + new)
+        assert self._k is not None and self._v is not None
+        end = self.length + new
+        self._k[:, :, self.length : end].copy_(key_states)
+        self._v[:, :, self.length : end].copy_(value_states)
+        self.length = end
+        self.keys, self.values = self._k[:, :, :end], self._v[:, :, :end]
+        return self.keys, self.values
+
+    def _grow(self, k: torch.Tensor, v: torch.Tensor, needed: int) -> None:
+        size = max(needed, self.capacity if self._k is None else 2 * self._k.shape[-2])
+        b, h, _, d = k.shape
+        nk = k.new_empty((b, h, size, d))
+        nv = v.new_empty((b, h, size, v.shape[-1]))
+        if self._k is not None and self.length:
+            nk[:, :, : self.length].copy_(self._k[:, :, : self.length])
+            nv[:, :, : self.length].copy_(self._v[:, :, : self.length])
+        self._k, self._v = nk, nv
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Keep (or repeat) the rows `indices` of the batch: one copy of the live positions."""
+        if self._k is None:
+            return
+        self._k = self._k[indices]
+        self._v = self._v[indices]
+        self.keys, self.values = self._k[:, :, : self.length], self._v[:, :, : self.length]
+
+    def reset(self) -> None:
+        self._k = self._v = None
+        self.length = 0
+        super().reset()
+
+
+def growing_cache(config: Any, capacity: int) -> DynamicCache:
+    """A DynamicCache whose full-attention layers are `GrowingLayer`s with room for `capacity`.
+
+    Layers of another kind (sliding windows, linear attention) keep their own class: correct,
+    only without the in-place appends.
+    """
+    cache = DynamicCache(config=config)
+    cache.layers = [
+        GrowingLayer(capacity) if type(layer) is DynamicLayer else layer for layer in cache.layers
+    ]
+    return cache
+
+
+def expand_rows(cache: DynamicCache, index: torch.Tensor) -> None:
+    """Row i of the cache becomes old row `index[i]` (prefix sharing; dropping finished rows)."""
+    cache.batch_select_indices(index)
+
+
+def gqa_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """SDPA with grouped-query attention done by the kernel, mask or not (see the module doc)."""
+    groups = getattr(module, "num_key_value_groups", 1)
+    if attention_mask is not None and attention_mask.dim() == 4:
+        attention_mask = attention_mask[:, :, :, : key.shape[-2]]
+    causal = bool(
+        query.shape[2] > 1
+        and attention_mask is None
+        and (is_causal is not False)
+        and getattr(module, "is_causal", True)
+    )
+    out = F.scaled_dot_product_attention(
+        query,
+        key,
+        value,
+        attn_mask=attention_mask,
+        dropout_p=dropout if module.training else 0.0,
+        scale=scaling,
+        is_causal=causal,
+        enable_gqa=groups > 1,
+    )
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _register() -> bool:
+    try:
+        from transformers import AttentionInterface
+        from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    except ImportError:  # an older transformers: decode keeps the model's own attention
+        return False
+    AttentionInterface.register(GQA_ATTENTION, gqa_attention)
+    AttentionMaskInterface.register(GQA_ATTENTION, sdpa_mask)
+    return True
+
+
+_REGISTERED = _register()
+_lock = threading.Lock()
+_users: dict[int, list[Any]] = {}  # id(config) -> [users, the implementation to restore]
+
+
+@contextmanager
+def decode_attention(model: torch.nn.Module) -> Iterator[None]:
+    """Inside the block, a CPU model whose attention is `sdpa` uses `gqa_attention` instead.
+
+    Re-entrant and shared between threads (reference-counted per config); CUDA models, other
+    implementations (eager, flash) and models without GQA are left alone.
+    """
+    config = getattr(model, "config", None)
+    current = getattr(config, "_attn_implementation", None)
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    entry = _users.get(id(config))
+    if not _REGISTERED or device.type != "cpu" or (entry is None and current != "sdpa"):
+        yield
+        return
+    with _lock:
+        entry = _users.setdefault(id(config), [0, current])
+        entry[0] += 1
+        config._attn_implementation = GQA_ATTENTION
+    try:
+        yield
+    finally:
+        with _lock:
+            entry[0] -= 1
+            if entry[0] == 0:
+                config._attn_implementation = entry[1]
+                del _users[id(config)]
