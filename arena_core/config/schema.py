@@ -43,7 +43,8 @@ class ModelConfig(Strict):
     init_from: str | None = Field(
         None,
         description="Start from another run's checkpoint: RUN, RUN:STEP, RUN:best or RUN:latest "
-        "(a LoRA checkpoint is merged; this run's lora section applies on top).",
+        "(RUN: a run directory, run id or run_name; a LoRA checkpoint is merged; this run's "
+        "lora section applies on top).",
     )
     init_adapter: Literal["merge", "continue"] = Field(
         "merge",
@@ -70,8 +71,15 @@ class TrainConfig(Strict):
         ge=1,
         description="Token budget of one packed micro-batch; None lets the planner pick.",
     )
-    checkpoint_every: int = Field(50, ge=0, description="Steps between checkpoints; 0 = end only.")
-    keep_checkpoints: int | None = Field(None, ge=1, description="None keeps every checkpoint.")
+    checkpoint_every: int = Field(
+        50,
+        ge=0,
+        description="Steps between checkpoints; 0 = end only. A new best evaluation is always "
+        "checkpointed too (RUN:best is the best evaluation).",
+    )
+    keep_checkpoints: int | None = Field(
+        None, ge=1, description="None keeps every checkpoint; N keeps the N newest plus the best."
+    )
     log_every: int = Field(1, ge=1)
     resume: str | None = Field(
         None, description="Resume from a run directory (its latest checkpoint) or 'latest'."

@@ -37,13 +37,52 @@ TokenCallback = Callable[[int, int, bool], bool]
 
 
 class _Rows:
-    """Per-row outputs of one batch, indexed by the row's position in the original prompt list."""
+    """Per-row outputs of one batch (indexed by the row's position in the original prompt list)
+    and the per-call settings that decide when a row ends."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(
+        self,
+        backend: TorchBackend,
+        n: int,
+        params: SamplingParams,
+        on_token: TokenCallback | None,
+        offset: int,
+    ) -> None:
         self.tokens: list[list[int]] = [[] for _ in range(n)]
         self.logprobs: list[list[float]] = [[] for _ in range(n)]
         self.versions: list[list[int]] = [[] for _ in range(n)]
         self.finish: list[str] = ["length"] * n
+        self.backend, self.params, self.on_token, self.offset = backend, params, on_token, offset
+        self.stop_window = max((len(s.encode()) for s in params.stop), default=0) + 2
+
+    def record(
+        self, tokens: list[int], logps: list[float], originals: list[int], version: int
+    ) -> list[int]:
+        """Append one sampled token to each live row; the indices (into `originals`) that go on."""
+        keep: list[int] = []
+        backend, stop, on_token = self.backend, self.params.stop, self.on_token
+        for j, r in enumerate(originals):
+            tok = tokens[j]
+            self.tokens[r].append(tok)
+            self.logprobs[r].append(logps[j])
+            self.versions[r].append(version)
+            done = tok in backend.eos_ids or backend._hit_stop(
+                self.tokens[r], stop, self.stop_window
+            )
+            if done:
+                self.finish[r] = "stop"
+            if on_token is not None and on_token(self.offset + r, tok, done) and not done:
+                done = True  # the caller ended this row (finish stays "length")
+            if not done:
+                keep.append(j)
+        return keep
+
+    def go_on(self, live: list[int], step: int, control: DecodeControl | None) -> bool:
+        """Whether another decode step runs; the async runtime may swap weights in between."""
+        last = step == self.params.max_new_tokens - 1
+        if live and control is not None and not last:
+            control.between_steps(self.backend)  # may load new weights: later tokens use them
+        return bool(live) and not last
 
 
 class TorchBackend:
@@ -255,28 +294,16 @@ class TorchBackend:
             logits, mask, positions = logits[share], mask[share], positions[share]
         logits_version = self.policy_version
         next_pos = positions[:, -1] + 1
-        rows = _Rows(n)
+        rows = _Rows(self, n, params, on_token, offset)
         batch = list(range(n))  # original row of each batch position (finished ones included)
         live = list(range(n))  # batch positions still decoding
-        stop_window = max((len(s.encode()) for s in params.stop), default=0) + 2
         for step in range(params.max_new_tokens):
             sampled = logits if len(live) == len(batch) else logits[live]
             tokens, logps = sample_next(sampled, params, generator)
-            keep = self._record(
-                tokens.tolist(),
-                logps.tolist(),
-                [batch[j] for j in live],
-                rows,
-                params,
-                logits_version,
-                on_token,
-                offset,
-                stop_window,
-            )
+            originals = [batch[j] for j in live]
+            keep = rows.record(tokens.tolist(), logps.tolist(), originals, logits_version)
             live = [live[j] for j in keep]
-            if live and control is not None and step < params.max_new_tokens - 1:
-                control.between_steps(self)  # may load new weights: later tokens use them
-            if not live or step == params.max_new_tokens - 1:
+            if not rows.go_on(live, step, control):
                 break
             step_tokens = torch.zeros(len(batch), dtype=torch.long, device=self.device)
             step_tokens[live] = tokens[keep].to(self.device)
@@ -295,34 +322,6 @@ class TorchBackend:
                 time.sleep(self.decode_delay_s)  # releases the GIL, like waiting on a device
             next_pos = next_pos + 1
         return [self._completion(p, rows, i, params) for i, p in enumerate(prompts)]
-
-    def _record(
-        self,
-        tokens: list[int],
-        logps: list[float],
-        originals: list[int],
-        rows: _Rows,
-        params: SamplingParams,
-        version: int,
-        on_token: TokenCallback | None,
-        offset: int,
-        stop_window: int,
-    ) -> list[int]:
-        """Append one sampled token to each live row; the indices (into `originals`) that go on."""
-        keep: list[int] = []
-        for j, r in enumerate(originals):
-            tok = tokens[j]
-            rows.tokens[r].append(tok)
-            rows.logprobs[r].append(logps[j])
-            rows.versions[r].append(version)
-            done = tok in self.eos_ids or self._hit_stop(rows.tokens[r], params.stop, stop_window)
-            if done:
-                rows.finish[r] = "stop"
-            if on_token is not None and on_token(offset + r, tok, done) and not done:
-                done = True  # the caller ended this row (rows.finish stays "length")
-            if not done:
-                keep.append(j)
-        return keep
 
     def _left_padded(
         self, prompts: list[list[int]]
@@ -367,27 +366,14 @@ class TorchBackend:
             logits = self._forward(ids, mask, positions, cache, 1, lora=lora, rows=range(n))
         logits_version = self.policy_version
         next_pos = positions[:, -1] + 1
-        rows = _Rows(n)
+        rows = _Rows(self, n, params, on_token, offset)
         live = list(range(n))  # rows still decoding; finished ones keep decoding, unrecorded
-        stop_window = max((len(s.encode()) for s in params.stop), default=0) + 2
         for step in range(params.max_new_tokens):
             tokens, logps = sample_next(logits, params, generator)
             tl, ll = tokens.tolist(), logps.tolist()
-            keep = self._record(
-                [tl[r] for r in live],
-                [ll[r] for r in live],
-                live,
-                rows,
-                params,
-                logits_version,
-                on_token,
-                offset,
-                stop_window,
-            )
+            keep = rows.record([tl[r] for r in live], [ll[r] for r in live], live, logits_version)
             live = [live[j] for j in keep]
-            if live and control is not None and step < params.max_new_tokens - 1:
-                control.between_steps(self)  # may load new weights: later tokens use them
-            if not live or step == params.max_new_tokens - 1:
+            if not rows.go_on(live, step, control):
                 break
             if decoder is not None:
                 with onednn_linears(self.model):

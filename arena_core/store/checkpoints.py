@@ -241,10 +241,9 @@ def best_checkpoint(run_dir: Path, key: str | None = None) -> dict[str, Any] | N
     from arena_core.store.index import checkpoint_ranking, find_best  # index reads this layout
 
     best = find_best(run_dir, metric=key)
-    if best is None:
+    ranking = checkpoint_ranking([best], key) if best is not None else None
+    if best is None or ranking is None:
         return None
-    ranking = checkpoint_ranking([best], key)
-    assert ranking is not None  # find_best ranked it
     return {
         "path": str(best.dir),
         "step": best.step,

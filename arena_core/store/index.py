@@ -35,8 +35,6 @@ from arena_core.store.rundir import STAMP_RE, slug
 
 # no metric named: "best" ranks by the run's own headline score (arena_core.store.best)
 DEFAULT_METRIC: str | None = None
-# the held-out figures the compare plot draws on its reward/return axis
-HEADLINE_METRICS = ("eval/reward_mean", "eval/return_mean")
 _RUN_MARKERS = ("config.yaml", "summary.json", "checkpoints")
 
 

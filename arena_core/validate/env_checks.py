@@ -284,16 +284,7 @@ def run(
     """
     h = Harness(emit)
     if source is not None:
-        factory = _source_factory(h, target, source)
-        if factory is None:
-            return h.info
-        how = f"env.kwargs {source['kwargs']}" if source.get("kwargs") else "no arguments"
-        env = h.run("construction", lambda: ok(f"constructed with {how}", factory()))
-        if env is None:
-            return h.info
-        kind = h.run("kind", lambda: _kind(env))
-        h.info["kind"] = kind
-        _check_kind(h, env, factory, kind, rollouts, seed)
+        _run_source(h, target, source, rollouts, seed)
         return h.info
     registered = config is None and ":" not in target and _is_registered(target)
     if registered or config is not None:
@@ -351,6 +342,20 @@ def run(
         h.info["kind"] = kind
     _check_kind(h, env, factory, kind, rollouts, seed)
     return h.info
+
+
+def _run_source(h: Harness, target: str, source: dict[str, Any], rollouts: int, seed: int) -> None:
+    """Every check of a classic-RL run's env (`source`, see `run`)."""
+    factory = _source_factory(h, target, source)
+    if factory is None:
+        return
+    how = f"env.kwargs {source['kwargs']}" if source.get("kwargs") else "no arguments"
+    env = h.run("construction", lambda: ok(f"constructed with {how}", factory()))
+    if env is None:
+        return
+    kind = h.run("kind", lambda: _kind(env))
+    h.info["kind"] = kind
+    _check_kind(h, env, factory, kind, rollouts, seed)
 
 
 def _source_factory(h: Harness, target: str, source: dict[str, Any]) -> Callable[[], Any] | None:

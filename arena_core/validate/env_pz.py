@@ -115,10 +115,15 @@ def parallel_cycle(h: Harness, env: Any, seed: int) -> Result:
         if not isinstance(result, tuple) or len(result) != 5:
             raise Fail("parallel step() must return 5 dicts (obs, rewards, terms, truncs, infos)")
         observations, rewards, terms, truncs, infos = result
+        # keyed by the agents that acted, or that joined in this step (in `agents` now: their
+        # first observation; PettingZoo's own API test allows it, and IPPO follows them)
+        allowed = set(live) | set(env.agents)
         for name, table in zip(("observations", "rewards", "terminations", "truncations", "infos"),
                                result, strict=True):  # fmt: skip
-            if not isinstance(table, dict) or not set(table) <= set(live):
-                raise Fail(f"step(): {name} must be a dict keyed by the agents that acted")
+            if not isinstance(table, dict) or not set(table) <= allowed:
+                raise Fail(
+                    f"step(): {name} must be a dict keyed by the agents that acted (or joined)"
+                )
         for agent in rewards:
             _check_flags(agent, rewards[agent], terms.get(agent), truncs.get(agent), "step()")
             if agent in observations:

@@ -66,15 +66,18 @@ def preflight_report(cfg: dict[str, Any]) -> Report:
         _merge(report, part)
         return report
     path, mapping = env_cfg.get("path"), env_cfg.get("column_mapping")
+    category = str(env_cfg.get("category") or "reasoning")
     local = bool(path) and Path(str(path)).expanduser().exists()
     if local:
-        _merge(report, validate_dataset(str(path), column_mapping=mapping))
+        _merge(report, validate_dataset(str(path), category=category, column_mapping=mapping))
     elif path:
         report.add("dataset.load", FAIL, f"env.path {path} does not exist")
     elif "path" in env_cfg:
         report.add("dataset", SKIP, "no env.path: the dataset comes from the hub when training")
     else:
         report.add("dataset", SKIP, f"env {name} generates its examples: no dataset to check")
+    if category != "reasoning":  # SFT / DPO data: no text task, no reward to score it with
+        return report
     rows: list[tuple[str, ...]] = []
     if name in get_plugins().registries.envs and report.verdict != FAIL:
         part = validate_env(name, config=cfg, timeout_s=60.0, policy=policy)  # slow datasets

@@ -102,3 +102,14 @@ def test_the_sdk_runs_the_same_checks(tmp_path: Path) -> None:
             ]
         )
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_parallel_env_whose_agents_join_mid_episode_passes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """IPPO's pre-flight runs the PettingZoo checks: an agent that joins mid-episode gets its
+    first observation from step() (PettingZoo allows it, IPPO follows it), which is no FAIL."""
+    from arena_core.cli.main import main as arena_main
+
+    target = f"{REPO_ROOT / 'tests' / 'classic' / 'envs.py'}:LineWalkers"
+    assert arena_main(["validate", "env", target]) == 0, capsys.readouterr().out

@@ -1,7 +1,7 @@
 """A two-member population trained end to end through the SDK (the quickstart's tiny model).
 
 One configuration serves every test here: selection after every learner step, and an `lr` range
-so wide that a grown lr (x1e25) makes a member's weights blow up: with `evolution.seed=0` the
+so wide that a grown lr (x1e25) makes a member's weights blow up: with `evolution.seed=3` the
 first selection breeds a member with lr 1e21 whose next update (step 2) blows its weights up, so
 the run shows a member failing with the step named, getting the worst fitness and being replaced,
 and the population going on. The same run,
@@ -22,6 +22,17 @@ from arena_core.evolution.selection import elite_index
 STEPS = 3
 
 
+def _varying_reward(runs: Path) -> Path:
+    """A reward that differs between the completions of a group (their lengths), so every step
+    has a learning signal and a blown-up lr fails at its member's first step, not at a later one
+    that happened to sample a non-flat group."""
+    path = runs.parent / "varying_reward.py"
+    path.write_text(
+        "def reward(question, answer, completion):\n    return (len(completion) % 5) / 4.0\n"
+    )
+    return path
+
+
 def _overrides(runs: Path, steps: int, *extra: str) -> list[str]:
     return [
         "+experiment=quickstart",
@@ -39,9 +50,11 @@ def _overrides(runs: Path, steps: int, *extra: str) -> list[str]:
         "evolution.population_size=2",
         "evolution.evo_steps=1",
         "evolution.eval_prompts=6",
-        "evolution.seed=0",
+        "evolution.seed=3",
         "evolution.mutation.probabilities.no_mut=0",
         "evolution.mutation.probabilities.rl_hp_mut=1",
+        "evolution.mutation.mutate_elite=false",  # the elite goes on: the run outlives a failure
+        f"reward={_varying_reward(runs)}",
         "+evolution.mutation.rl_hp_selection.lr={min:1e-5,max:1e30,grow_factor:1e25,"
         "shrink_factor:0.5}",
         *extra,

@@ -158,3 +158,21 @@ def test_a_run_that_fails_before_its_first_step_is_marked_failed(tmp_runs: Path)
     assert summary["status"] == "failed" and summary["steps"] == 0
     assert "model.init_from=no-such-run" in summary["error"]
     assert not (run_dir / "checkpoints").exists()
+
+
+def test_warnings_follow_the_counts() -> None:
+    """A few flat steps in a long run are normal (no warning); a quarter or more warn; a tool
+    env whose policy never called a tool warns with its own fix."""
+    from arena_core.runtime.run_warnings import count_step, run_warnings
+
+    totals: dict[str, float] = {}
+    for flat in [1, 0, 0, 0, 0, 0, 0, 0]:
+        count_step(totals, {"train/flat_step": flat, "tools/episodes": 8, "tools/calls": 0})
+    (tools,) = run_warnings(totals)  # 1 of 8 flat: below a quarter
+    assert tools["code"] == "no_tool_calls" and "64 training episodes" in tools["message"]
+    assert "tools_warmstart" in tools["fix"]
+    count_step(totals, {"train/flat_step": 1, "tools/episodes": 8, "tools/calls": 3})
+    count_step(totals, {"train/flat_step": 1})
+    (flat,) = run_warnings(totals, unit="member steps")  # 3 of 10; calls were made
+    assert flat["code"] == "trained_on_nothing"
+    assert "for 3 of 10 member steps" in flat["message"]

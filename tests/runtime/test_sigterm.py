@@ -200,3 +200,29 @@ def test_a_second_sigterm_does_not_cut_the_save_short() -> None:
         time.sleep(0.05)
         assert interrupt_exit_code() == 143
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_sigterm_reaches_a_run_with_ray_actors(tmp_path: Path, pid_alive) -> None:
+    """`ray.init` installs its own SIGTERM handler (sys.exit, which skips the loops' saving): the
+    run's stays, so SIGTERM interrupts as Ctrl-C does and every actor stops with the run."""
+    ray = pytest.importorskip("ray")
+    from arena_core.distributed.cluster import Layout, RayCluster
+    from arena_core.interrupts import Terminated, sigterm_interrupts
+
+    @ray.remote
+    class Probe:
+        def pid(self) -> int:
+            return os.getpid()
+
+    with sigterm_interrupts(), pytest.raises(Terminated):
+        layout = Layout(trainer_devices=1, engines=1, colocate="none")
+        with RayCluster(layout, run_dir=tmp_path) as cluster:
+            assert cluster.started_ray
+            probe = cluster.track(
+                Probe.options(**cluster.options(cluster.plan.engines[0])).remote()
+            )
+            pid = ray.get(probe.pid.remote())
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(10)  # interrupted before this ends
+    assert not ray.is_initialized()
+    assert not pid_alive(pid)

@@ -207,3 +207,23 @@ def test_arena_run_preflight_reads_a_reward_file_in_tmp(tmp_runs, capsys) -> Non
         assert checks["env.reward"]["status"] == "PASS", checks["env.reward"]
     finally:
         path.unlink(missing_ok=True)
+
+
+def test_editable_plugin_from_tmp_trains(editable_plugin, tmp_runs) -> None:
+    """The same editable plugin's env, validated by the run's pre-flight, then trained with PPO
+    through `arena-run`: a third party's package from /tmp is a first-class environment."""
+    code = arena_run.main(
+        [
+            "+algo=ppo",
+            "+env=gym",
+            f"env.id={ENV_NAME}",
+            f"paths.runs={tmp_runs}",
+            "env.num_envs=1",
+            "algo.num_steps=8",
+            "train.max_steps=2",
+        ]
+    )
+    assert code == 0
+    (summary,) = list(Path(tmp_runs).rglob("summary.json"))
+    data = json.loads(summary.read_text())
+    assert data["status"] == "finished" and data["steps"] == 2

@@ -92,6 +92,12 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, s
     return out
 
 
+def _defaults(*overrides: str) -> dict:
+    from arena_core.config import compose_config
+
+    return compose_config(list(overrides))
+
+
 def _summary(run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
 
@@ -143,8 +149,10 @@ def test_runs_show_prints_each_kinds_figures_and_its_own_config_diff(trained, ca
     out = capsys.readouterr().out
     assert f"eval_loss_final: {_summary(sft_dir)['eval_loss_final']:.3f}" in out
     assert "eval_reward" not in out and "eval_accuracy" not in out and "tokens_per_s/gen" not in out
-    # against SFT's own defaults (batch 8, lr 2e-5), not GRPO's or the root's (None)
-    assert "algo.batch_size = 4   (default 8)" in out
+    # against SFT's own defaults (as `+algo=sft +env=dataset` composes them), not GRPO's or
+    # the root's (None)
+    sft = _defaults("+algo=sft", "+env=dataset", f"env.path={sft_dir}")
+    assert f"algo.batch_size = 4   (default {sft['algo']['batch_size']})" in out
     assert "algo.lr" not in out and "(default None)" not in out.split("env.path")[0]
     assert "env.path = " in out and "env.eval_size = 8   (default 64)" in out
     assert "plan: CPU, 1 torch thread(s), 4 rows per step" in out
@@ -156,12 +164,15 @@ def test_runs_show_prints_each_kinds_figures_and_its_own_config_diff(trained, ca
         data["figures"]["eval_pref_accuracy_final"] == _summary(dpo_dir)["eval_pref_accuracy_final"]
     )
     assert "eval_reward_final" not in data["figures"]
-    assert data["config_diff"]["algo.batch_size"] == [8, 4]
+    dpo = _defaults("+algo=dpo", "+env=dataset", f"env.path={dpo_dir}")
+    assert data["config_diff"]["algo.batch_size"] == [dpo["algo"]["batch_size"], 4]
     assert "algo.beta" not in data["config_diff"]  # DPO's default beta, left as it was
 
     assert main(["runs", "show", str(trained["ppo"][0])]) == 0
     out = capsys.readouterr().out
-    assert "algo.num_steps = 16   (default 256)" in out and "eval_return_mean_final" in out
+    ppo = _defaults("+algo=ppo", "+env=gym")
+    assert f"algo.num_steps = 16   (default {ppo['algo']['num_steps']})" in out
+    assert "eval_return_mean_final" in out
     assert "model." not in out and "generation." not in out  # nothing LLM about a PPO run
 
 
