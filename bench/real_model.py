@@ -152,9 +152,7 @@ def main() -> None:
     args = ap.parse_args()
     engines = set(args.engines.split(","))
     rate = matmul_rate(args.threads)
-    policy = load_policy(
-        {"name_or_path": args.model, "lora": {"r": 16, "alpha": 32}}, device="cpu"
-    )
+    policy = load_policy({"name_or_path": args.model, "lora": {"r": 16, "alpha": 32}}, device="cpu")
     n_params = sum(p.numel() for p in policy.model.parameters())
     tok = policy.tokenizer
     prompts = [
