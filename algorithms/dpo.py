@@ -18,8 +18,6 @@ from pydantic import BaseModel, ConfigDict, Field
 if TYPE_CHECKING:  # torch is imported when an algorithm runs, not when plugins load
     from torch import Tensor
 
-OFFLINE_LOOP = "arena_core.runtime.offline_loop:run_offline_training"
-
 
 class DPOConfig(BaseModel):
     """The `algo` section for DPO (see algorithms/conf/algo/dpo.yaml)."""
@@ -45,7 +43,7 @@ class DPO:
     """The pair loss; sequence log-probabilities come from the learner's fused head."""
 
     config_class: ClassVar[type[BaseModel]] = DPOConfig
-    training_loop: ClassVar[str] = OFFLINE_LOOP
+    recipe: ClassVar[str] = "offline"
     data_categories: ClassVar[tuple[str, ...]] = ("preference",)
     group_size = 1
     num_iterations = 1

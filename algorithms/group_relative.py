@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 if TYPE_CHECKING:  # torch is imported when an algorithm runs, not when plugins load
     from torch import Tensor
@@ -25,16 +25,40 @@ class GroupRelativeConfig(BaseModel):
     weight_decay: float = Field(0.0, ge=0)
     max_grad_norm: float | None = Field(0.1, gt=0, description="Global grad-norm clip; None = off.")
     beta: float = Field(0.0, ge=0, description="KL-to-reference coefficient (k3 estimator).")
-    scale_rewards: Literal["std", "none"] = Field(
-        "std", description="'std' divides by the group std (GRPO); 'none' is Dr.GRPO."
+    scale_rewards: Literal["group", "batch", "none"] = Field(
+        "group",
+        description="After centring on the group mean, divide by: 'group' the group's std "
+        "(GRPO), 'batch' the std of the step's rewards (group mean, batch std), 'none' nothing "
+        "(Dr.GRPO). The older 'std' means 'group'.",
     )
-    adv_eps: float = Field(1e-4, gt=0, description="Added to the group std before dividing.")
+    adv_eps: float = Field(1e-4, gt=0, description="Added to the std before dividing.")
+    # DAPO (Yu et al. 2025): overlong reward shaping and truncated-completion masking, both off
+    overlong_buffer: int = Field(
+        0,
+        ge=0,
+        description="DAPO soft overlong punishment: the last L_cache tokens before "
+        "generation.max_new_tokens in which the reward falls linearly to -overlong_penalty "
+        "(0 = off).",
+    )
+    overlong_penalty: float = Field(
+        1.0, ge=0, description="Scale of the overlong penalty (the reward lost at the limit)."
+    )
+    mask_truncated: bool = Field(
+        False,
+        description="DAPO overlong filtering: completions cut at max_new_tokens (finish_reason "
+        "'length') count in their group's statistics but get no loss.",
+    )
     loss_agg_mode: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = Field(
         "token-mean", description="How per-token losses become the step loss."
     )
     num_iterations: int = Field(
         1, ge=1, description="Optimizer passes over each step's samples (PPO epochs)."
     )
+
+    @field_validator("scale_rewards", mode="before")
+    @classmethod
+    def _std_is_group(cls, value: Any) -> Any:
+        return "group" if value == "std" else value  # the pre-batch-scaling spelling
 
 
 class GroupRelativeAlgorithm:
@@ -53,11 +77,36 @@ class GroupRelativeAlgorithm:
         self.beta = config.beta
         self.loss_agg_mode = config.loss_agg_mode
         self.num_iterations = config.num_iterations
+        self.mask_truncated = config.mask_truncated  # read by the collector (optional hook)
 
     def advantages(self, rewards: Tensor) -> Tensor:
         from arena_core.learn.losses import group_advantages
 
-        return group_advantages(rewards, scale=self.config.scale_rewards, eps=self.config.adv_eps)
+        scale = "std" if self.config.scale_rewards == "group" else "none"  # batch: see below
+        return group_advantages(rewards, scale=scale, eps=self.config.adv_eps)
+
+    def batch_advantages(self, advantages: Tensor, rewards: Tensor) -> Tensor:
+        """scale_rewards=batch: the step's group-centred advantages over the std of its rewards
+        (optional hook, called by the collector once per step)."""
+        if self.config.scale_rewards != "batch":
+            return advantages
+        from arena_core.learn.advantages import batch_std_scale
+
+        return batch_std_scale(advantages, rewards, self.config.adv_eps)
+
+    def shape_rewards(
+        self, rewards: Tensor, lengths: Tensor, max_new_tokens: int
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """DAPO's overlong shaping when `overlong_buffer` > 0 (optional hook, called by the
+        collector per group before advantages); the penalty is logged as `reward/overlong`."""
+        if not self.config.overlong_buffer:
+            return rewards, {}
+        from arena_core.learn.advantages import overlong_penalty
+
+        pen = overlong_penalty(
+            lengths, max_new_tokens, self.config.overlong_buffer, self.config.overlong_penalty
+        ).view_as(rewards)
+        return rewards + pen, {"overlong": pen}
 
     def surrogate(self, batch: TokenBatch) -> tuple[Tensor, Tensor]:
         """Per-token policy loss and the per-token clip indicator."""

@@ -39,4 +39,4 @@ class IPPO(PPO):
     """PPO's loss applied per agent group (see module docstring)."""
 
     config_class: ClassVar[type[BaseModel]] = IPPOConfig
-    training_loop: ClassVar[str] = "arena_core.runtime.marl_loop:run_marl_training"
+    recipe: ClassVar[str] = "ippo"

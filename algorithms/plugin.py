@@ -5,8 +5,12 @@ from __future__ import annotations
 from arena_algorithms.cispo import CISPO, CISPOConfig
 from arena_algorithms.dpo import DPO, DPOConfig
 from arena_algorithms.grpo import GRPO, GRPOConfig
+from arena_algorithms.gspo import GSPO, GSPOConfig
 from arena_algorithms.ippo import IPPO, IPPOConfig
+from arena_algorithms.opd import OPD, OPDConfig
 from arena_algorithms.ppo import PPO, PPOConfig
+from arena_algorithms.reinforce_pp import ReinforcePP, ReinforcePPConfig
+from arena_algorithms.rloo import RLOO, RLOOConfig
 from arena_algorithms.sft import SFT, SFTConfig
 
 from arena_core.hookspecs import Register, hookimpl
@@ -26,6 +30,32 @@ def register_algorithms(register: Register) -> None:
         CISPO,
         schema=CISPOConfig,
         description="CISPO (MiniMax-M1): clipped, detached IS weight times log-prob",
+    )
+    register(
+        "gspo",
+        GSPO,
+        schema=GSPOConfig,
+        description="GSPO (Qwen): sequence-level importance ratio (geometric mean) and clip",
+    )
+    register(
+        "opd",
+        OPD,
+        schema=OPDConfig,
+        description="On-policy distillation: a frozen teacher (algo.teacher) scores the "
+        "student's samples; per-token reverse KL as advantage",
+    )
+    register(
+        "rloo",
+        RLOO,
+        schema=RLOOConfig,
+        description="RLOO: leave-one-out baseline within the group (unbiased), PPO clip",
+    )
+    register(
+        "reinforce_pp",
+        ReinforcePP,
+        schema=ReinforcePPConfig,
+        description="REINFORCE++(-baseline): token-level KL in the reward, returns normalised "
+        "over the whole batch, PPO clip, no critic",
     )
     register(
         "sft",

@@ -7,8 +7,8 @@ them `+algo=ppo +env=gym env.id=CartPole-v1` reaches a held-out return of 500 in
 steps (CleanRL's own defaults ended at ~430-460 there). The `+experiment=cartpole` and
 `lunarlander` presets use rl-zoo's tuned values instead. The class
 holds only the loss: rollouts, GAE and the update schedule live in the on-policy loop
-(arena_core/runtime/gym_loop.py), which the plugin names in `training_loop` so `arena-run` knows
-which loop runs it.
+(arena_core/runtime/gym_loop.py), the `ppo` recipe the class names in `recipe`, so `arena-run`
+knows which loop runs it.
 """
 
 from __future__ import annotations
@@ -65,9 +65,9 @@ class PPO:
     """The clipped surrogate, the (optionally clipped) value loss and the entropy bonus."""
 
     config_class: ClassVar[type[BaseModel]] = PPOConfig
-    training_loop: ClassVar[str] = "arena_core.runtime.gym_loop:run_gym_training"
+    recipe: ClassVar[str] = "ppo"  # the training loop, by its registered name
     # `arena deploy` of its checkpoints answers POST /v1/act (IPPO inherits it)
-    serving: ClassVar[str] = "arena_core.runtime.gym_serve:register_serving"
+    serving: ClassVar[str] = "arena_core.classic.serve:register_serving"
 
     def __init__(self, config: BaseModel | dict[str, Any] | None = None) -> None:
         if not isinstance(config, self.config_class):

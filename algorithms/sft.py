@@ -6,7 +6,7 @@ micro-batches, the fused logprob head, exact gradient accumulation): an SFT samp
 default, TRL's for prompt/completion data) makes the prompt the sample's context; a multi-turn
 chat (`messages`) is one sample whose loss mask keeps every assistant turn; with
 `completion_only=false` every token after the first carries loss. The offline loop
-(`arena_core/runtime/offline_loop.py`, named in `training_loop`) feeds it rows of an `sft` dataset
+(the `offline` recipe, named in `recipe`) feeds it rows of an `sft` dataset
 (`+env=dataset env.category=sft`) or the demonstrations of a text task (`gold_completion`).
 """
 
@@ -20,8 +20,6 @@ if TYPE_CHECKING:  # torch is imported when an algorithm runs, not when plugins 
     from torch import Tensor
 
     from arena_core.learn.algorithm import TokenBatch
-
-OFFLINE_LOOP = "arena_core.runtime.offline_loop:run_offline_training"
 
 
 class SFTConfig(BaseModel):
@@ -49,7 +47,7 @@ class SFT:
     """Cross-entropy per token; the learner aggregates it with `loss_agg_mode` weights."""
 
     config_class: ClassVar[type[BaseModel]] = SFTConfig
-    training_loop: ClassVar[str] = OFFLINE_LOOP
+    recipe: ClassVar[str] = "offline"
     data_categories: ClassVar[tuple[str, ...]] = ("sft", "reasoning")  # reasoning: demos
     group_size = 1
     beta = 0.0  # no reference policy

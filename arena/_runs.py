@@ -144,38 +144,24 @@ def train(config: Sequence[str] | Mapping[str, Any] | str, *, check: bool = True
     """Train like `arena-run` and return the finished Run.
 
     `config` is arena-run's overrides (`["+experiment=quickstart", "train.max_steps=20"]`) or a
-    mapping of the same (`{"+experiment": "quickstart", "train": {"max_steps": 20}}`). `check`
-    runs arena-run's preflight (reward, env and dataset validation) first; the run keeps its
-    report as validation.json.
+    mapping of the same (`{"+experiment": "quickstart", "train": {"max_steps": 20}}`). It goes
+    through arena-run's launcher (`arena_core.cli.launch`): the same dataset-category check, the
+    same recipe, and with `check` (the default) the same pre-flight (reward, env and dataset
+    validation), whose report the run keeps as validation.json.
     """
-    from arena_core.cli.plan_summary import run_plan
+    from arena_core.cli.launch import launch
     from arena_core.config import compose_run_config
-    from arena_core.interrupts import sigterm_interrupts
-    from arena_core.plugins import get_plugins, import_object
+    from arena_core.errors import ConfigError
 
-    overrides = to_overrides(config)
-    cfg = compose_run_config(overrides)
-    algo = get_plugins().registries.algorithms
-    name = (cfg.get("algo") or {}).get("name")
-    loop = getattr(algo.get(str(name)).obj, "training_loop", None) if name in algo else None
-    if loop is not None:  # classic RL: the algorithm's own loop, after the env's checks
-        if check:
-            from arena_core.cli.preflight import preflight
-
-            preflight(cfg)
-        with sigterm_interrupts():
-            return Run(import_object(loop)(cfg))
-    report = None
-    if check:
-        from arena_core.cli.preflight import preflight
-
-        report = preflight(cfg).to_dict()  # kept as the run's validation.json
-    plan = run_plan(cfg)
-    from arena_core.runtime import run_training
-
-    plan_dict = plan.to_dict() if plan is not None else None
-    with sigterm_interrupts():
-        return Run(run_training(cfg, plan=plan_dict, validation=report))
+    cfg = compose_run_config(to_overrides(config))
+    if cfg.get("dry_run"):
+        raise ConfigError(
+            "dry_run=true: arena.train trains and returns the Run; for the checks and the plan "
+            "alone run `arena-run ... --dry-run`"
+        )
+    run_dir = launch(cfg, check=check)
+    assert run_dir is not None  # only a dry run returns none
+    return Run(run_dir)
 
 
 def to_overrides(config: Sequence[str] | Mapping[str, Any] | str) -> list[str]:

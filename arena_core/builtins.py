@@ -1,4 +1,5 @@
-"""Core-provided plugins: hardware profiles, generation backends and loggers.
+"""Core-provided plugins: hardware profiles, generation backends, loggers, tool-call parsers
+and the training recipes.
 
 Registered through the `arena` entry point exactly like a third party's plugin, so `arena plugins`
 shows them and a third party can add more of each kind. Imports of heavy modules (torch, vLLM)
@@ -66,3 +67,10 @@ def register_tool_parsers(register: Register) -> None:
         HermesParser,
         description='<tool_call>{"name": ..., "arguments": {...}}</tool_call> (Qwen2.5/Qwen3)',
     )
+
+
+@hookimpl
+def register_recipes(register: Register) -> None:
+    from arena_core.recipes.builtin import register_builtin_recipes
+
+    register_builtin_recipes(register)

@@ -8,14 +8,35 @@ registered objects are called directly by the loops.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pluggy
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 hookspec = pluggy.HookspecMarker("arena")
 hookimpl = pluggy.HookimplMarker("arena")
 
-Register = Callable[..., None]
+
+class Register(Protocol):
+    """The callback every ``register_*`` hook receives: ``register(name, obj, schema=...,
+    description=...)``.
+
+    ``name`` and ``obj`` go by position, ``schema`` and ``description`` by keyword only, so
+    ``register("x", obj, "some text")`` (a description where the schema goes) is an error for a
+    type checker (mypy, pyright) and, at run time, a TypeError naming the registration and the fix.
+    """
+
+    def __call__(
+        self,
+        name: str,
+        obj: Any,
+        /,
+        *,
+        schema: type[BaseModel] | None = None,
+        description: str = "",
+    ) -> None: ...
 
 
 @hookspec
@@ -91,6 +112,19 @@ def register_tool_parsers(register: Register) -> None:
 
 
 @hookspec
+def register_recipes(register: Register) -> None:
+    """Register training recipes: the loops that algorithms name in their ``recipe`` attribute.
+
+    The built-ins are ``llm`` (the default of an algorithm without ``recipe``), ``population``
+    (chosen instead of ``llm`` when ``evolution.enabled``), ``ppo``, ``ippo`` and ``offline``.
+
+    :param register: call ``register(name, recipe_class, description="")``; ``recipe_class`` is a
+        subclass of ``arena_core.recipes.Recipe`` built without arguments once per run (set up,
+        train, save, clean up; see docs/plugins.md, "Recipes").
+    """
+
+
+@hookspec
 def config_searchpath() -> list[str]:
     """Config directories this plugin contributes to Hydra's search path.
 
@@ -107,6 +141,7 @@ ALL_HOOKS: tuple[str, ...] = (
     "register_backends",
     "register_loggers",
     "register_tool_parsers",
+    "register_recipes",
     "config_searchpath",
 )
 
@@ -118,4 +153,5 @@ KIND_OF_HOOK: dict[str, str] = {
     "register_backends": "backends",
     "register_loggers": "loggers",
     "register_tool_parsers": "tool_parsers",
+    "register_recipes": "recipes",
 }

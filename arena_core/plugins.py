@@ -19,7 +19,7 @@ import pluggy
 
 from arena_core import hookspecs
 from arena_core.errors import PluginError
-from arena_core.registry import Entry, Registries
+from arena_core.registry import SINGULAR, Entry, Registries
 
 GROUP = "arena"
 
@@ -62,15 +62,22 @@ def strict_plugins() -> bool:
 _IMPORTLIB_DIR = os.path.join(os.path.dirname(os.__file__), "importlib") + os.sep
 
 
-def _check_schema(schema: Any, kind: str, name: str) -> None:
-    """A schema must be a pydantic model class: this also catches `register(name, obj, "text")`,
-    where a description passed by position would otherwise land in `schema`."""
+def _check_registration(kind: str, name: str, extra: tuple[Any, ...], schema: Any) -> None:
+    """What `hookspecs.Register` promises a type checker, enforced for plugins that run unchecked:
+    `register(name, obj, "text")` (a description by position) and a schema that is not a pydantic
+    model class are errors naming the registration and the fix."""
     from pydantic import BaseModel
 
+    kind = SINGULAR.get(kind, kind)
+    if extra:
+        raise TypeError(
+            f"{kind} '{name}': register() takes the name and the object by position and nothing "
+            f"else; got {len(extra)} more ({', '.join(repr(e) for e in extra)}). Pass them by "
+            "keyword: schema=... (a pydantic BaseModel class), description=..."
+        )
     if schema is not None and not (isinstance(schema, type) and issubclass(schema, BaseModel)):
         raise TypeError(
-            f"{kind} '{name}': schema must be a pydantic BaseModel class, got {schema!r} "
-            "(pass the description by keyword: description=...)"
+            f"{kind} '{name}': schema must be a pydantic BaseModel class, got {schema!r}"
         )
 
 
@@ -174,16 +181,17 @@ class PluginSet:
                     continue
                 registry = self.registries.kind(kind)
 
-                def register(
+                def register(  # implements hookspecs.Register; *extra only to explain misuse
                     entry_name: str,
                     obj: Any,
+                    /,
+                    *extra: Any,
                     schema: Any = None,
                     description: str = "",
-                    *,
                     _kind: str = kind,
                     _registry=registry,
                 ) -> None:
-                    _check_schema(schema, _kind, entry_name)
+                    _check_registration(_kind, entry_name, extra, schema)
                     entry = Entry(
                         kind=_kind,
                         name=entry_name,

@@ -20,6 +20,7 @@ KINDS: tuple[str, ...] = (
     "backends",
     "loggers",
     "tool_parsers",
+    "recipes",
 )
 SINGULAR = {
     "envs": "environment",
@@ -29,7 +30,9 @@ SINGULAR = {
     "backends": "backend",
     "loggers": "logger",
     "tool_parsers": "tool-call parser",
+    "recipes": "recipe",
 }
+DEFAULT_RECIPE = "llm"  # the recipe of an algorithm that names none (GRPO, CISPO, ...)
 
 # Names that a package shipped in this repository (but installed separately) provides: an unknown
 # name says how to install it, since a user running `+experiment=atc` from a clone may not have.
@@ -44,6 +47,20 @@ def install_hint(kind: str, name: str) -> str:
     return (
         f" '{name}' comes from a plugin that is not installed; install it: {hint}" if hint else ""
     )
+
+
+def algorithm_recipe(algorithm: Any) -> str:
+    """The recipe a registered algorithm class trains with: its `recipe` attribute, else "llm".
+
+    Here, at the bottom of the core, so that any layer can ask "is this an LLM-loop algorithm?"
+    (the dataset-category and population checks do) without importing the recipes. A legacy
+    `training_loop = "module:function"` (deprecated) is returned as that path: it names no
+    registered recipe, and the launcher runs it through a compatibility adapter.
+    """
+    recipe = getattr(algorithm, "recipe", None)
+    if recipe:
+        return str(recipe)
+    return str(getattr(algorithm, "training_loop", None) or DEFAULT_RECIPE)
 
 
 @dataclass(frozen=True)

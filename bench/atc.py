@@ -55,9 +55,9 @@ def main() -> None:
     args = parser.parse_args()
     from arena_atc.env import heading_to_exit
 
+    from arena_core.classic.loop import run_gym_training
+    from arena_core.classic.policy import load_gym_policy
     from arena_core.config import compose_config
-    from arena_core.runtime.gym_loop import run_gym_training
-    from arena_core.runtime.gym_policy import load_gym_policy
 
     random = play(lambda env, obs: env.action_space.sample(), args.episodes)
     print(f"random: {random}", flush=True)

@@ -234,8 +234,8 @@ def main() -> int:
         args.steps, args.prompts, args.group = min(args.steps, 2), 2, 4
         args.prompt_tokens, args.new_tokens, args.micro_batch_tokens = 8, 8, 256
 
+    from arena_core.device import device_plan
     from arena_core.planner.hardware import detect_local_profile
-    from arena_core.runtime.device import device_plan
 
     started = time.perf_counter()
     dev = device_plan(args.device)

@@ -34,7 +34,7 @@ LAST_NUMBER = re.compile(r"-?\d+")
 def _pair(task, ex, rng: random.Random) -> dict[str, str]:
     """The task's demonstration (the format arena:tiny was warm-started on) as chosen, the same
     text with a wrong final number as rejected."""
-    from arena_core.runtime.offline_data import demonstration
+    from arena_core.offline.data import demonstration
 
     chosen = demonstration(task, ex)
     last = list(LAST_NUMBER.finditer(chosen))[-1]
@@ -58,7 +58,7 @@ def make_data(root: Path, n_train: int, n_eval: int) -> list[dict[str, str]]:
 
 
 def seq_logps(model, tokenizer, rows: list[dict[str, str]], key: str) -> torch.Tensor:
-    from arena_core.runtime.offline_data import Encoder
+    from arena_core.offline.data import Encoder
 
     enc = Encoder(tokenizer, 256)
     out = []

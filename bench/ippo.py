@@ -49,9 +49,9 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=100)
     parser.add_argument("--lr", type=float, default=2.5e-4)
     args = parser.parse_args()
+    from arena_core.classic.marl_loop import run_marl_training
+    from arena_core.classic.policy import load_gym_policy
     from arena_core.config import compose_config
-    from arena_core.runtime.gym_policy import load_gym_policy
-    from arena_core.runtime.marl_loop import run_marl_training
 
     random = play(lambda agent, obs, env: env.action_space(agent).sample(), args.episodes)
     print(f"random: {random}", flush=True)

@@ -36,8 +36,8 @@ HP = {"lr": 1e-3, "gamma": 0.98, "gae": 0.8, "epochs": 20, "clip": 0.2}
 
 
 def run_arena(seed: int, updates: int, runs: Path) -> dict:
+    from arena_core.classic.loop import run_gym_training
     from arena_core.config import compose_config
-    from arena_core.runtime.gym_loop import run_gym_training
 
     cfg = compose_config(
         [

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 from arena_core.cli.cmd_runs import METRIC_HELP, add_runs_option
-from arena_core.serve.backends import SERVING_BACKENDS
 from arena_core.serve.protocol import Limits
 
 EPILOG = """examples:
@@ -27,10 +26,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "deploy",
         help="serve checkpoints with an OpenAI-compatible API",
         description="Serve one or more checkpoints at /v1/models, /v1/chat/completions and "
-        "/v1/completions (streaming, n, stop, seed, usage), /health. Concurrent requests are "
-        "decoded together in batches. A PPO/IPPO checkpoint answers POST /v1/act "
-        "(observation in, action out) instead. Binds 127.0.0.1 unless --host says otherwise; any other "
-        "address requires an API key.",
+        "/v1/completions (streaming, n, stop, seed, usage), /health. Concurrent requests share "
+        "decode steps (continuous batching on the torch engine). A PPO/IPPO checkpoint answers "
+        "POST /v1/act (observation in, action out) instead. Binds 127.0.0.1 unless --host says "
+        "otherwise; any other address requires an API key.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -60,8 +59,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--backend",
         default="torch",
-        choices=sorted(SERVING_BACKENDS),
-        help="generation backend (default torch). vllm: needs the [vllm] extra, starts an engine "
+        metavar="NAME",
+        help="generation backend (default torch, continuous batching): any registered backend "
+        "(`arena plugins` lists them; a plugin's too). vllm: needs the [vllm] extra, starts an engine "
         "(20-70 s on CPU) and serves LoRA checkpoints merged; its streams arrive as chunks once "
         "each choice is complete (no per-token hook), torch streams token by token",
     )
@@ -69,9 +69,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-n", type=int, default=lim.max_n, help="choices per request")
     p.add_argument(
         "--max-pending",
+        "--max-queue",
+        dest="max_pending",
         type=int,
         default=lim.max_pending,
-        help="requests waiting or running; more get 429 (default %(default)s)",
+        help="requests admitted (waiting or decoding); past it a request gets 429 with "
+        "Retry-After at once instead of queueing without bound (default %(default)s)",
+    )
+    p.add_argument(
+        "--grace-s",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="on SIGTERM or Ctrl-C: stop accepting, let in-flight requests finish for up to S "
+        "seconds, cancel the rest, exit 0 (default %(default)s)",
     )
     p.add_argument(
         "--max-batch", type=int, default=lim.max_batch_rows, help="rows decoded together"
@@ -88,6 +99,11 @@ def run(args: argparse.Namespace) -> int:
     from arena_core.runtime.threads import torch_threads
     from arena_core.serve.server import ServeOptions, Server
 
+    if args.grace_s < 0 or args.max_pending < 1:
+        raise ArenaError(
+            f"--grace-s {args.grace_s} / --max-queue {args.max_pending}: the grace period must be "
+            "0 or more seconds and the queue hold at least 1 request"
+        )
     if args.threads < 0:
         raise ArenaError(
             f"--threads {args.threads}: give a count of 1 or more (0: torch's default)"
@@ -104,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
         device=args.device,
         backend=args.backend,
         log_level=args.log_level,
+        grace_s=args.grace_s,
         limits=Limits(
             max_request_bytes=args.max_request_bytes,
             max_tokens=args.max_tokens,

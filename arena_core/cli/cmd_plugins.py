@@ -1,9 +1,11 @@
-"""`arena plugins`: every plugin, its distribution and version, and what it registered."""
+"""`arena plugins`: every plugin, its distribution and version, and what it registered; then the
+training recipes (which loop an algorithm's `recipe` names) and the plugin that provides each."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from arena_core.config.searchpath import collect_options
 from arena_core.plugins import PluginSet, get_plugins
@@ -27,6 +29,11 @@ def plugins_report(plugins: PluginSet) -> dict:
     by_provider: dict[str, list[str]] = {}
     for opt in options.values():
         by_provider.setdefault(opt.provider, []).append(opt.key)
+    from arena_core.registry import algorithm_recipe
+
+    used_by: dict[str, list[str]] = {}
+    for algo in plugins.registries.algorithms:
+        used_by.setdefault(algorithm_recipe(algo.obj), []).append(algo.name)
     rows = []
     for info in plugins.infos.values():
         row = info.to_dict()
@@ -35,6 +42,25 @@ def plugins_report(plugins: PluginSet) -> dict:
     return {
         "plugins": rows,
         "core_config_options": sorted(by_provider.get("core", [])),
+        "recipes": [
+            {
+                "name": e.name,
+                "plugin": e.provider,
+                "distribution": e.distribution,
+                "description": e.description,
+                "algorithms": sorted(used_by.get(e.name, [])),
+            }
+            for e in sorted(plugins.registries.recipes, key=lambda e: e.name)
+        ],
+        "algorithms": [  # one line each: what a user picks with algo=NAME
+            {
+                "name": e.name,
+                "plugin": e.provider,
+                "recipe": algorithm_recipe(e.obj),
+                "description": e.description,
+            }
+            for e in plugins.registries.algorithms
+        ],
         "failures": [
             {"name": i.name, "distribution": i.distribution, "error": i.error}
             for i in plugins.failures
@@ -66,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
         options = escape(", ".join(row["config_options"])) or "-"
         table.add_row(escape(row["name"]), escape(dist), status, options)
     console.print(table)
+    _print_algorithms(console, report["algorithms"])
+    _print_recipes(console, report["recipes"])
     core = report["core_config_options"]
     if core:
         console.print(
@@ -78,3 +106,37 @@ def run(args: argparse.Namespace) -> int:
             f"({escape(str(failure['distribution']))}) was skipped: {escape(failure['error'])}"
         )
     return 0
+
+
+def _print_algorithms(console: Any, algorithms: list[dict[str, Any]]) -> None:
+    """One line per algorithm (`algo=NAME`): its provider and what it does, from its register
+    call's description (docs/algorithms.md compares them)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title="Algorithms (algo=NAME; docs/algorithms.md compares them)")
+    table.add_column("algo", no_wrap=True)
+    table.add_column("plugin", no_wrap=True)
+    table.add_column("description", overflow="fold", ratio=3)
+    for a in algorithms:
+        table.add_row(escape(a["name"]), escape(a["plugin"]), escape(a["description"] or "-"))
+    console.print(table)
+
+
+def _print_recipes(console: Any, recipes: list[dict[str, Any]]) -> None:
+    """Which training loops are installed and who provides each (an algorithm names one in
+    `recipe`), so a third-party recipe is seen next to the built-ins."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title="Training recipes (an algorithm's `recipe`)")
+    table.add_column("recipe", no_wrap=True)
+    table.add_column("plugin", no_wrap=True)
+    table.add_column("algorithms", overflow="fold")
+    table.add_column("description", overflow="fold", ratio=2)
+    for r in recipes:
+        algorithms = escape(", ".join(r["algorithms"])) or "-"
+        table.add_row(
+            escape(r["name"]), escape(r["plugin"]), algorithms, escape(r["description"] or "-")
+        )
+    console.print(table)

@@ -11,6 +11,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from arena_core.config.evolution import override_problems
 from arena_core.config.searchpath import (
     CORE_CONFIG_MODULE,
     ConfigOption,
@@ -18,7 +19,6 @@ from arena_core.config.searchpath import (
 )
 from arena_core.config.validate import validate_config
 from arena_core.errors import ConfigError, did_you_mean
-from arena_core.evolution.config import override_problems
 from arena_core.plugins import PluginSet, get_plugins
 
 # `hardware=h100-80` and `backend=vllm` read naturally but are plain sections, not Hydra groups.

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from arena_core.evolution.config import EvolutionConfig
+from arena_core.config.evolution import EvolutionConfig
 
 
 class Strict(BaseModel):
@@ -95,6 +95,44 @@ class TrainConfig(Strict):
         gt=0,
         description="Truncated importance-sampling cap (learner vs behaviour); null = off.",
     )
+    is_correction: Literal["token_tis", "seq_mask", "icepop", "none"] = Field(
+        "token_tis",
+        description="Train/inference mismatch correction (docs/algorithms.md): token_tis = "
+        "min(ratio, tis_cap) per token; seq_mask = drop a sequence whose geometric-mean ratio "
+        "leaves [1/seq_mask_cap, seq_mask_cap]; icepop = tokens whose ratio leaves "
+        "[icepop_low, icepop_high] get no gradient; none = weight 1.",
+    )
+    seq_mask_cap: float = Field(
+        1.5,
+        gt=1,
+        description="seq_mask: c > 1; a sequence whose geometric-mean ratio exp(mean_t(learner - "
+        "sampler logprob)) is outside [1/c, c] is dropped from the loss.",
+    )
+    icepop_low: float = Field(
+        0.5, gt=0, le=1, description="icepop: tokens with ratio below this get no gradient."
+    )
+    icepop_high: float = Field(
+        5.0, ge=1, description="icepop: tokens with ratio above this get no gradient."
+    )
+    mismatch_guard: bool = Field(
+        False,
+        description="React to a sampler/learner gap without a restart: when mismatch/kl stays "
+        "above mismatch_guard_kl for mismatch_guard_patience steps, halve runtime.max_staleness "
+        "(async) and switch token_tis to seq_mask; relax again once it stays low.",
+    )
+    mismatch_guard_kl: float = Field(
+        2e-2, gt=0, description="mismatch/kl (k3, token mean) above which the guard tightens."
+    )
+    mismatch_guard_patience: int = Field(
+        3, ge=1, description="Consecutive steps above (or below) the threshold before acting."
+    )
+    mismatch_guard_relax: float = Field(
+        0.5,
+        gt=0,
+        lt=1,
+        description="Hysteresis: the guard relaxes once mismatch/kl stays below "
+        "mismatch_guard_relax * mismatch_guard_kl.",
+    )
     batching: Literal["pad", "pack"] = Field(
         "pad",
         description="Micro-batch rows: length-sorted right-padded (fast on CPU) or packed "
@@ -134,7 +172,7 @@ class RuntimeConfig(Strict):
         "auto",
         pattern=r"^(auto|cpu|cuda(:\d+)?)$",
         description="Where the policy trains and generates: auto (CUDA when a GPU is present), "
-        "cpu or cuda[:N] (arena_core.runtime.device).",
+        "cpu or cuda[:N] (arena_core.device).",
     )
     generation_timeout_s: float | None = Field(
         1800.0,
@@ -170,7 +208,11 @@ class HardwareConfig(Strict):
     name: str = Field("auto", description="A registered hardware profile, or 'auto' to detect.")
     count: int = Field(1, ge=1)
     nodes: int = Field(
-        1, ge=1, description="Nodes the plan spreads over (Ray; `arena-run --num-nodes N`)."
+        1,
+        ge=1,
+        description="Nodes the plan spreads over (Ray; `arena-run --num-nodes N`): each node's "
+        "share of the plan's device bundles on a node of its own. N > 1 joins a running cluster "
+        "(cluster.address=auto; docs/distributed.md, Two nodes).",
     )
 
 
@@ -179,8 +221,9 @@ class ClusterConfig(Strict):
 
     address: str | None = Field(
         None,
-        description="null: start a local Ray for this run and stop it after; 'auto' or "
-        "'ray://host:port': join that running cluster.",
+        description="null: start a local Ray for this run and stop it after; 'auto' (the "
+        "cluster `ray start` started on this machine, or RAY_ADDRESS) or 'ray://host:port': "
+        "join that running cluster.",
     )
     cpus_per_bundle: float = Field(1.0, gt=0, description="CPUs reserved per device bundle.")
     engine_restarts: int = Field(

@@ -14,9 +14,9 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from arena_core.config.evolution import evolution_problems
 from arena_core.config.schema import CoreConfig
 from arena_core.errors import ConfigError, UnknownNameError, did_you_mean
-from arena_core.evolution.config import evolution_problems
 from arena_core.plugins import PluginSet
 
 _FRIENDLY = {
@@ -145,16 +145,47 @@ def validate_config(raw: dict[str, Any], plugins: PluginSet) -> dict[str, Any]:
     if isinstance(backend, dict) and len(plugins.registries.backends):
         _check_plugin_section(cfg, "backend", "backends", plugins, problems)
     problems.extend(_engine_tp_problems(cfg))
+    problems.extend(_overlong_problems(cfg))
     if problems:
         raise ConfigError(problems)
     return cfg
 
 
+def _overlong_problems(cfg: dict[str, Any]) -> list[str]:
+    """DAPO's overlong buffer must fit inside generation.max_new_tokens (caught before the run,
+    not at the first step's rollout)."""
+    algo, gen = cfg.get("algo") or {}, cfg.get("generation") or {}
+    if not isinstance(algo, dict) or not isinstance(gen, dict):
+        return []
+    buffer, limit = algo.get("overlong_buffer"), gen.get("max_new_tokens")
+    if not isinstance(buffer, int) or not isinstance(limit, int) or not 0 < limit <= buffer:
+        return []
+    return [
+        f"algo.overlong_buffer={buffer} must be smaller than generation.max_new_tokens={limit} "
+        "(the buffer is the last tokens before the limit): lower algo.overlong_buffer (a "
+        "quarter of max_new_tokens is typical) or set it to 0 to turn the shaping off"
+    ]
+
+
+TP_BACKENDS = frozenset({"vllm"})  # backends that can split one engine over several devices
+
+
+def check_engine_tp(backend_name: str, engine_tp: int) -> None:
+    """A clear error for an engine TP the backend cannot run (the torch engine: TP 1 only). It
+    lives with the config checks so validation reaches it without importing the execution layer;
+    engine actors (arena_core.distributed.engine_backend) call it too."""
+    if engine_tp > 1 and backend_name not in TP_BACKENDS:
+        raise ConfigError(
+            f"plan.engine_tp={engine_tp}: the {backend_name} generation engine has no tensor "
+            "parallelism (each engine runs on one device). Fix: set plan.engine_tp=1 (more "
+            "engines instead: plan.engines=N), or use backend=vllm, whose engines run with "
+            "tensor_parallel_size=plan.engine_tp"
+        )
+
+
 def _engine_tp_problems(cfg: dict[str, Any]) -> list[str]:
     """A pinned plan.engine_tp > 1 with a backend that has no tensor parallelism (torch), caught
     before the run starts rather than when its engines do."""
-    from arena_core.distributed.engine_backend import check_engine_tp
-
     plan, backend = cfg.get("plan") or {}, cfg.get("backend") or {}
     tp = plan.get("engine_tp") if isinstance(plan, dict) else None
     if not isinstance(tp, int) or isinstance(tp, bool) or not isinstance(backend, dict):

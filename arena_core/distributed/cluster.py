@@ -10,7 +10,10 @@ fits one process never comes here, so the quickstart never imports Ray.
   (nothing of it is stopped, only this run's actors and placement groups).
 - `hardware.nodes=N` (`arena-run --num-nodes N`) spreads the plan over N nodes: one STRICT_PACK
   placement group per node (verl's resource pool per node), so a node's bundles share its
-  devices and interconnect. On one node: a single STRICT_PACK group.
+  devices and interconnect, each group on a node of its own (`nodes.py`). On one node: a single
+  STRICT_PACK group. N > 1 needs a cluster to join (`cluster.address`).
+- A group whose node died is placed again where there is room when an actor of it restarts
+  (`ensure_group`); `RUN/ray/placement.jsonl` records the node of every actor placed.
 - Colocated plans put trainer rank i and engine i in the same bundle (each takes half of its
   device); split plans give each its own bundle.
 - Leaving the `with` block (normally, on an error or on Ctrl-C) kills every actor this run
@@ -244,6 +247,13 @@ class RayCluster:
                 ) from exc
             self._note(f"joined {self.address}\n")
             return
+        if self.layout.nodes > 1:
+            raise ClusterError(
+                f"hardware.nodes={self.layout.nodes} needs a Ray cluster of that many nodes to "
+                "join, but cluster.address is null (a private one-node Ray). Start one: "
+                "`ray start --head` here and `ray start --address=HEAD_IP:6379` on each other "
+                "node, then run with cluster.address=auto (docs/distributed.md, Two nodes)"
+            )
         # A private, short-lived local cluster: token auth off unless the user set a mode.
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         cpus, gpus = self._local_resources()
@@ -269,24 +279,33 @@ class RayCluster:
     def _reserve(self, ray: Any) -> None:
         from ray.util.placement_group import placement_group
 
-        for bundles in self.plan.nodes:
-            self.groups.append(placement_group(bundles, strategy="STRICT_PACK"))
-        if not self.groups:
-            return
-        ready, _ = ray.wait(
-            [g.ready() for g in self.groups],
-            num_returns=len(self.groups),
-            timeout=PG_READY_TIMEOUT_S,
-        )
-        if len(ready) < len(self.groups):
+        from arena_core.distributed.nodes import reserve_on_distinct_nodes
+
+        if len(self.plan.nodes) > 1:  # each node's group on a node of its own
+            placed = reserve_on_distinct_nodes(
+                ray, self.plan.nodes, self.groups, PG_READY_TIMEOUT_S
+            )
+        else:
+            for bundles in self.plan.nodes:
+                self.groups.append(placement_group(bundles, strategy="STRICT_PACK"))
+            if not self.groups:
+                return
+            ready, _ = ray.wait(
+                [g.ready() for g in self.groups],
+                num_returns=len(self.groups),
+                timeout=PG_READY_TIMEOUT_S,
+            )
+            placed = len(ready) == len(self.groups)
+        if not placed:
             total = ray.cluster_resources()
             have = {k: total[k] for k in ("CPU", "GPU") if k in total}
             have["nodes"] = len([n for n in ray.nodes() if n.get("Alive")])
             raise ClusterError(
                 f"the plan's devices could not be reserved within {PG_READY_TIMEOUT_S:.0f} s: it "
                 f"needs {len(self.groups)} node(s) with {self.plan.nodes} (bundles per node), the "
-                f"cluster has {have} in all (other runs may hold some). Lower hardware.nodes / plan.engines / "
-                "plan.trainer_devices, or add nodes"
+                f"cluster has {have} in all (other runs may hold some). Lower hardware.nodes / "
+                "plan.engines / plan.trainer_devices, or add nodes (`ray start "
+                "--address=HEAD_IP:6379` on each)"
             )
 
     def stop(self) -> None:
@@ -332,6 +351,32 @@ class RayCluster:
         if "GPU" in bundle:
             opts["num_gpus"] = bundle["GPU"] * slot.share
         return at_driver_priority(opts)
+
+    def ensure_group(self, index: int, timeout_s: float = PG_READY_TIMEOUT_S) -> bool:
+        """Before an actor of group `index` is started again: when that group lost its node,
+        place it again on any node with room (see `nodes.revive`). True when it was replaced."""
+        import ray
+
+        from arena_core.distributed.nodes import NodeLostError, is_lost, revive
+
+        if not is_lost(ray, self.groups[index]):
+            return False
+        try:
+            self.groups[index] = revive(ray, self.groups[index], self.plan.nodes[index], timeout_s)
+        except NodeLostError as exc:
+            self.groups[index] = exc.group  # type: ignore[attr-defined] # removed by stop()
+            raise
+        self._note(f"node group {index} lost its node; placed again\n")
+        return True
+
+    def record(self, role: str, index: int, slot: Slot, event: str = "start") -> str | None:
+        """Note where actor `role` `index` was placed (RUN/ray/placement.jsonl); its node id."""
+        import ray
+
+        from arena_core.distributed.nodes import record_placement
+
+        group = self.groups[slot.group]
+        return record_placement(ray, self.run_dir, role, index, group, slot.bundle, event)
 
     def track(self, actor: Any) -> Any:
         """Register an actor to be killed when the run ends; returns it."""

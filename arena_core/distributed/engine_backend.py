@@ -18,20 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from arena_core.config.validate import check_engine_tp
 from arena_core.errors import ConfigError
-
-TP_BACKENDS = frozenset({"vllm"})  # backends that can split one engine over several devices
-
-
-def check_engine_tp(backend_name: str, engine_tp: int) -> None:
-    """A clear error for an engine TP the backend cannot run (the torch engine: TP 1 only)."""
-    if engine_tp > 1 and backend_name not in TP_BACKENDS:
-        raise ConfigError(
-            f"plan.engine_tp={engine_tp}: the {backend_name} generation engine has no tensor "
-            "parallelism (each engine runs on one device). Fix: set plan.engine_tp=1 (more "
-            "engines instead: plan.engines=N), or use backend=vllm, whose engines run with "
-            "tensor_parallel_size=plan.engine_tp"
-        )
 
 
 def engine_backend_cfg(backend_cfg: dict[str, Any], engine_tp: int) -> dict[str, Any]:

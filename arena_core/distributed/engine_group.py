@@ -14,7 +14,9 @@ The loops (sync and async sources, the group collector, evaluation) call `genera
 - restarts an engine whose actor died (in the same placement-group bundle, loaded with the newest
   weights; with a broadcast transport, later updates then go by the object store, since the
   broadcast group lost a rank) and re-runs its chunk, up to `cluster.engine_restarts` times per engine
-  (`engines/restarts` counts them); past that the run stops with the engine's error.
+  (`engines/restarts` counts them); past that the run stops with the engine's error. When the
+  engine died with its node, its node's bundles are first placed again on any node with room
+  (`RayCluster.ensure_group`); with none, the run stops with an error saying what to add.
 """
 
 from __future__ import annotations
@@ -31,15 +33,17 @@ from arena_core.distributed.cluster import RayCluster
 from arena_core.distributed.engine_actor import EngineActor
 from arena_core.distributed.engine_backend import engine_actor_options, engine_backend_cfg
 from arena_core.distributed.weight_sync import BackgroundPoster, WeightPacket
-from arena_core.errors import ArenaError
 from arena_core.rollout.base import Completion, SamplingParams
 from arena_core.runtime.async_rollout import trainable_state
+from arena_core.runtime.batch_source import GenerationFailed
 
 READY_TIMEOUT_S = 300.0
 
 
-class EngineFailed(ArenaError):
-    """An engine actor kept dying: it was restarted `cluster.engine_restarts` times already."""
+class EngineFailed(GenerationFailed):
+    """An engine actor kept dying (it was restarted `cluster.engine_restarts` times already), or
+    died with its node and no node has room for it: the loop stops with a checkpoint of the
+    learner's weights (fine: only generation failed) and the resume command."""
 
 
 def split_evenly(n: int, k: int) -> list[tuple[int, int]]:
@@ -105,15 +109,32 @@ class EngineGroup:
         self._lock = threading.Lock()  # the learner posts while the generator thread restarts
         self._sync_times: list[float] = []
         self.engines = [self._spawn(i) for i in range(len(cluster.plan.engines))]
-        ray.get([e.ready.remote() for e in self.engines], timeout=READY_TIMEOUT_S)
+        # Not waited for here: the engines load while the run starts its trainer ranks and
+        # evaluates; the first call that needs them waits (`_wait_ready`).
+        self._starting: list[Any] | None = [e.ready.remote() for e in self.engines]
         if self.transport in ("nccl", "gloo"):
             self._open_channel()
         self._poster = BackgroundPoster(self._post)  # updates leave the learner's thread
+
+    def _wait_ready(self) -> None:
+        """Wait (once) until every engine has started; an engine that failed to start raises
+        its own error here (it is not restarted: it would fail the same way again)."""
+        if self._starting is None:
+            return
+        try:
+            self._ray.get(self._starting, timeout=READY_TIMEOUT_S)
+        except self._ray.exceptions.RayActorError as exc:
+            raise EngineFailed(
+                f"a generation engine could not start: {exc}. Its Ray logs are under the run "
+                "directory's ray/ folder"
+            ) from None
+        self._starting = None
 
     def _open_channel(self) -> None:
         """The weight-broadcast group: this process is rank 0, engine i is rank i + 1."""
         from arena_core.distributed.weight_sync import CollectiveChannel, free_port
 
+        self._wait_ready()
         host, port = self._ray.util.get_node_ip_address(), free_port()
         world = len(self.engines) + 1
         joined = [
@@ -126,18 +147,20 @@ class EngineGroup:
         self.channel = CollectiveChannel(self.transport, host, port, 0, world, device)
         self._ray.get(joined, timeout=READY_TIMEOUT_S)
 
-    def _spawn(self, index: int) -> Any:
+    def _spawn(self, index: int, event: str = "start") -> Any:
         slot, layout = self.cluster.plan.engines[index], self.cluster.layout
         opts = engine_actor_options(
             self.cluster, slot, self.backend_name, layout.engine_tp, layout.device
         )
         actor = self.actor_cls.options(max_restarts=0, **opts).remote(index=index, **self.spec)
+        self.cluster.record("engine", index, slot, event)
         return self.cluster.track(actor)
 
     # -- the contract ----------------------------------------------------------------------------
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         if not prompts:
             return []
+        self._wait_ready()
         self._poster.check()  # a failed post: the engines would wait for its version in vain
         chunks = split_evenly(len(prompts), len(self.engines))
         refs = [self._submit(i, prompts, chunk, params) for i, chunk in enumerate(chunks)]
@@ -241,7 +264,13 @@ class EngineGroup:
             self._ray.kill(self.engines[i], no_restart=True)
         except Exception:  # noqa: BLE001, S110 - it is dead already
             pass
-        engine = self._spawn(i)
+        from arena_core.distributed.nodes import NodeLostError
+
+        try:  # died with its node: that node's bundles go where there is room first
+            self.cluster.ensure_group(self.cluster.plan.engines[i].group)
+        except NodeLostError as lost:
+            raise EngineFailed(f"engine {i} died with its node ({exc}); {lost}") from None
+        engine = self._spawn(i, "restart")
         self._ray.get(engine.ready.remote(), timeout=READY_TIMEOUT_S)
         with self._lock:  # no update may slip between loading the newest and joining the group
             if self.channel is not None:
@@ -311,5 +340,6 @@ class EngineGroup:
         return out
 
     def checksums(self) -> list[dict[str, int]]:
+        self._wait_ready()
         self._poster.flush()  # of the newest update
         return self._ray.get([e.checksums.remote() for e in self.engines])

@@ -18,9 +18,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from arena_core.device import autocast, is_cuda
 from arena_core.learn.learner import Learner
 from arena_core.learn.packing import MicroBatch, Sample
-from arena_core.runtime.device import autocast, is_cuda
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,9 @@ def without_targets(mb: MicroBatch) -> MicroBatch:
 
 
 # metrics that are not sums over this rank's micro-batches (already global, or not additive)
-GLOBAL_METRICS = frozenset({"grad_norm", "tokens/loss", "time/learn_s", "micro_batches"})
+GLOBAL_METRICS = frozenset(
+    {"grad_norm", "tokens/loss", "time/learn_s", "micro_batches", "mismatch/max_ratio"}
+)  # mismatch/max_ratio: this rank's max (a max does not add up)
 
 
 class RankLearner(Learner):

@@ -26,6 +26,7 @@ from torch import nn
 
 from arena_core.distributed.trainer_rank import ROOT
 from arena_core.errors import ArenaError
+from arena_core.learn.mismatch import correction_from
 from arena_core.learn.packing import Sample
 
 RANK_WAIT_S = 1.0  # how often the driver checks on the ranks while a step runs
@@ -72,6 +73,23 @@ class GroupOptimizer:
         self.group = group
         self.last: dict[str, Any] = {}  # the state gathered at the last checkpoint
         self.pending: dict[str, Any] | None = None  # loaded before the ranks' first step
+
+    @property
+    def state(self) -> dict[int, dict[str, Any]]:
+        """Like `torch.optim.Optimizer.state`, for sizing only (a checkpoint's disk-space check):
+        the state gathered last, else AdamW's two moments per trainable parameter as meta
+        tensors (their sizes, nothing gathered from the ranks); {} before the first step."""
+        if self.last:
+            return self.last.get("state", {})
+        if not self.group.started and self.pending is None:
+            return {}
+        import torch
+
+        params = [p for p in self.group.model.parameters() if p.requires_grad]
+        return {
+            i: {m: torch.empty_like(p, device="meta") for m in ("exp_avg", "exp_avg_sq")}
+            for i, p in enumerate(params)
+        }
 
     def state_dict(self) -> dict[str, Any]:
         if self.group.dead is not None:  # the ranks are gone: the last gathered state
@@ -134,6 +152,7 @@ class TrainerGroup:
             for r, slot in enumerate(cluster.plan.trainers)
         ]
         self._cluster = cluster
+        self._nodes = [cluster.record("trainer", r, s) for r, s in enumerate(cluster.plan.trainers)]
         master = ray.get(self.ranks[0].address.remote())
         self._collective(
             "setup", master, dict(model_cfg), dict(algo_cfg), dict(learner_kw), device, plan, seed
@@ -218,6 +237,17 @@ class TrainerGroup:
         for actor in self.ranks:
             ray.kill(actor, no_restart=True)  # the survivors wait in a collective forever
         lines = [x for x in str(exc).splitlines() if x.strip()]
+        lost = self._lost_node(rank)
+        if lost is not None:
+            self.dead = (
+                f"trainer rank {rank} of {self.world} was lost with its node {lost} during "
+                f"{method}(): the node left the Ray cluster (stopped, crashed or unreachable). "
+                "The run stopped; the weights of the last finished step are kept and every "
+                "other actor of the run was stopped. Resume with train.resume=RUN_DIR once the "
+                f"cluster again has a node with room for the trainer ranks "
+                f"({len(self._cluster.plan.trainers)} bundle(s))."
+            )
+            raise TrainerRankDied(self.dead)
         self.dead = (
             f"trainer rank {rank} of {self.world} died during {method}() "
             f"({type(exc).__name__}: {lines[-1] if lines else 'no details'}). "
@@ -227,6 +257,20 @@ class TrainerGroup:
             " Resume with train.resume=RUN_DIR."
         )
         raise TrainerRankDied(self.dead)
+
+    def _lost_node(self, rank: int) -> str | None:
+        """'<node id> (<address>)' when rank `rank` died because its node left the cluster."""
+        import ray
+
+        node = self._nodes[rank] if rank < len(self._nodes) else None
+        try:
+            nodes = {n["NodeID"]: n for n in ray.nodes()}
+        except Exception:  # noqa: BLE001 - the cluster cannot tell: a plain rank death
+            return None
+        info = nodes.get(node or "")
+        if info is None or info.get("Alive"):
+            return None
+        return f"{str(node)[:12]} ({info.get('NodeManagerAddress') or 'address unknown'})"
 
 
 def build_trainer_group(
@@ -242,6 +286,7 @@ def build_trainer_group(
         "top_k": core.generation.top_k,
         "top_p": core.generation.top_p,
         "tis_cap": core.train.tis_cap,
+        "correction": correction_from(core.train),
         "norm_len": core.generation.max_new_tokens,
         "batching": core.train.batching,
     }

@@ -38,8 +38,16 @@ class TrainerRank:
         self.model: Any = None
 
     def address(self) -> tuple[str, int]:
-        """(host, free port) for MASTER_ADDR/MASTER_PORT (asked of rank 0)."""
-        return socket.gethostbyname(socket.gethostname()), free_port()
+        """(host, free port) for MASTER_ADDR/MASTER_PORT (asked of rank 0). The host is the
+        address Ray knows this node by, which ranks on other nodes can reach; the hostname's
+        own lookup is often 127.0.1.1 (Debian's /etc/hosts), reachable from this node only."""
+        try:
+            import ray
+
+            host = ray.util.get_node_ip_address()
+        except Exception:  # noqa: BLE001 - outside Ray (a test calling the class directly)
+            host = socket.gethostbyname(socket.gethostname())
+        return host, free_port()
 
     def setup(
         self,
@@ -54,10 +62,10 @@ class TrainerRank:
         """Join the process group, build the policy, shard it, make the optimizer."""
         import torch.distributed as dist
 
+        from arena_core.device import dist_backend
         from arena_core.distributed.fsdp import RankLearner, fsdp_options, shard_model
         from arena_core.models import load_policy
         from arena_core.runtime.build import build_algorithm
-        from arena_core.runtime.device import dist_backend
 
         os.environ.update(
             RANK=str(self.rank),

@@ -22,6 +22,7 @@ from safetensors.torch import load_file, save_file
 from arena_core.evolution.members import Member, MemberStore
 from arena_core.store.atomic import read_json
 from arena_core.store.checkpoints import save_checkpoint, set_rng_state
+from arena_core.store.space import optimizer_bytes, tensor_bytes
 
 POPULATION_DIR = "population"
 
@@ -62,6 +63,7 @@ def save_population(
         keep=keep,
         scores=scores if evaluated else None,
         extra=write_members,
+        extra_bytes=sum(tensor_bytes(m.weights) + optimizer_bytes(m.optimizer) for m in members),
         entry_extra={
             "elite": True,
             "elite_member": elite.id,

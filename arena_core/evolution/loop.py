@@ -39,10 +39,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from arena_core.config.evolution import evolution_problems
 from arena_core.config.schema import CoreConfig
 from arena_core.errors import ConfigError
 from arena_core.evolution.checkpoint import load_population, save_population
-from arena_core.evolution.config import evolution_problems
 from arena_core.evolution.fitness import evaluate_members
 from arena_core.evolution.lineage import Lineage
 from arena_core.evolution.member_step import MemberRunner, build_learner
@@ -80,9 +80,9 @@ def train_population(
     np.random.seed(core.seed % (2**32))
     torch.manual_seed(core.seed)
 
+    from arena_core.device import device_plan
     from arena_core.evolution.workers import member_workers
     from arena_core.models import load_policy
-    from arena_core.runtime.device import device_plan
     from arena_core.sandbox import RewardPool, SandboxPolicy
 
     dev = device_plan(core.runtime.device, core.model.dtype)  # ConfigError: cuda without a GPU

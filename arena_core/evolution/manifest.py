@@ -232,8 +232,8 @@ def manifest_overrides(
 
 def _home_of(key: str) -> str | None:
     """The manifest section a bare key belongs to (for 'misplaced key' hints), if unambiguous."""
+    from arena_core.config.evolution import MutationConfig, SelectionConfig
     from arena_core.config.schema import ModelConfig, TrainConfig
-    from arena_core.evolution.config import MutationConfig, SelectionConfig
 
     homes = {
         "training": {*TrainConfig.model_fields, "pop_size", "evo_steps", "eval_prompts"},

@@ -47,7 +47,10 @@ def build_learner(core: CoreConfig, plan: dict[str, Any] | None, policy: Any, de
     per member); the single run's settings, in the driver and in every member actor."""
     from arena_core.runtime.build import build_learner as run_learner
 
-    return run_learner(core, plan, policy.model, build_algorithm(core.algo), dev.autocast)
+    algorithm = build_algorithm(core.algo)
+    return run_learner(
+        core, plan, policy.model, algorithm, dev.autocast, tokenizer=policy.tokenizer
+    )
 
 
 class MemberRunner:

@@ -134,10 +134,10 @@ class MemberActor:
         random.seed(core.seed)
         np.random.seed(core.seed % (2**32))
         torch.manual_seed(core.seed)
+        from arena_core.device import device_plan
         from arena_core.evolution.member_step import MemberRunner, build_learner
         from arena_core.models import load_policy
         from arena_core.runtime.build import build_backend, build_task
-        from arena_core.runtime.device import device_plan
         from arena_core.runtime.rewards import RewardScorer
         from arena_core.sandbox import RewardPool, SandboxPolicy
 

@@ -6,10 +6,9 @@ token losses, fused policy loss) reports the same mistake the same way.
 
 from __future__ import annotations
 
-import os
-
 import torch
 
+from arena_core.device import triton_usable
 from arena_core.errors import ArenaError
 
 IMPLS = ("auto", "torch", "triton", "naive")
@@ -60,15 +59,6 @@ def check_linear_logprob_inputs(
             f"targets hold ids in [{int(targets.min())}, {int(targets.max())}] but the "
             f"vocabulary has V={V} rows; mask padding before calling (no ignore index here)"
         )
-
-
-def triton_usable(device: torch.device) -> bool:
-    """Whether the Triton row ops can run on ``device`` (CUDA, or any device when interpreted)."""
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def resolve_impl(impl: str, device: torch.device) -> str:

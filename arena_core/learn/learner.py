@@ -17,13 +17,15 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor, nn
 
+from arena_core.device import autocast, module_device, tensors_to
 from arena_core.errors import ArenaError
 from arena_core.kernels.filtering import filtering
+from arena_core.learn.advantages import apply_token_advantages
 from arena_core.learn.algorithm import Algorithm, TokenBatch
 from arena_core.learn.logprobs import LogprobFn, completion_logprobs, default_logprob_fn
-from arena_core.learn.losses import token_weights, truncated_is_weight
+from arena_core.learn.losses import token_weights
+from arena_core.learn.mismatch import Correction, mismatch_metrics
 from arena_core.learn.packing import MicroBatch, Sample, pack, pad_batches
-from arena_core.runtime.device import autocast, module_device, tensors_to
 
 
 class NonFiniteLossError(ArenaError):
@@ -55,19 +57,25 @@ class Learner:
         micro_batch_tokens: int = 4096,
         temperature: float = 1.0,
         tis_cap: float | None = DEFAULT_TIS_CAP,
+        correction: Correction | None = None,
         norm_len: int | None = None,
         logprob_fn: LogprobFn | None = None,
         batching: str = "pad",
         top_k: int = 0,
         top_p: float = 1.0,
         autocast: bool = False,
+        teacher: nn.Module | None = None,
     ) -> None:
         self.model = model
+        # on-policy distillation: a frozen model scoring the sampled tokens (TokenBatch.teacher_logp)
+        self.teacher = teacher
         self.autocast = autocast  # bf16 autocast around forward passes (CUDA, fp32 weights)
         self.algorithm = algorithm
         self.micro_batch_tokens = micro_batch_tokens
         self.temperature = temperature or 1.0
         self.tis_cap = tis_cap
+        # train/inference mismatch correction (arena_core.learn.mismatch); default: token TIS
+        self.correction = correction or Correction(mode="token_tis", tis_cap=tis_cap)
         self.norm_len = norm_len
         if batching not in ("pad", "pack"):
             raise ValueError(f"batching must be 'pad' or 'pack', got {batching!r}")
@@ -106,6 +114,13 @@ class Learner:
         with torch.no_grad(), self._reference() as ref:
             return [self._logprobs(ref, mb) for mb in mbs]
 
+    def _teacher_logprobs(self, mbs: list[MicroBatch]) -> list[Tensor] | None:
+        """The teacher's logprobs of each micro-batch's tokens, no grad (like the reference)."""
+        if self.teacher is None:
+            return None
+        with torch.no_grad():
+            return [self._logprobs(self.teacher, mb).float() for mb in mbs]
+
     def _logprobs(self, model: nn.Module, mb: MicroBatch) -> Tensor:
         with autocast(str(self.device), self.autocast):
             return completion_logprobs(
@@ -116,6 +131,11 @@ class Learner:
     def device(self) -> torch.device:
         """Where the model lives: micro-batches and per-token tensors are moved there."""
         return module_device(self.model)
+
+    def set_correction(self, mode: str) -> None:
+        """Switch the mismatch correction (arena_core.learn.mismatch) from the next step on:
+        the mismatch guard's lever; the bounds stay the run's."""
+        self.correction = self.correction.with_mode(mode)
 
     # -- the update ------------------------------------------------------------------------
     def micro_batches(self, samples: list[Sample]) -> list[MicroBatch]:
@@ -148,7 +168,12 @@ class Learner:
         weights = weights.to(dev)
         mbs = self.micro_batches(samples)
         refs = self._ref_logprobs(mbs) if self.algorithm.beta > 0 else None
+        # optional per-token advantages (REINFORCE++: KL in the reward, global normalisation)
+        adv = apply_token_advantages(self.algorithm, adv, lengths, behaviour, mbs, refs)
+        teachers = self._teacher_logprobs(mbs)
         old = torch.zeros(n_tok, device=dev)
+        seq_ids = torch.repeat_interleave(torch.arange(len(samples)), torch.tensor(lengths)).to(dev)
+        is_w = torch.full((n_tok,), float("nan"), device=dev)  # NaN: not in this rank's share
         self.model.train()
         sums: dict[str, float] = {}
         trained = 0
@@ -161,13 +186,16 @@ class Learner:
                 logp = self._logprobs(self.model, mb)
                 if it == 0:
                     old[idx] = logp.detach().float()
+                    is_w[idx] = self.correction.weight(old[idx], behaviour[idx], seq_ids[idx])
                 batch = TokenBatch(
                     logp=logp,
                     old_logp=old[idx],
                     behaviour_logp=behaviour[idx],
-                    is_weight=truncated_is_weight(old[idx], behaviour[idx], self.tis_cap),
+                    is_weight=is_w[idx],
                     advantages=adv[idx],
                     ref_logp=refs[k] if refs is not None else None,
+                    seq_ids=seq_ids[idx],
+                    teacher_logp=teachers[k] if teachers is not None else None,
                 )
                 per_token, stats = self.algorithm.token_loss(batch)
                 w = weights[idx]
@@ -192,6 +220,7 @@ class Learner:
         metrics = {k.removeprefix("w:"): v for k, v in metrics.items()}
         metrics["is_weight/mean"] = sums.get("is_sum", 0.0) / (n_tok * passes)
         metrics.pop("is_sum", None)
+        metrics.update(mismatch_metrics(old, behaviour, is_w, self.correction, n_tok))
         metrics["tokens/trained"] = float(trained)
         metrics["tokens/loss"] = float(n_tok)
         metrics["micro_batches"] = float(len(mbs))

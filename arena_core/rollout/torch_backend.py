@@ -101,7 +101,7 @@ class TorchBackend:
         kv_cache: str = "auto",
         cuda_graphs: str = "auto",
     ) -> None:
-        from arena_core.runtime.device import kv_cache_kind, module_device
+        from arena_core.device import kv_cache_kind, module_device
 
         self.model = model
         self.tokenizer = tokenizer

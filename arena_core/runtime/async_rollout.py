@@ -166,6 +166,13 @@ class BackgroundCollector:
             self._version = version
             self._cond.notify_all()
 
+    def set_budget(self, budget: StalenessBudget) -> None:
+        """A new staleness bound for the batches not started yet (one generating keeps its
+        own): the mismatch guard tightens or relaxes it while the run goes on."""
+        with self._cond:
+            self.control.budget = budget
+            self._cond.notify_all()
+
     def next_batch(self, step: int, timeout_s: float | None = None) -> Any:
         """The batch made for `step`; re-raises whatever stopped the generator thread."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s

@@ -180,6 +180,11 @@ class AsyncSource:
         self._wait = time.perf_counter() - t0
         return batch
 
+    def set_max_staleness(self, max_staleness: int) -> None:
+        """Change `runtime.max_staleness` for the batches not started yet (the mismatch guard)."""
+        self.budget = StalenessBudget(max_staleness=max_staleness)
+        self.producer.set_budget(self.budget)
+
     def after_step(self, version: int) -> float:
         pause = 0.0
         if self.swaps_in_engine:

@@ -85,11 +85,22 @@ DEFAULT_MICRO_BATCH_TOKENS = 2048  # until the planner picks one
 
 
 def build_learner(
-    core: Any, plan: dict[str, Any] | None, model: Any, algorithm: Any, autocast: Any
+    core: Any,
+    plan: dict[str, Any] | None,
+    model: Any,
+    algorithm: Any,
+    autocast: Any,
+    *,
+    tokenizer: Any = None,
 ) -> Learner:
     """The RL learner a run's settings describe: one place for the single run, population members
-    and member actors, so none of them trains with other settings than the others."""
+    and member actors, so none of them trains with other settings than the others.
+
+    An algorithm with a `teacher` (on-policy distillation: a run reference or model name) gets
+    that model loaded here, once, frozen, on the policy's device; `tokenizer` (the student's) is
+    checked against the teacher's."""
     from arena_core.learn.learner import Learner
+    from arena_core.learn.mismatch import correction_from
 
     return Learner(
         model,
@@ -100,7 +111,26 @@ def build_learner(
         top_k=core.generation.top_k,  # the learner scores the sampler's filtered distribution
         top_p=core.generation.top_p,
         tis_cap=core.train.tis_cap,
+        correction=correction_from(core.train),
         norm_len=core.generation.max_new_tokens,
         batching=core.train.batching,
         autocast=autocast,
+        teacher=_teacher(core, model, algorithm, tokenizer),
+    )
+
+
+def _teacher(core: Any, model: Any, algorithm: Any, tokenizer: Any) -> Any:
+    """The algorithm's teacher model (`algorithm.teacher`), or None when it has none."""
+    ref = getattr(algorithm, "teacher", None)
+    if not ref:
+        return None
+    from arena_core.device import module_device
+    from arena_core.models.teacher import load_teacher
+
+    return load_teacher(
+        str(ref),
+        student_tokenizer=tokenizer,
+        device=str(module_device(model)),
+        runs=core.paths.runs,
+        dtype=core.model.dtype,
     )

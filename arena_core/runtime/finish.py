@@ -29,11 +29,25 @@ class RunFailed(ArenaError):
 
 
 def finished_already(run_dir: Path, max_steps: int) -> bool:
-    """True (after saying so) when the run's latest checkpoint is at or past `max_steps`."""
+    """True (after saying so) when the run's latest checkpoint is at or past `max_steps` and its
+    summary.json says it finished. A run killed after its last checkpoint but before its summary
+    (SIGKILL, a power cut) is not finished: the resume then writes the final evaluation and the
+    summary (the loops train no step at `max_steps`)."""
     index = read_index(run_dir)
     steps = [int(c["step"]) for c in index.get("checkpoints", [])]
     done = max(steps) if steps else 0
     if done < max_steps:
+        return False
+    try:
+        status = read_json(run_dir / SUMMARY_FILE).get("status")
+    except (OSError, ValueError):
+        status = None
+    if status != "finished":
+        print(
+            f"{run_dir} stopped after its last checkpoint (step {done}) but before its summary: "
+            "finishing it (final evaluation and summary.json)",
+            flush=True,
+        )
         return False
     print(
         f"{run_dir} already finished: its last checkpoint is step {done} and "

@@ -51,6 +51,7 @@ from arena_core.runtime.finish import (
     last_good,
     plan_check,
 )
+from arena_core.runtime.mismatch_guard import GuardHook
 from arena_core.runtime.progress import Progress
 from arena_core.runtime.rewards import RewardScorer
 from arena_core.runtime.rollout import PromptEncoder
@@ -142,8 +143,8 @@ def _train(
     np.random.seed(core.seed % (2**32))
     torch.manual_seed(core.seed)
 
+    from arena_core.device import device_plan
     from arena_core.models import load_policy
-    from arena_core.runtime.device import device_plan
     from arena_core.runtime.process_runtime import driver_backend_cfg, open_engines
     from arena_core.sandbox import RewardPool, SandboxPolicy
 
@@ -151,7 +152,9 @@ def _train(
     if plan is not None:
         atomic_write_json(run_dir / "plan.json", {**plan, "device": dev.to_dict()})
     policy = load_policy(core.model.model_dump(), device=dev.device, runs=core.paths.runs)
-    learner = build_learner(core, plan, policy.model, algorithm, dev.autocast)
+    learner = build_learner(
+        core, plan, policy.model, algorithm, dev.autocast, tokenizer=policy.tokenizer
+    )
     state: dict[str, Any] = {}
     if resuming:
         ckpt = latest_checkpoint(run_dir)
@@ -250,6 +253,7 @@ class _Loop:
             ),
         )
         self.source = self._batch_source(core, policy, backend)
+        self.guard = GuardHook.of_run(core, learner, self.source, state.get("mismatch_guard"))
         self.plan = plan
         self.evals: list[dict[str, Any]] = list(state.get("evals", []))
         self.totals: dict[str, float] = dict(state.get("totals", {}))
@@ -297,6 +301,8 @@ class _Loop:
                     progress.note(_eval_line(self.evals[-1]))
                 while self.step < total:
                     row = self._train_step()
+                    for line in self.guard.after_step(self.step, row) if self.guard else []:
+                        progress.note(line)  # the mismatch guard tightened or relaxed
                     if row["train/flat_step"] and not self.totals.get("steps/flat_noted"):
                         self.totals["steps/flat_noted"] = 1.0  # said once per run
                         progress.note(_flat_note(self.step, row))
@@ -396,6 +402,7 @@ class _Loop:
             "policy_version": self.step,
             "evals": self.evals,
             "totals": self.totals,
+            **({"mismatch_guard": self.guard.state()} if self.guard else {}),
         }
         path = save_checkpoint(
             self.run_dir,
@@ -453,6 +460,8 @@ class _Loop:
             "eval_samples_final": last.get("samples", []),
         }
         summary["warnings"] = run_warnings(self.totals)
+        if self.guard is not None:
+            summary["mismatch_guard"] = self.guard.summary()  # its actions, for the dashboard
         if error:
             summary["error"] = error
         if status == "interrupted":

@@ -68,7 +68,7 @@ def open_engines(
     state: dict[str, Any] | None = None,
 ) -> Iterator[ProcessEngines | None]:
     """Engine actors for a plan that needs them, else None (see the module docstring)."""
-    from arena_core.distributed.engine_backend import check_engine_tp
+    from arena_core.config.validate import check_engine_tp
 
     layout = process_layout(core, plan)
     check_engine_tp(core.backend.name, layout.engine_tp)  # torch: TP 1 only, in any layout

@@ -7,12 +7,19 @@ than two valid samples is dropped (`groups/dropped_failed`). Failed calls are co
 `reward/failures`.
 
 A group whose advantages are all zero (every completion got the same reward) carries no
-gradient, so it is dropped before the learner and counted (`groups/dropped_zero_adv`); more
+gradient, so it is dropped before the learner and counted (`groups/dropped_zero_adv`), unless the
+algorithm sets `keeps_flat_groups` (on-policy distillation: the teacher still grades it); more
 prompts are then sampled, a bounded number of rounds, so each step trains on
 `train.prompts_per_step` informative groups whenever the policy can produce them. When
 `max_flat_rounds` rounds in a row give no informative group at all, the refill stops early: a
 policy whose reward never varies would otherwise spend every round on nothing (the step is then
 logged as `train/flat_step` = 1 and the run's summary warns, arena_core.runtime.run_warnings).
+
+Optional algorithm hooks (arena_core.learn.algorithm) act here: `shape_rewards` changes a
+group's rewards before its advantages (DAPO's overlong penalty, logged as a `reward/<part>`
+component), `mask_truncated` keeps completions cut at max_new_tokens out of the loss (counted in
+`samples/masked_truncated`), and `batch_advantages` rescales the whole step's advantages once its
+groups are assembled (`scale_rewards=batch`).
 """
 
 from __future__ import annotations
@@ -25,7 +32,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
+from torch import Tensor
 
+from arena_core.learn.advantages import apply_batch_advantages
 from arena_core.learn.algorithm import Algorithm
 from arena_core.learn.packing import Sample
 from arena_core.rollout.base import Completion, GenerationBackend, SamplingParams
@@ -66,12 +75,17 @@ class StepBatch:
     groups_failed: int = 0  # fewer than two samples whose reward call succeeded
     groups_aborted: int = 0  # a row ended "aborted" (the engine restarted mid-request)
     position: int = 0  # the example stream's position after this batch (the resume point)
+    start_position: int = 0  # ... before it: the batch drew examples [start_position, position)
     rounds: int = 0
     generate_s: float = 0.0
     reward_s: float = 0.0
     outcome_kinds: Counter = field(default_factory=Counter)  # reward outcome kind -> calls
     components: dict[str, list[float]] = field(default_factory=dict)
     episode_metrics: dict[str, float] = field(default_factory=dict)  # multi-turn (tools) only
+    # every (shaped) reward of the groups trained on, masked completions included: the
+    # population the batch std of `scale_rewards=batch` is taken over
+    group_rewards: list[float] = field(default_factory=list)
+    algo_metrics: dict[str, float] = field(default_factory=dict)  # e.g. samples/masked_truncated
 
     @property
     def generated_tokens(self) -> int:
@@ -124,7 +138,7 @@ class GroupCollector:
 
     def collect(self, n_groups: int, step: int) -> StepBatch:
         g = self.algorithm.group_size
-        out = StepBatch()
+        out = StepBatch(start_position=self.position)
         flat_rounds = 0  # rounds in a row without one informative group
         for rnd in range(self.max_rounds):
             need = n_groups - out.groups_kept
@@ -170,6 +184,9 @@ class GroupCollector:
             kept = out.groups_kept
             self._assemble(out, comps, values, valid, n_try, need)
             flat_rounds = flat_rounds + 1 if out.groups_kept == kept else 0
+        apply_batch_advantages(self.algorithm, out.samples, out.group_rewards)
+        if getattr(self.algorithm, "mask_truncated", False):
+            out.algo_metrics.setdefault("samples/masked_truncated", 0.0)
         out.position = self.position
         return out
 
@@ -183,6 +200,7 @@ class GroupCollector:
         need: int,
     ) -> None:
         g = self.algorithm.group_size
+        mask = bool(getattr(self.algorithm, "mask_truncated", False))
         out.groups_sampled += n_try
         for i in range(n_try):
             rows = range(i * g, (i + 1) * g)
@@ -195,19 +213,55 @@ class GroupCollector:
                 continue
             # advantages over the valid samples only: a failed call's fallback value is no reward
             rewards = torch.tensor([values[r] for r in ok], dtype=torch.float32).view(1, -1)
+            rewards = self._shape(out, rewards, [comps[r] for r in ok])
             adv = self.algorithm.advantages(rewards)[0]
-            if adv.abs().max() <= 1e-8:
+            # DAPO overlong filtering (`mask_truncated`): a truncated completion counts in its
+            # group's statistics but gets no loss
+            train = [
+                (r, a)
+                for r, a in zip(ok, adv.tolist(), strict=True)
+                if not (mask and comps[r].finish_reason == "length")
+            ]
+            if mask:  # every truncated completion of an assembled group, trained on or not
+                key = "samples/masked_truncated"
+                out.algo_metrics[key] = out.algo_metrics.get(key, 0.0) + len(ok) - len(train)
+            # equal rewards carry no signal whatever the estimator makes of them (REINFORCE++
+            # without a baseline gives them a non-zero scalar). An algorithm with a per-token
+            # signal besides the reward (on-policy distillation's teacher) says
+            # `keeps_flat_groups = True`: its flat groups still teach something
+            flat = float(rewards.max() - rewards.min()) <= 1e-8 or all(
+                abs(a) <= 1e-8 for _, a in train
+            )
+            if (flat and not getattr(self.algorithm, "keeps_flat_groups", False)) or not train:
                 out.groups_dropped += 1
                 continue
             if need <= 0:
                 continue  # a surplus informative group: not trained on, not counted as dropped
             need -= 1
             out.groups_kept += 1
-            for r, a in zip(ok, adv.tolist(), strict=True):
+            out.group_rewards.extend(rewards[0].tolist())
+            for r, a in train:
                 c = comps[r]
                 out.samples.append(
                     Sample(c.prompt_ids, list(c.token_ids), list(c.logprobs), a, c.loss_mask)
                 )
+
+    def _shape(self, out: StepBatch, rewards: Tensor, comps: list[Completion]) -> Tensor:
+        """The algorithm's optional reward shaping of one group ([1, g]) before advantages; its
+        parts are logged as reward components (`reward/<part>`)."""
+        shape = getattr(self.algorithm, "shape_rewards", None)
+        if shape is None:
+            return rewards
+        lengths = torch.tensor([_sampled_len(c) for c in comps], dtype=torch.float32)
+        shaped, parts = shape(rewards, lengths, self.params.max_new_tokens)
+        for key, vals in parts.items():
+            out.components.setdefault(key, []).extend(vals.flatten().tolist())
+        return shaped
+
+
+def _sampled_len(c: Completion) -> int:
+    """|y| for the overlong penalty: the tokens the policy sampled (tool tokens excluded)."""
+    return len(c.token_ids) if c.loss_mask is None else sum(map(bool, c.loss_mask))
 
 
 def is_valid(kind: str, value: float) -> bool:

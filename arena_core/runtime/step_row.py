@@ -34,6 +34,10 @@ def step_row(batch: StepBatch, learn: dict[str, float], step_s: float) -> dict[s
             "clip_frac": learn.get("clip_frac", nan),
             "grad_norm": learn.get("grad_norm", nan),
             "is_weight/mean": learn.get("is_weight/mean", 1.0),
+            # sampler vs learner logprobs (arena_core.learn.mismatch), NaN when no update ran
+            "mismatch/kl": learn.get("mismatch/kl", nan),
+            "mismatch/masked_frac": learn.get("mismatch/masked_frac", nan),
+            "mismatch/max_ratio": learn.get("mismatch/max_ratio", nan),
             "tokens/generated": float(gen_tokens),
             "tokens/trained": learn.get("tokens/trained", 0.0),
             "completion_len/mean": gen_tokens / max(1, len(batch.completions)),
@@ -43,6 +47,10 @@ def step_row(batch: StepBatch, learn: dict[str, float], step_s: float) -> dict[s
             "groups/dropped_zero_adv": batch.groups_dropped,
             "groups/dropped_failed": batch.groups_failed,
             "sampling/rounds": batch.rounds,
+            # the example stream's positions this step drew, [start, end): consecutive steps
+            # (a resumed run's too) continue where the last left off, none skipped or repeated
+            "data/position_start": batch.start_position,
+            "data/position_end": batch.position,
             "reward/failures": batch.reward_failures,
             "time/generate_s": batch.generate_s,
             "time/reward_s": batch.reward_s,
@@ -52,7 +60,13 @@ def step_row(batch: StepBatch, learn: dict[str, float], step_s: float) -> dict[s
             "tokens_per_s/trained": rate(learn.get("tokens/trained"), learn.get("time/learn_s")),
         }
     )
+    # an algorithm's own diagnostics, namespaced by it (`opd/reverse_kl`), go through as they are
+    row.update({k: v for k, v in learn.items() if k.startswith(ALGORITHM_METRICS)})
+    row.update(batch.algo_metrics)  # the collector's algorithm options (samples/masked_truncated)
     return row
+
+
+ALGORITHM_METRICS = ("opd/",)  # learner-metric prefixes that become metrics.csv columns
 
 
 def rate(tokens: float | None, seconds: float | None) -> float:

@@ -1,21 +1,30 @@
 """Serving backends: the one interface the batching engine decodes through, chosen by name.
 
-`arena deploy --backend NAME` picks an entry of `SERVING_BACKENDS`. Each opens a checkpoint's
-Hugging Face directory and returns a `ServingBackend`: `generate(prompts, params, on_token=...)`
-runs one decode batch (the engine's batched requests, one call), `encode_chat` builds chat prompts,
-`close` releases the engine.
+`arena deploy --backend NAME` takes any generation backend of the plugin registry (the
+`register_backends` hook, the same names `backend.name=` trains with), so a third-party backend
+that can train can also serve. Each opens a checkpoint's Hugging Face directory and returns a
+`ServingBackend`: `generate(prompts, params, on_token=...)` runs one decode batch, `encode_chat`
+builds chat prompts, `close` releases the engine.
 
-- torch: Arena's KV-cached `TorchBackend`. Tokens reach `on_token` as they are decoded, so
-  streaming is token by token, and LoRA checkpoints share one base (`shares_lora_base`).
+- torch: Arena's KV-cached `TorchBackend`, decoded with continuous batching by the engine
+  (`arena_core.serve.running`): tokens stream one by one, and LoRA checkpoints share one base
+  (`shares_lora_base`).
 - vllm: Arena's `VLLMBackend` (an in-process AsyncLLM engine). Its rows are vLLM requests
   submitted together; it has no per-token hook, so each row's tokens are replayed through
   `on_token` when that row is complete: a stream then arrives as chunks once its row is done.
   A LoRA checkpoint is served as its merged weights (one engine per checkpoint).
+- any other registered name: its factory is called as in training, `factory(policy, section)`
+  with the checkpoint loaded as the policy and the section its schema's defaults (plus `device`
+  when the schema has one). A backend whose `generate` takes `on_token` streams token by token,
+  another one's rows are replayed when complete (as vLLM's); a `TorchBackend` subclass gets
+  continuous batching like the built-in one.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import functools
+import inspect
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -93,16 +102,7 @@ class VLLMServing:
         for fut in concurrent.futures.as_completed(futures):
             row, comp = futures[fut], fut.result()
             out[row] = comp
-            tokens = list(comp.token_ids)
-            eos = comp.finish_reason == "stop"  # no stop strings are sent: "stop" means EOS
-            if eos and tokens and tokens[-1] in self.eos_ids:
-                tokens = tokens[:-1]
-            for tok in tokens:
-                if on_token(row, tok, False):
-                    break
-            else:
-                if eos:
-                    on_token(row, -1, True)
+            _replay(row, comp, self.eos_ids, on_token)
         return [c for c in out if c is not None]
 
     def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
@@ -115,6 +115,80 @@ class VLLMServing:
         self.backend.close()
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+def _replay(row: int, comp: Completion, eos_ids: set[int], on_token: TokenCallback) -> None:
+    """Hand a finished row's tokens to `on_token` one by one (backends without a token hook)."""
+    tokens = list(comp.token_ids)
+    eos = comp.finish_reason == "stop"  # no stop strings are sent: "stop" means EOS
+    if eos and tokens and tokens[-1] in eos_ids:
+        tokens = tokens[:-1]
+    for tok in tokens:
+        if on_token(row, tok, False):
+            return
+    if eos:
+        on_token(row, -1, True)
+
+
+class PluginServing:
+    """A plugin's generation backend behind the serving interface (see the module docstring)."""
+
+    def __init__(self, name: str, backend: Any, policy: Any) -> None:
+        self.name, self.backend, self.tokenizer = name, backend, policy.tokenizer
+        self.model = getattr(backend, "model", None) or policy.model  # for the context length
+        eos = self.tokenizer.eos_token_id
+        self.eos_ids = {int(eos)} if eos is not None else set()
+        try:
+            self._token_hook = "on_token" in inspect.signature(backend.generate).parameters
+        except (TypeError, ValueError):
+            self._token_hook = False
+
+    def generate(
+        self, prompts: list[list[int]], params: SamplingParams, *, on_token: TokenCallback
+    ) -> list[Completion]:
+        if self._token_hook:
+            return list(self.backend.generate(prompts, params, on_token=on_token))
+        out = list(self.backend.generate(prompts, params))
+        for row, comp in enumerate(out):
+            _replay(row, comp, self.eos_ids, on_token)
+        return out
+
+    def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
+        own = getattr(self.backend, "encode_chat", None)
+        if own is not None:
+            return list(own(messages))
+        text = self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True
+        )
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def close(self) -> None:
+        close = getattr(self.backend, "close", None)
+        if close is not None:
+            close()
+
+
+def _open_plugin(name: str, weights_dir: Path, device: str, max_batch: int | None) -> Any:
+    """The registered factory, called as in training: `factory(policy, section)`."""
+    from arena_core.models import load_policy
+    from arena_core.plugins import get_plugins
+    from arena_core.rollout.torch_backend import TorchBackend
+
+    entry = get_plugins().registries.backends.get(name)
+    policy = load_policy({"name_or_path": str(weights_dir), "lora": {"r": 0}}, device=device)
+    fields = getattr(entry.schema, "model_fields", {})
+    data = {"device": device} if "device" in fields else {}
+    try:
+        section = entry.schema(**data) if entry.schema is not None else data
+    except Exception as exc:  # a schema with required fields: serving has no config section
+        raise ArenaError(
+            f"--backend {name}: its config schema {entry.schema.__name__} cannot be built from "
+            f"defaults ({exc}); give every field a default to serve with it."
+        ) from None
+    backend = entry.obj(policy, section)
+    if isinstance(backend, TorchBackend):  # continuous batching, token streaming
+        return backend, policy.tokenizer
+    return PluginServing(name, backend, policy), policy.tokenizer
 
 
 def _open_vllm(weights_dir: Path, device: str, max_batch: int | None) -> tuple[Any, Any]:
@@ -143,11 +217,23 @@ SERVING_BACKENDS: dict[str, BackendEntry] = {
 
 
 def serving_backend(name: str) -> BackendEntry:
-    """The entry for `--backend NAME`, or an error naming the choices."""
-    try:
+    """The entry for `--backend NAME`: a built-in one, else the plugin registry's backend of
+    that name (see the module docstring), else an error naming the choices."""
+    if name in SERVING_BACKENDS:
         return SERVING_BACKENDS[name]
-    except KeyError:
-        raise ArenaError(
-            f"--backend {name}: unknown serving backend; choose one of "
-            f"{', '.join(SERVING_BACKENDS)} (vllm needs `pip install 'arena-rl[vllm]'`)."
-        ) from None
+    from arena_core.plugins import get_plugins
+
+    if name in get_plugins().registries.backends:
+        return BackendEntry(functools.partial(_open_plugin, name), shares_lora_base=False)
+    raise ArenaError(
+        f"--backend {name}: unknown serving backend; choose one of "
+        f"{', '.join(serving_backend_names())} (vllm needs `pip install 'arena-rl[vllm]'`; "
+        "a plugin adds one with the register_backends hook, see `arena plugins`)."
+    )
+
+
+def serving_backend_names() -> list[str]:
+    """Every name `--backend` takes: the built-in ones and the plugin registry's."""
+    from arena_core.plugins import get_plugins
+
+    return sorted(set(SERVING_BACKENDS) | set(get_plugins().registries.backends.names()))

@@ -1,15 +1,20 @@
 """The batching engine: requests from many clients decoded together on one generation backend.
 
-One worker thread owns the models. It takes the oldest waiting request and every other waiting
-request that can share its decode batch (same model and sampling rule), up to `max_batch_rows`
-rows, and runs them as one batched `generate` call of the model's serving backend (torch or vLLM,
-`arena_core.serve.backends`). Per-row limits that
-differ between requests (max_tokens, stop strings, a client that left) are applied as tokens
-arrive through the backend's `on_token` hook, which ends a row the moment it is done, so one
-request's long answer costs the others nothing but the shared steps.
+One worker thread owns the models. On Arena's torch engine it runs continuous batching
+(`arena_core.serve.running`): requests join the running batch between decode steps, up to
+`max_batch_rows` rows, and leave it the step they end (their `max_tokens`, a stop string, EOS, or a
+client that left), so a request never waits for another one's long answer and every step decodes
+every live request. Sampling rules may differ between the rows of a batch; a seeded request
+decodes alone (its samples must not depend on other traffic), and requests for another model wait
+until the running batch drains (first come, first served).
+
+Other backends (vLLM, a plugin's) get whole batches: the oldest waiting request and every waiting
+request that can share its batch (same model and sampling rule) go to one `generate` call, and
+per-row limits are applied as tokens arrive through its `on_token` hook.
 
 Requests are bounded: at most `max_pending` are admitted (waiting or running); past that `submit`
-raises QueueFull, which the server turns into 429 with Retry-After.
+raises QueueFull, which the server turns into 429 with Retry-After. `stats()` says what runs now
+(the server's /health shows it).
 
 Streaming text: each row's tokens are decoded as a whole and only the part that can no longer
 change is emitted, holding back an incomplete UTF-8 character and any tail that could be the start
@@ -29,6 +34,7 @@ from typing import Any
 
 from arena_core.rollout.base import SamplingParams
 from arena_core.serve.models import ServedModel
+from arena_core.serve.running import RunningBatch
 
 # Events a job's sink receives (from the worker thread):
 #   ("delta", index, text)                  new text of choice `index`
@@ -53,6 +59,7 @@ class Request:
     top_p: float = 1.0
     stop: list[str] = field(default_factory=list)
     seed: int | None = None
+    ignore_eos: bool = False  # decode to max_tokens past EOS (vLLM's option; the torch engine)
 
 
 class _Choice:
@@ -98,15 +105,21 @@ class Engine:
         max_batch_rows: int = 32,
         max_pending: int = 64,
     ) -> None:
+        from arena_core.rollout.continuous import supports_continuous
+
         self.models = {m.name: m for m in models}
         self.max_batch_rows = max(1, int(max_batch_rows))
         self.max_pending = max(1, int(max_pending))
+        self.continuous = {m.name: supports_continuous(m.backend) for m in models}
         self._waiting: deque[Job] = deque()
         self._pending = 0
         self._cond = threading.Condition()
         self._closed = False
-        self.batches = 0  # decode batches run (for tests and the bench)
+        self._running: RunningBatch | None = None
+        self.batches = 0  # batches started: whole ones, or a running batch starting from empty
+        self.steps = 0  # decode steps of running batches
         self.max_rows_seen = 0
+        self.join_every = 4  # decode steps between joins of a busy running batch
         self._thread = threading.Thread(target=self._work, name="arena-serve-engine", daemon=True)
         self._thread.start()
 
@@ -129,11 +142,24 @@ class Engine:
     def pending(self) -> int:
         return self._pending
 
+    def stats(self) -> dict[str, int]:
+        """What runs now: rows decoding, requests waiting and admitted; steps and batches so far."""
+        running = self._running
+        return {
+            "running_rows": running.rows if running is not None else 0,
+            "waiting": len(self._waiting),
+            "pending": self._pending,
+            "max_pending": self.max_pending,
+            "decode_steps": self.steps,
+            "max_rows_seen": self.max_rows_seen,
+        }
+
     def close(self) -> None:
+        """Stop: requests still waiting or running are ended (their streams get "done")."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-        self._thread.join(timeout=10)
+        self._thread.join(timeout=30)
         backends = {id(m.backend): m.backend for m in self.models.values()}
         for backend in backends.values():  # a vLLM engine's processes end here
             close = getattr(backend, "close", None)
@@ -144,23 +170,104 @@ class Engine:
     def _work(self) -> None:
         while True:
             with self._cond:
-                while not self._waiting and not self._closed:
+                while not self._waiting and self._running is None and not self._closed:
                     self._cond.wait()
-                if self._closed and not self._waiting:
-                    return
-                batch = self._take_batch()
+                if self._closed:
+                    left = list(self._waiting)
+                    self._waiting.clear()
+                    break
+                jobs = self._take()
+            jobs = [job for job in jobs if not self._dropped(job)]
+            if self._running is None and jobs and not self.continuous[jobs[0].model.name]:
+                self._run_whole(jobs)
+            elif jobs or self._running is not None:
+                self._step(jobs)
+        running = self._running.abandon() if self._running is not None else []
+        for job in running + left:
+            job.cancel()
+            self._end(job)
+
+    def _take(self) -> list[Job]:
+        """The waiting jobs to start now (under the lock): a whole batch for a backend without
+        continuous batching; else those that fit the running batch, in arrival order."""
+        running = self._running
+        if running is None:
+            if not self._waiting:
+                return []
+            if not self.continuous[self._waiting[0].model.name]:
+                return self._take_batch()
+            model, rows = self._waiting[0].model, 0
+        elif running.alone or self._join_later(running):
+            return []
+        else:
+            model, rows = running.model, running.rows
+        taken: list[Job] = []
+        while self._waiting:
+            job = self._waiting[0]
+            if job.model is not model:  # first come, first served: this batch drains first
+                break
+            seeded = job.request.seed is not None
+            if (seeded or rows + len(job.choices) > self.max_batch_rows) and (rows or taken):
+                break
+            taken.append(self._waiting.popleft())
+            rows += len(job.choices)
+            if seeded:
+                break
+        return taken
+
+    def _join_later(self, running: RunningBatch) -> bool:
+        """Whether waiting requests wait a few more steps: a join costs a prefill forward, as
+        much as a decode step on a small model, so a busy batch takes newcomers in groups (every
+        `join_every` steps); a batch at most a quarter full takes them at once."""
+        busy = 4 * running.rows > self.max_batch_rows
+        return busy and self.steps - running.joined_at < self.join_every
+
+    def _dropped(self, job: Job) -> bool:
+        """A job whose client left while it waited ends without decoding."""
+        if job.cancelled:
+            self._end(job)
+        return job.cancelled
+
+    def _end(self, job: Job) -> None:
+        try:
+            job.sink(("done",))
+        except Exception:  # noqa: BLE001 - a dead listener must not kill the engine
+            pass
+        with self._cond:
+            self._pending -= 1
+
+    def _fail(self, jobs: list[Job], exc: Exception) -> None:
+        traceback.print_exc(file=sys.stderr)
+        for job in jobs:
             try:
-                self._run(batch)
-            except Exception as exc:  # a failed batch fails its requests, never the server
-                traceback.print_exc(file=sys.stderr)
-                for job in batch:
-                    try:
-                        job.sink(("error", f"generation failed: {type(exc).__name__}: {exc}"))
-                    except Exception:  # noqa: BLE001 - a dead listener must not kill the engine
-                        pass
-            finally:
-                with self._cond:
-                    self._pending -= len(batch)
+                job.sink(("error", f"generation failed: {type(exc).__name__}: {exc}"))
+            except Exception:  # noqa: BLE001 - a dead listener must not kill the engine
+                pass
+            with self._cond:
+                self._pending -= 1
+
+    def _step(self, jobs: list[Job]) -> None:
+        """Admit `jobs` into the running batch, then one decode step for every live row."""
+        if self._running is None:
+            self._running = RunningBatch(jobs[0].model)
+            self.batches += 1
+        running = self._running
+        try:
+            if jobs:
+                running.join(jobs)
+                running.joined_at = self.steps
+            jobs = []
+            self.max_rows_seen = max(self.max_rows_seen, running.rows)
+            ended = running.step()
+        except Exception as exc:  # a failed step fails its requests, never the server
+            self._running = None
+            self._fail(list(dict.fromkeys(running.abandon() + jobs)), exc)
+            return
+        self.steps += 1
+        if not running.rows:
+            self._running = None
+        for job in ended:
+            self._end(job)
 
     def _take_batch(self) -> list[Job]:
         first = self._waiting.popleft()
@@ -175,13 +282,17 @@ class Engine:
                 rows += len(job.choices)
         return batch
 
-    def _run(self, batch: list[Job]) -> None:
-        for job in batch:
-            if job.cancelled:  # the client left while it waited
-                job.sink(("done",))
-        batch = [j for j in batch if not j.cancelled]
-        if not batch:
+    def _run_whole(self, batch: list[Job]) -> None:
+        """One `generate` call for the whole batch (backends without continuous batching)."""
+        try:
+            self._generate(batch)
+        except Exception as exc:  # a failed batch fails its requests, never the server
+            self._fail(batch, exc)
             return
+        for job in batch:
+            self._end(job)
+
+    def _generate(self, batch: list[Job]) -> None:
         first = batch[0]
         model, req = first.model, first.request
         prompts: list[list[int]] = []
@@ -190,8 +301,8 @@ class Engine:
             for prompt, choice in zip(job.request.rows, job.choices, strict=True):
                 prompts.append(prompt)
                 owners.append((job, choice))
-        # no stop strings for the backend: _advance applies each request's own, so the backend's
-        # `finished` flag means EOS only
+        # no stop strings for the backend: advance_choice applies each request's own, so the
+        # backend's `finished` flag means EOS only
         params = SamplingParams(
             max_new_tokens=max(j.request.max_tokens for j in batch),
             temperature=req.temperature,
@@ -210,39 +321,39 @@ class Engine:
                 choice.eos = True
             else:
                 choice.tokens.append(token)
-            self._advance(job, choice, tokenizer, eos)
+            advance_choice(job, choice, tokenizer, eos)
             return choice.finished
 
         with model.active():
             model.backend.generate(prompts, params, on_token=on_token)
         for job, choice in owners:  # rows the backend ended itself (its max_new_tokens)
             if not choice.finished:
-                self._advance(job, choice, tokenizer, True, reason="length")
-        for job in batch:
-            job.sink(("done",))
+                advance_choice(job, choice, tokenizer, True, reason="length")
 
-    def _advance(
-        self, job: Job, choice: _Choice, tokenizer: Any, end: bool, reason: str = "stop"
-    ) -> None:
-        """Emit what is final of `choice`'s text; finish it on a stop string, EOS or its limit."""
-        req = job.request
-        text = tokenizer.decode(choice.tokens, skip_special_tokens=True)
-        cut = _first_stop(text, req.stop)
-        if cut is not None:
-            text, end, reason = text[:cut], True, "stop"
-        elif len(choice.tokens) >= req.max_tokens:
-            end, reason = True, "length"
-        elif job.cancelled:
-            end, reason = True, "length"
-        safe = len(text) if end else _safe_length(text, req.stop)
-        if safe > choice.emitted:
-            job.sink(("delta", choice.index, text[choice.emitted : safe]))
-            choice.emitted = safe
-        if end:
-            choice.finished = True
-            n_tokens = len(choice.tokens) + int(choice.eos)
-            job.completion_tokens += n_tokens
-            job.sink(("finish", choice.index, reason, n_tokens))
+
+def advance_choice(
+    job: Job, choice: _Choice, tokenizer: Any, end: bool, reason: str = "stop"
+) -> None:
+    """Emit what is final of `choice`'s text; finish it on a stop string, EOS, its limit, or a
+    cancelled job (its client left)."""
+    req = job.request
+    text = tokenizer.decode(choice.tokens, skip_special_tokens=True)
+    cut = _first_stop(text, req.stop)
+    if cut is not None:
+        text, end, reason = text[:cut], True, "stop"
+    elif len(choice.tokens) >= req.max_tokens:
+        end, reason = True, "length"
+    elif job.cancelled:
+        end, reason = True, "length"
+    safe = len(text) if end else _safe_length(text, req.stop)
+    if safe > choice.emitted:
+        job.sink(("delta", choice.index, text[choice.emitted : safe]))
+        choice.emitted = safe
+    if end:
+        choice.finished = True
+        n_tokens = len(choice.tokens) + int(choice.eos)
+        job.completion_tokens += n_tokens
+        job.sink(("finish", choice.index, reason, n_tokens))
 
 
 def _first_stop(text: str, stops: list[str]) -> int | None:

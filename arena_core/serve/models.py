@@ -77,7 +77,7 @@ def register_kind_loader(kind: str, loader: KindLoader) -> None:
 
 def _plugin_loader(kind: str) -> KindLoader | None:
     """An algorithm plugin names its server support in `serving` (`module:function`, called
-    with the kind), the way it names its loop in `training_loop`: imported only when serving."""
+    with the kind): imported only when serving."""
     from arena_core.plugins import get_plugins, import_object
 
     registry = get_plugins().registries.algorithms

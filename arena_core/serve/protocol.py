@@ -38,6 +38,7 @@ class _Req(BaseModel):
     seed: int | None = None
     stream: bool = False
     stream_options: dict[str, Any] | None = None
+    ignore_eos: bool = False  # vLLM's extension (`extra_body`): decode to max_tokens past EOS
 
     @field_validator("stop")
     @classmethod

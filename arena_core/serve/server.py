@@ -36,6 +36,7 @@ class ServeOptions:
     backend: str = "torch"  # a name in arena_core.serve.backends.SERVING_BACKENDS
     log_level: str = "warning"
     limits: Limits = field(default_factory=Limits)
+    grace_s: float = 5.0  # on SIGTERM/Ctrl-C: how long in-flight streams may finish
 
 
 def resolve_api_key(host: str, api_key: str | None) -> str | None:
@@ -77,7 +78,9 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def _exit_on_signal(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)
+    # SIGTERM is how a supervisor (systemd, docker, k8s) asks for an orderly stop: once the
+    # server has drained and released everything, that is a success, exit 0
+    raise SystemExit(0 if signum == signal.SIGTERM else 128 + signum)
 
 
 class UvicornHost:
@@ -114,9 +117,11 @@ class UvicornHost:
     def serve_forever(self) -> None:
         """Serve in this thread until Ctrl-C or SIGTERM (uvicorn handles the signal).
 
-        uvicorn re-raises the signal once it has stopped; SIGTERM's default action would then
-        kill the process before `finally`, leaving a vLLM engine's processes behind, so SIGTERM
-        becomes SystemExit here and everything is released like on Ctrl-C."""
+        On SIGTERM uvicorn stops accepting connections, lets the requests in flight finish for
+        up to the grace period (`graceful_s`) and cancels the rest (a cancelled stream frees its
+        rows in the engine at the next decode step). It then re-raises the signal; SIGTERM's
+        default action would kill the process before `finally`, leaving a vLLM engine's
+        processes behind, so SIGTERM becomes SystemExit(0) here, after everything is released."""
         previous = signal.signal(signal.SIGTERM, _exit_on_signal)
         try:
             self._uvicorn.run(sockets=[self.sock])
@@ -182,7 +187,7 @@ class Server(UvicornHost):
             self.models, max_batch_rows=limits.max_batch_rows, max_pending=limits.max_pending
         )
         self.app = create_app(self.engine, api_key=self.api_key, limits=limits)
-        self._serve_app(self.app, options.log_level, graceful_s=2)
+        self._serve_app(self.app, options.log_level, graceful_s=options.grace_s)
 
     def _release(self) -> None:
         self.engine.close()

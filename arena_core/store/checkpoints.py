@@ -6,11 +6,13 @@ Layout of `<run>/checkpoints/`:
     adapter/            LoRA: PEFT format (`PeftModel.from_pretrained(base, this_dir)` loads it)
     model/              full fine-tuning: safetensors + config (`from_pretrained(this_dir)`)
     optimizer.pt        optimizer state (torch.save; loaded with weights_only=True)
-    rng.safetensors     torch RNG state
+    rng.safetensors     torch RNG state (CPU, and every GPU's when CUDA is in use)
     state.json          step, data position, python/numpy RNG, anything else JSON
 A checkpoint is assembled in a temporary directory, every file and the directory are fsynced, and
 only then is it renamed into place (and the parent directory fsynced); the index is replaced
-atomically afterwards, so the index only ever names complete checkpoints, even after a power cut.
+atomically afterwards, so the index only ever names complete checkpoints, even after a power cut
+or a SIGKILL (`checkpoint_problems` checks that; the loops resume from `latest`). A save that does
+not fit on the disk fails with DiskFull before touching the previous checkpoint or the index.
 """
 
 from __future__ import annotations
@@ -38,6 +40,16 @@ from arena_core.store.atomic import (
     read_json,
 )
 from arena_core.store.best import best_of, infer_ranking
+from arena_core.store.space import (
+    SLACK_BYTES,
+    check_space,
+    disk_full,
+    existing,
+    free_bytes,
+    is_out_of_space,
+    model_bytes,
+    optimizer_bytes,
+)
 
 INDEX = "index.json"
 
@@ -63,7 +75,11 @@ def rng_state() -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
         "python": [py[0], list(py[1]), py[2]],
         "numpy": [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)],
     }
-    return json_part, {"torch": torch.get_rng_state()}
+    tensors = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # dropout on a GPU draws here
+        for i, t in enumerate(torch.cuda.get_rng_state_all()):
+            tensors[f"cuda_{i}"] = t
+    return json_part, tensors
 
 
 def set_rng_state(json_part: dict[str, Any], tensors: dict[str, torch.Tensor]) -> None:
@@ -72,6 +88,13 @@ def set_rng_state(json_part: dict[str, Any], tensors: dict[str, torch.Tensor]) -
     kind, keys, pos, has_gauss, cached = json_part["numpy"]
     np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(tensors["torch"])
+    cuda = [tensors[k] for k in sorted(tensors, key=_cuda_index) if k.startswith("cuda_")]
+    if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(cuda)
+
+
+def _cuda_index(key: str) -> int:
+    return int(key.split("_")[1]) if key.startswith("cuda_") else -1
 
 
 def save_checkpoint(
@@ -85,32 +108,77 @@ def save_checkpoint(
     keep: int | None = None,
     scores: dict[str, float | None] | None = None,
     extra: Callable[[Path], None] | None = None,
+    extra_bytes: int = 0,
     entry_extra: dict[str, Any] | None = None,
     best_only: bool = False,
 ) -> Path:
     """Write checkpoint `step` atomically and record it in the index with its `scores` (the
     held-out evaluation at that step, when there was one); returns its directory. `extra(dir)`
     writes more files into the checkpoint before it is renamed into place (a population's
-    members); `entry_extra` goes into its index entry (`"elite": True` moves the elite mark
-    here from any older entry).
+    members, about `extra_bytes`); `entry_extra` goes into its index entry (`"elite": True`
+    moves the elite mark here from any older entry).
 
     The run's best checkpoint (`arena_core.store.best`) is never deleted: `keep` keeps the
     `keep` newest plus the best. `best_only=True` marks a checkpoint saved only because its
     evaluation is a new best (none was due): it is deleted once a later checkpoint beats it,
     so such saves add at most one checkpoint to what the schedule keeps. Old checkpoints are
     deleted only after the new index (which no longer names them) is in place, so a kill at any
-    moment leaves the best one named and whole."""
+    moment leaves the best one named and whole; what a kill left half-written (a `.tmp-` dir, a
+    directory the index does not name) is removed before the next save. A save that does not
+    fit on the disk raises DiskFull (arena_core.store.space) and leaves the previous checkpoint
+    and the index as they were."""
     root = checkpoints_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     name = f"step_{step:06d}"
     final = root / name
     index = read_index(run_dir)
+    remove_leftovers(root, index)
     if final.is_dir() and any(c["dir"] == name for c in index["checkpoints"]):
         return final  # this step is already saved (e.g. interrupt right after a periodic save)
-    tmp = root / f".tmp-{name}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    previous = root / index["latest"] if index.get("latest") else None
     kind = "lora" if is_lora(model) else "full"
+    needed = (
+        model_bytes(model, trainable_only=kind == "lora")
+        + optimizer_bytes(optimizer)
+        + extra_bytes
+        + SLACK_BYTES
+    )
+    what = f"checkpoint {name}"
+    check_space(final, needed, what=what, previous=previous, run_dir=Path(run_dir))
+    tmp = root / f".tmp-{name}-{os.getpid()}"
+    try:
+        tmp.mkdir()
+        _write_files(tmp, kind, model, optimizer, tokenizer, extra, {**state, "step": step})
+        os.replace(tmp, final)
+        fsync_dir(root)
+        entries, entry = _new_entries(index, name, step, kind, scores, best_only, entry_extra)
+        entries, removed = _retained(entries, entry, keep)
+        atomic_write_json(root / INDEX, {"latest": name, "checkpoints": entries})
+    except Exception as exc:
+        free_after = free_bytes(existing(tmp))  # before the partial files go
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not is_out_of_space(exc, free_after):
+            raise
+        if read_index(run_dir).get("latest") != name:  # renamed but not indexed: not a checkpoint
+            shutil.rmtree(final, ignore_errors=True)
+        raise disk_full(
+            final, needed, exc, what=what, previous=previous, run_dir=Path(run_dir)
+        ) from exc
+    for old in removed:  # delete only after the index stopped naming them
+        shutil.rmtree(root / old["dir"], ignore_errors=True)
+    return final
+
+
+def _write_files(
+    tmp: Path,
+    kind: str,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    tokenizer: Any,
+    extra: Callable[[Path], None] | None,
+    state: dict[str, Any],
+) -> None:
+    """Every file of a checkpoint into `tmp`, fsynced (data on disk before a name points at it)."""
     with _quiet_progress():  # a shard-writing bar per checkpoint would break the run's display
         if kind == "lora":
             model.save_pretrained(str(tmp / "adapter"))  # type: ignore[operator]
@@ -126,15 +194,23 @@ def save_checkpoint(
         extra(tmp)
     rng_json, rng_tensors = rng_state()
     save_file(rng_tensors, str(tmp / "rng.safetensors"))
-    atomic_write_json(tmp / "state.json", {**state, "step": step, "rng": rng_json})
+    atomic_write_json(tmp / "state.json", {**state, "rng": rng_json})
     for path in tmp.rglob("*"):  # safetensors writes 0600; the run's other files are 0644-like
         if path.is_file():
             os.chmod(path, file_mode())
-    fsync_tree(tmp)  # data on disk before the name points at it
-    if final.exists():
-        shutil.rmtree(final)  # a leftover not named by the index (crash before the index update)
-    os.replace(tmp, final)
-    fsync_dir(root)
+    fsync_tree(tmp)
+
+
+def _new_entries(
+    index: dict[str, Any],
+    name: str,
+    step: int,
+    kind: str,
+    scores: dict[str, float | None] | None,
+    best_only: bool,
+    entry_extra: dict[str, Any] | None,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """(the index entries with checkpoint `name` added, sorted by step; its entry)."""
     entries = [c for c in index["checkpoints"] if c["dir"] != name]
     entry: dict[str, Any] = {"step": step, "dir": name, "kind": kind, "time": time.time()}
     if scores:
@@ -147,11 +223,23 @@ def save_checkpoint(
         entry.update(entry_extra)
     entries.append(entry)
     entries.sort(key=lambda c: c["step"])
-    entries, removed = _retained(entries, entry, keep)
-    atomic_write_json(root / INDEX, {"latest": name, "checkpoints": entries})
-    for old in removed:  # delete only after the index stopped naming them
-        shutil.rmtree(root / old["dir"], ignore_errors=True)
-    return final
+    return entries, entry
+
+
+def remove_leftovers(root: Path, index: dict[str, Any]) -> list[str]:
+    """Remove what a killed save or prune left in `root`: `.tmp-*` directories and `step_*`
+    directories the index does not name (a rename the index update never followed, a deletion
+    cut short). Only one process writes a run's checkpoints, so none of them is in use."""
+    named = {c["dir"] for c in index.get("checkpoints", [])}
+    removed = []
+    for path in sorted(root.iterdir()) if root.is_dir() else []:
+        stale = path.name.startswith(".tmp-") or (
+            path.name.startswith("step_") and path.name not in named
+        )
+        if stale and path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path.name)
+    return removed
 
 
 def _retained(
@@ -184,6 +272,37 @@ def _quiet_progress() -> Iterator[None]:
     finally:
         if was_enabled:
             hf_logging.enable_progress_bar()
+
+
+def checkpoint_problems(run_dir: Path) -> tuple[list[str], list[str]]:
+    """(problems, leftovers): whether `index.json` agrees with the files on disk. A problem is an
+    index that does not parse, a `latest` it does not list, or a listed checkpoint with a file
+    missing; a leftover is a directory a killed save left that the index does not name (not a
+    problem: nothing points at it, and the next save removes it)."""
+    root = checkpoints_dir(run_dir)
+    try:
+        index = read_index(run_dir)
+    except (OSError, ValueError) as exc:
+        return [f"{root / INDEX} does not parse: {exc}"], []
+    entries = index.get("checkpoints", [])
+    named = {c["dir"] for c in entries}
+    problems = []
+    if index.get("latest") and index["latest"] not in named:
+        problems.append(f"latest {index['latest']} is not among the index's checkpoints")
+    for c in entries:
+        d = root / c["dir"]
+        weights = "adapter/adapter_model.safetensors" if c["kind"] == "lora" else "model"
+        needed = [weights, "optimizer.pt", "rng.safetensors", "state.json"]
+        needed += [f"population/member_{m}" for m in c.get("population", [])]
+        problems += [f"{d / f} is missing" for f in needed if not (d / f).exists()]
+        if (d / "state.json").is_file() and read_json(d / "state.json").get("step") != c["step"]:
+            problems.append(f"{d / 'state.json'} is not step {c['step']}")
+    leftovers = [
+        p.name
+        for p in (sorted(root.iterdir()) if root.is_dir() else [])
+        if p.is_dir() and (p.name.startswith(".tmp-") or p.name not in named)
+    ]
+    return problems, leftovers
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:

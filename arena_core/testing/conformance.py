@@ -538,6 +538,7 @@ class AlgorithmConformance:
             is_weight=torch.ones(n),
             advantages=torch.randn(n, generator=gen),
             ref_logp=base + 0.02 * torch.randn(n, generator=gen),
+            seq_ids=torch.arange(n) // 4,  # the learner always fills it: sequences of 4 tokens
         )
         loss, stats = arena_algorithm.token_loss(batch)
         assert isinstance(loss, torch.Tensor) and loss.shape == (n,), (

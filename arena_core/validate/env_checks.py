@@ -363,7 +363,7 @@ def _source_factory(h: Harness, target: str, source: dict[str, Any]) -> Callable
     import checks above, then called with the run's `kwargs`; a Gymnasium id, registered env or
     PettingZoo module as the loop's EnvSource builds it (without the loop's TimeLimit/flatten
     wrappers: the user's own reset/step are what is checked). None when the import failed."""
-    from arena_core.runtime.gym_envs import EnvSource
+    from arena_core.classic.envs import EnvSource
 
     kwargs = dict(source.get("kwargs") or {})
     if ":" not in target:

@@ -13,7 +13,7 @@ from arena_core.errors import ArenaError
 from arena_core.validate.report import FAIL, SKIP, Report
 
 # The env options that wrap another environment for the classic-RL loops (envs/gym.py): the
-# pre-flight checks the wrapped one (arena_core/runtime/gym_envs.py reads them the same way).
+# pre-flight checks the wrapped one (arena_core/classic/envs.py reads them the same way).
 CLASSIC_SOURCES = ("gym", "pettingzoo")
 
 

@@ -36,12 +36,13 @@ def compose(tmp_path: Path, *overrides: str) -> dict[str, Any]:
 
 
 def train(tmp_path: Path, *overrides: str) -> Path:
-    """Compose and run through the loop the algorithm names (as arena-run dispatches)."""
-    from arena_core.plugins import get_plugins, import_object
+    """Compose and run through the recipe the algorithm names (as arena-run chooses it), without
+    arena-run's pre-flight."""
+    from arena_core.cli.launch import choose_recipe
+    from arena_core.recipes import RunInputs
 
     cfg = compose(tmp_path, *overrides)
-    algo = get_plugins().registries.algorithms.get(cfg["algo"]["name"]).obj
-    return import_object(algo.training_loop)(cfg)
+    return choose_recipe(cfg)[1].run(RunInputs(cfg))
 
 
 @pytest.fixture(scope="session")

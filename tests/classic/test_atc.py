@@ -44,7 +44,7 @@ def test_atc_plugin_own_tests_pass(atc_installed: str) -> None:
 def test_ppo_runs_the_atc_experiment(atc_installed: str, tmp_path: Path) -> None:
     """The shipped experiment, cut to 2 updates: MultiDiscrete actions through the whole loop.
     (Learning it takes minutes: bench/atc.py measures random, baseline and trained returns.)"""
-    from arena_core.runtime.gym_policy import load_gym_policy
+    from arena_core.classic.policy import load_gym_policy
 
     run_dir = train(
         tmp_path,

@@ -6,8 +6,8 @@ import csv
 import json
 from pathlib import Path
 
-from arena_core.runtime.gym_policy import load_gym_policy
-from arena_core.runtime.marl_policies import agent_groups
+from arena_core.classic.marl_policies import agent_groups
+from arena_core.classic.policy import load_gym_policy
 
 from .conftest import ENVS, train
 from .envs import LineWalkers

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from arena_core.classic.policy import load_gym_policy
+from arena_core.classic.spaces import UnsupportedSpaceError
 from arena_core.errors import ConfigError
-from arena_core.runtime.gym_policy import load_gym_policy
-from arena_core.runtime.gym_spaces import UnsupportedSpaceError
 
 from .conftest import ENVS, REPO_ROOT, compose, train
 
@@ -147,7 +147,7 @@ def test_nan_is_counted_and_the_episode_reset(tmp_path: Path, nan_reward: bool) 
 
 
 def test_an_env_error_stops_the_run_with_a_summary(tmp_path: Path) -> None:
-    from arena_core.runtime.gym_vec import EnvStepError
+    from arena_core.classic.vec import EnvStepError
 
     with pytest.raises(EnvStepError, match="wing fell off") as err:
         train(tmp_path, "+algo=ppo", "+env=gym", f"env.id={ENVS}:Crashy", "algo.num_steps=64")
@@ -227,8 +227,8 @@ def test_a_file_env_steps_in_sandbox_workers(
 ) -> None:
     """env.path=file.py:Class: the user's code runs in the sandbox's workers (memory-capped),
     never in the trainer, and training through them works."""
-    from arena_core.runtime.gym_envs import source_from_config
-    from arena_core.runtime.gym_vec import make_vec
+    from arena_core.classic.envs import source_from_config
+    from arena_core.classic.vec import make_vec
 
     env = {"name": "gym", "path": f"{_file_env(tmp_path)}:MyEnv", "memory_mb": 2048}
     vec = make_vec(source_from_config(env), 2)
@@ -257,7 +257,7 @@ def test_a_file_env_steps_in_sandbox_workers(
 
 
 def test_a_file_env_error_names_its_line(tmp_path: Path) -> None:
-    from arena_core.runtime.gym_vec import EnvStepError
+    from arena_core.classic.vec import EnvStepError
 
     path = _file_env(tmp_path, crash=True)
     with pytest.raises(EnvStepError) as err:

@@ -3,7 +3,7 @@
 Measured with `arena-run +algo=ppo +env=gym env.id=CartPole-v1 seed=S eval.episodes=20` (the
 defaults: 100 steps of 4 envs x 256 = 102,400 env steps) on a shared 2-core CPU: held-out return
 500.0 on seeds 0-5 (17-30 CPU-s each); CleanRL's defaults, used before, ended at 426 and 460
-(seeds 0, 1). The README's Classic RL section quotes the same figures. These tests pin the values
+(seeds 0, 1). docs/classic-rl.md quotes the same figures. These tests pin the values
 so that a change to them is a deliberate one, remeasured.
 """
 

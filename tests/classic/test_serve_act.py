@@ -8,7 +8,7 @@ from pathlib import Path
 import gymnasium as gym
 import httpx
 
-from arena_core.runtime.gym_policy import load_gym_policy
+from arena_core.classic.policy import load_gym_policy
 from arena_core.serve.server import ServeOptions, Server
 
 from .conftest import ENVS, train

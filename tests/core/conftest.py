@@ -163,7 +163,7 @@ def run_pytest_inprocess(args: list[str]) -> tuple[int, dict[str, str]]:
 
     Its test modules are imported fresh and forgotten afterwards: pytest's importlib mode returns
     a `sys.modules` entry of the same name when there is one, so after another nested session
-    (the example or the ATC plugin's) the README plugin's `tests/test_conformance.py` would run
+    (the example or the ATC plugin's) the docs plugin's `tests/test_conformance.py` would run
     that plugin's `test_conformance` module instead of its own.
     """
     roots = [Path(a).resolve() for a in args if not a.startswith("-") and Path(a).exists()]

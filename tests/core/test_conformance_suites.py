@@ -183,6 +183,10 @@ class TestCISPOConformance(AlgorithmConformance):
     algorithm_name = "cispo"
 
 
+class TestGSPOConformance(AlgorithmConformance):
+    algorithm_name = "gspo"
+
+
 class TestGsm8kRewardConformance(RewardConformance):
     reward = "gsm8k"
     samples = [

@@ -90,6 +90,7 @@ def test_the_loader_calls_every_hookspec(arena_isolated_plugins, register_arena_
         "backends": ["hooks_backend"],
         "loggers": ["hooks_logger"],
         "tool_parsers": ["hooks_parser"],
+        "recipes": ["hooks_recipe"],
     }
     for kind, names in info.registered.items():
         entry = arena_isolated_plugins.registries.kind(kind).get(names[0])
@@ -105,3 +106,5 @@ def test_arena_plugins_reports_every_kind(arena_isolated_plugins, register_arena
     assert set(row["registered"]) == set(KINDS)
     assert row["config_options"] == ["algo/hooks_algo", "env/hooks_env"]
     assert row["error"] is None and report["failures"] == []
+    (recipe,) = [r for r in report["recipes"] if r["name"] == "hooks_recipe"]
+    assert recipe["plugin"] == "all_hooks" and recipe["description"] == "test recipe"

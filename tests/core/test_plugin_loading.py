@@ -110,11 +110,43 @@ class _EmptyName:
         register("", str(TEST_PLUGINS / "reward_half.py"))
 
 
-def test_a_schema_must_be_a_pydantic_model(arena_isolated_plugins, register_arena_plugin) -> None:
+class _SchemaNotAModel:
+    @hookimpl
+    def register_algorithms(self, register) -> None:  # noqa: ANN001
+        register("dict_schema_algo", object, schema={"lr": float})
+
+
+def test_a_positional_description_is_refused(arena_isolated_plugins, register_arena_plugin) -> None:
+    """`Register` makes schema and description keyword-only (a type checker flags this call);
+    a plugin that runs unchecked gets the same rule at run time, with the fix."""
     info = register_arena_plugin(_PositionalDescription(), "positional", expect_failure=True)
-    assert "schema must be a pydantic BaseModel class" in info.error
-    assert "description=" in info.error
+    assert "algorithm 'positional_algo': register() takes the name and the object" in info.error
+    assert "'a description passed by position'" in info.error
+    assert "description=..." in info.error
     assert "positional_algo" not in arena_isolated_plugins.registries.algorithms
+
+
+def test_the_register_protocol_is_keyword_only_past_name_and_object() -> None:
+    """What a type checker reads (`arena_core.hookspecs.Register`): `register("x", obj, "text")`
+    and `register("x", obj, schema={...})` are static errors in a plugin's own CI."""
+    import inspect
+
+    from arena_core.hookspecs import Register
+
+    params = inspect.signature(Register.__call__).parameters
+    kinds = {name: p.kind for name, p in params.items() if name != "self"}
+    assert kinds == {
+        "name": inspect.Parameter.POSITIONAL_ONLY,
+        "obj": inspect.Parameter.POSITIONAL_ONLY,
+        "schema": inspect.Parameter.KEYWORD_ONLY,
+        "description": inspect.Parameter.KEYWORD_ONLY,
+    }
+
+
+def test_a_schema_must_be_a_pydantic_model(arena_isolated_plugins, register_arena_plugin) -> None:
+    info = register_arena_plugin(_SchemaNotAModel(), "dict_schema", expect_failure=True)
+    assert "schema must be a pydantic BaseModel class, got {'lr': <class 'float'>}" in info.error
+    assert "dict_schema_algo" not in arena_isolated_plugins.registries.algorithms
 
 
 def test_an_empty_name_is_rejected(arena_isolated_plugins, register_arena_plugin) -> None:

@@ -1,6 +1,6 @@
-"""A plugin written from the README alone installs, validates PASS, composes and trains.
+"""A plugin written from docs/plugins.md alone installs, validates PASS, composes and trains.
 
-The files are the code blocks of the README's "Writing a plugin" section, each written to the
+The files are the code blocks of that page's "A complete plugin" section, each written to the
 path on its first line; nothing else is added. The package is pip-installed (no deps, no build
 isolation: offline and fast) into a folder of its own rather than this venv, so the test leaves
 no installed distribution behind; Arena finds it through its entry point on the path, as it would
@@ -33,15 +33,15 @@ BLOCK = re.compile(
 
 
 def readme_plugin_files() -> dict[str, str]:
-    """{relative path: text} from the README's plugin section."""
-    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("## Writing a plugin", 1)[1].split("\n## ", 1)[0]
+    """{relative path: text} from docs/plugins.md's complete plugin (the README links to it)."""
+    text = (REPO_ROOT / "docs" / "plugins.md").read_text(encoding="utf-8")
+    section = text.split("\n## A complete plugin\n", 1)[1].split("\n## ", 1)[0]
     return {path: f"{head}# {path}{body}" for head, path, body in BLOCK.findall(section)}
 
 
 @pytest.fixture(scope="module")
 def readme_plugin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The README's plugin, installed into its own folder; yields that folder (for sys.path)."""
+    """The docs' plugin, installed into its own folder; yields that folder (for sys.path)."""
     root = tmp_path_factory.mktemp("readme_plugin")
     source, site = root / "src", root / "site"
     for rel, body in readme_plugin_files().items():
@@ -107,7 +107,7 @@ def test_the_readme_plugin_validates_composes_and_passes_its_tests(
 
 
 def expected_conformance_outcomes() -> dict[str, str]:
-    """Every test of every conformance suite the README's test file subclasses: passed, but the
+    """Every test of every conformance suite the docs page's test file subclasses: passed, but the
     Gymnasium checker, which a text task skips. Derived from the suites themselves, so a suite
     that grows is followed and a test that stops running (skipped, not collected) is caught."""
     from arena_core import testing
@@ -118,7 +118,7 @@ def expected_conformance_outcomes() -> dict[str, str]:
         for test in (n for n in dir(getattr(testing, suite)) if n.startswith("test_")):
             skip = suite == "EnvConformance" and test == "test_gymnasium_checker"
             expected[f"{cls}::{test}"] = "skipped" if skip else "passed"
-    assert len(expected) >= 2, f"no conformance suite subclassed in the README:\n{text}"
+    assert len(expected) >= 2, f"no conformance suite subclassed in docs/plugins.md:\n{text}"
     return expected
 
 

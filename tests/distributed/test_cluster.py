@@ -126,6 +126,18 @@ def test_a_plan_spread_over_two_nodes(tmp_path) -> None:
         nodes.shutdown()
 
 
+def test_several_nodes_without_a_cluster_to_join_is_a_clear_error(tmp_path) -> None:
+    ray = pytest.importorskip("ray")
+    from arena_core.distributed.cluster import ClusterError
+
+    assert not ray.is_initialized()
+    layout = Layout(trainer_devices=1, engines=2, colocate="none", nodes=2)
+    with pytest.raises(ClusterError, match=r"hardware.nodes=2 .*ray start --head.*address=auto"):
+        with RayCluster(layout, run_dir=tmp_path):
+            pass
+    assert not ray.is_initialized()  # nothing was started
+
+
 def _free_cpus(ray, want: float, timeout_s: float = 20.0) -> float | None:
     """The cluster's free CPUs once they reach `want` (removal is asynchronous), else the last."""
     deadline = time.monotonic() + timeout_s

@@ -63,6 +63,8 @@ def test_two_fsdp_ranks_make_the_one_rank_update_and_a_dead_rank_stops_the_run(
     assert got["loss"] == pytest.approx(expected["loss"], rel=1e-4, abs=1e-6)
     assert got["grad_norm"] == pytest.approx(expected["grad_norm"], rel=1e-4)
     assert got["tokens/trained"] == expected["tokens/trained"]
+    for key in ("mismatch/kl", "mismatch/masked_frac"):  # each rank's share adds up to the step's
+        assert got[key] == pytest.approx(expected[key], rel=1e-4)
     want = dict(reference.named_parameters())
     moved = 0
     for name, param in policy.model.named_parameters():  # the driver's replica, from rank 0

@@ -180,10 +180,10 @@ def test_unreadable_manifests_are_explained(tmp_path) -> None:
     ]
 
 
-def test_readme_manifest_example_composes(tmp_path) -> None:
-    """The README's manifest block is a working manifest (docs kept true to the code)."""
-    readme = (EXAMPLE.parents[2] / "README.md").read_text()
-    section = readme.split("### The manifest", 1)[1]
+def test_docs_manifest_example_composes(tmp_path) -> None:
+    """docs/populations.md's manifest block is a working manifest (docs kept true to the code)."""
+    page = (EXAMPLE.parents[2] / "docs" / "populations.md").read_text()
+    section = page.split("\n## The manifest\n", 1)[1]
     block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
     cfg = compose_manifest(_write(tmp_path, block), run=False)
     assert cfg["evolution"]["enabled"] and cfg["generation"]["max_new_tokens"] == 256

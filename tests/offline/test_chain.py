@@ -14,7 +14,7 @@ from arena_core.errors import ArenaError
 from arena_core.learn.learner import Learner
 from arena_core.learn.sequence_loss import sequence_logprobs
 from arena_core.models import load_policy
-from arena_core.runtime.offline_data import Encoder
+from arena_core.offline.data import Encoder
 
 
 def _only_new(runs: Path, before: set[Path]) -> Path:

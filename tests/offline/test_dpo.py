@@ -16,7 +16,7 @@ from arena_core.errors import ConfigError
 from arena_core.learn.learner import Learner
 from arena_core.learn.sequence_loss import reference_logprobs, sequence_logprobs
 from arena_core.models import load_policy
-from arena_core.runtime.offline_data import Encoder
+from arena_core.offline.data import Encoder
 
 PC, PR, RC, RR = [-3.0, -5.0], [-4.0, -4.5], [-3.5, -5.0], [-3.9, -4.0]
 LC, LR = [3.0, 5.0], [4.0, 2.0]

@@ -11,7 +11,7 @@ import torch
 from arena_core.cli.run import execute
 from arena_core.learn.learner import Learner
 from arena_core.models import load_policy
-from arena_core.runtime.offline_data import Encoder
+from arena_core.offline.data import Encoder
 
 MESSAGES = [{"role": "user", "content": "What is 2 + 3?"}]
 

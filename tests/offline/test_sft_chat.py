@@ -13,7 +13,7 @@ from arena_algorithms.sft import SFT
 from arena_core.cli.run import execute
 from arena_core.learn.learner import Learner
 from arena_core.models import load_policy
-from arena_core.runtime.offline_data import Encoder
+from arena_core.offline.data import Encoder
 
 CHAT = [
     {"role": "system", "content": "You add numbers."},

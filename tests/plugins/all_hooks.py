@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict
 
 from arena_core import hookimpl
 from arena_core.hookspecs import Register
+from arena_core.recipes import Recipe
 
 HERE = Path(__file__).resolve().parent
 CALLED: set[str] = set()
@@ -106,6 +107,19 @@ class HooksToolParser:
 def register_tool_parsers(register: Register) -> None:
     CALLED.add("register_tool_parsers")
     register("hooks_parser", HooksToolParser)
+
+
+class HooksRecipe(Recipe):
+    """A loop that trains nothing: enough for the loader and `arena plugins` to see it."""
+
+    def train(self) -> Path:
+        return Path(self.cfg["paths"]["runs"])
+
+
+@hookimpl
+def register_recipes(register: Register) -> None:
+    CALLED.add("register_recipes")
+    register("hooks_recipe", HooksRecipe, description="test recipe")
 
 
 @hookimpl

@@ -8,6 +8,7 @@ import pytest
 import torch
 from arena_algorithms.grpo import GRPO
 
+from arena_core.device import autocast, device_plan, resolve_device
 from arena_core.errors import ConfigError
 from arena_core.learn.learner import Learner
 from arena_core.learn.packing import Sample
@@ -15,7 +16,6 @@ from arena_core.models import load_policy
 from arena_core.rollout.base import SamplingParams
 from arena_core.rollout.torch_backend import TorchBackend
 from arena_core.runtime import run_training
-from arena_core.runtime.device import autocast, device_plan, resolve_device
 
 
 def test_auto_resolves_to_the_cpu_here_and_to_cuda_when_a_gpu_is_seen() -> None:

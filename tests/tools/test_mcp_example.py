@@ -1,5 +1,5 @@
-"""The README's MCP server of one's own (examples/mcp/, the mcp 2.x `MCPServer` API), exactly as
-the README runs it: `arena validate env --mcp-command ...` passes, and a 1-step GRPO run through
+"""docs/tools-mcp.md's MCP server of one's own (examples/mcp/, the mcp 2.x `MCPServer` API), exactly
+as that page runs it: `arena validate env --mcp-command ...` passes, and a 1-step GRPO run through
 `arena-run` trains on it. The policy's turns come from a scripted agent (as in
 test_mcp_plugin.py: the tiny model never calls a tool) that asks the server on every other
 episode; the server, the episode runner, the sandboxed reward and the loop are the real ones.
@@ -26,13 +26,13 @@ pytest.importorskip("mcp")
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mcp"
 SERVER = EXAMPLE / "letters_server.py"
-README = Path(__file__).resolve().parents[2] / "README.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "tools-mcp.md"
 
 
-def test_the_readme_shows_this_file_with_the_2x_api() -> None:
-    """The README's server is the file (after its docstring), line for line."""
-    readme = README.read_text()
-    section = readme.split("### An MCP server of your own", 1)[1]
+def test_the_docs_show_this_file_with_the_2x_api() -> None:
+    """The docs page's server is the file (after its docstring), line for line."""
+    page = DOCS.read_text()
+    section = page.split("\n## An MCP server of your own\n", 1)[1]
     shown = section.split("```python\n", 1)[1].split("```", 1)[0]
     code = SERVER.read_text().split('"""', 2)[2].lstrip("\n")
     assert shown == code

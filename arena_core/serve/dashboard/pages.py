@@ -26,7 +26,9 @@ CHARTS: list[tuple[str, list[str]]] = [
     ("Entropy", ["entropy"]),
     ("Tokens/s", ["tokens_per_s/generated", "tokens_per_s/trained"]),
     ("Env steps/s", ["env_steps_per_s"]),
-    ("Staleness", ["staleness/max"]),
+    ("Staleness", ["staleness/max", "guard/max_staleness"]),
+    ("Train/inference mismatch", ["mismatch/kl", "mismatch/masked_frac"]),
+    ("Mismatch guard", ["guard/level", "guard/seq_mask"]),
     ("Idle fractions", ["time/generator_idle_frac", "time/learner_idle_frac"]),
 ]
 

@@ -1,0 +1,90 @@
+"""Serving classic-RL policies: `POST /v1/act` (observation in, action out) on `arena deploy`.
+
+PPO and IPPO name `register_serving` in their `serving` attribute; the server imports it the first time it meets a checkpoint of that kind, so a
+plain training run never imports the web stack (this module imports fastapi). The route computes what `load_gym_policy`
+computes: the deterministic action, in the environment's own format.
+
+Request:  `{"model": NAME (optional with one policy served), "observation": [...], "agent": NAME}`
+Response: `{"model": NAME, "action": ACTION}`; a bad observation or agent is a 400 in the
+OpenAI error JSON shape, an unknown model a 404, and the API key is checked as on every route.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fastapi import FastAPI, Request
+from pydantic import BaseModel, ConfigDict
+from starlette.concurrency import run_in_threadpool
+
+from arena_core.classic.policy import load_gym_policy
+from arena_core.errors import ArenaError
+from arena_core.serve.app import ApiError, parse_body, register_kind_routes
+from arena_core.serve.models import ServedModel, checkpoint_kind, register_kind_loader
+
+if TYPE_CHECKING:
+    from arena_core.store.index import CheckpointInfo
+
+
+class ActRequest(BaseModel):
+    """The body of `POST /v1/act`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = None
+    observation: Any
+    agent: str | None = None
+
+
+def register_serving(kind: str) -> None:
+    """Make checkpoints of algorithm `kind` servable: their loader and the `/v1/act` route."""
+    register_kind_loader(kind, load_act_model)
+    register_kind_routes(kind, add_act_routes)
+
+
+def load_act_model(name: str, run_dir: Path, ckpt: CheckpointInfo, device: str) -> ServedModel:
+    """The served model of one classic-RL checkpoint: its `act` function stands as the backend
+    (these networks are small: they run on the CPU whatever `device` says)."""
+    act = load_gym_policy(ckpt.dir)
+    spec = act.spec  # type: ignore[attr-defined]
+    kind = checkpoint_kind(run_dir, ckpt)
+    agents = sorted(spec.get("key_of") or {})
+    return ServedModel(name, kind, act, None, source={"agents": agents} if agents else {})
+
+
+def add_act_routes(app: FastAPI, models: list[ServedModel]) -> None:
+    """Add `/v1/act` once per app; every classic-RL kind served shares it."""
+    served: dict[str, ServedModel] | None = getattr(app.state, "act_models", None)
+    if served is not None:
+        served.update({m.name: m for m in models})
+        return
+    served = app.state.act_models = {m.name: m for m in models}
+
+    @app.post("/v1/act")
+    async def act_route(request: Request) -> dict[str, Any]:
+        req: ActRequest = await parse_body(request, ActRequest)
+        model = _pick(served, req.model)
+        if req.observation is None:
+            raise ApiError(400, "observation: required", param="observation")
+        try:
+            action = await run_in_threadpool(model.backend, req.observation, req.agent)
+        except (ArenaError, ValueError, TypeError) as exc:
+            param = "agent" if "agent" in str(exc) else "observation"
+            raise ApiError(400, f"{param}: {exc}", param=param) from None
+        return {"model": model.name, "action": action}
+
+
+def _pick(served: dict[str, ServedModel], name: str | None) -> ServedModel:
+    if name is None and len(served) == 1:
+        return next(iter(served.values()))
+    model = served.get(name or "")
+    if model is None:
+        raise ApiError(
+            404,
+            f"model '{name}' is not a classic-RL policy served here; served policies: "
+            f"{', '.join(served)}",
+            code="model_not_found",
+            param="model",
+        )
+    return model

@@ -1,0 +1,130 @@
+"""The one launcher behind `arena-run` and `arena.train`: the same checks, then the recipe.
+
+Before this module, each front end decided by itself which loop ran and what it checked first (the
+SDK skipped the dataset-category check). Now both call `launch(cfg)`, which goes, each step
+refusing before the next costs anything:
+
+1. the dataset category fits the algorithm (`check_data_category`: DPO on sft data...);
+2. the recipe: the algorithm's `recipe` ("llm" without one; "population" instead of "llm" when
+   `evolution.enabled`) from the recipes registry; an unknown name is a "did you mean" error that
+   names the algorithm which declared it;
+3. a dry run prints the config, the plan and the pre-flight's verdict (with the recipe's own
+   check), and stops;
+4. the pre-flight (`arena validate`'s sandbox, reward, env and dataset checks), unless the SDK's
+   `check=False` or the recipe's env is not one it can check (`Recipe.shared_preflight`);
+5. the plan, for a `planned` recipe (the LLM ones), printed as one line;
+6. `Recipe.run` (set up, train, save, clean up), with SIGTERM handled as Ctrl-C.
+
+It lives in `cli/` (the top layer, beside the pre-flight and the plan summary it prints) so that
+`arena_core.recipes` stays below it and imports nothing from here.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from arena_core.recipes.base import Recipe, RunInputs
+
+POPULATION = "population"
+
+
+def launch(cfg: dict[str, Any], *, check: bool = True) -> Path | None:
+    """Check and train as `cfg` (resolved and validated) says; returns the run directory, or
+    None after a dry run (`dry_run=true`), which starts nothing."""
+    from arena_core.cli.preflight import preflight
+    from arena_core.interrupts import sigterm_interrupts
+    from arena_core.offline.data import check_data_category
+
+    check_data_category(cfg)  # config only: before any env, dataset or model loads
+    name, recipe = choose_recipe(cfg)
+    if cfg.get("dry_run"):
+        dry_run(cfg, name, recipe)
+        return None
+    report = preflight(cfg) if check and recipe.shared_preflight else None
+    plan = None
+    if recipe.planned:
+        from arena_core.cli.plan_summary import run_plan
+
+        found = run_plan(cfg)
+        if found is not None:
+            print(found.summary_line(), flush=True)
+            plan = found.to_dict()
+    inputs = RunInputs(cfg, plan=plan, validation=report.to_dict() if report is not None else None)
+    with sigterm_interrupts():
+        return recipe.run(inputs)
+
+
+def choose_recipe(cfg: dict[str, Any]) -> tuple[str, Recipe]:
+    """(name, a fresh instance) of the recipe that trains `cfg`'s algorithm."""
+    from arena_core.errors import PluginError, UnknownNameError
+    from arena_core.plugins import get_plugins
+    from arena_core.recipes.builtin import LegacyLoopRecipe
+    from arena_core.registry import DEFAULT_RECIPE, algorithm_recipe
+
+    plugins = get_plugins()
+    algo = str((cfg.get("algo") or {}).get("name"))
+    entry = plugins.registries.algorithms.entries.get(algo)  # unknown: the config names it
+    declared = algorithm_recipe(entry.obj) if entry is not None else DEFAULT_RECIPE
+    if entry is not None and not getattr(entry.obj, "recipe", None) and ":" in declared:
+        return declared, LegacyLoopRecipe(declared, algo)
+    name = declared
+    if name == DEFAULT_RECIPE and (cfg.get("evolution") or {}).get("enabled") is True:
+        name = POPULATION
+    recipes = plugins.registries.recipes
+    if name not in recipes:
+        where = f"algorithm '{algo}' (from {entry.origin})" if entry is not None else "the run"
+        raise UnknownNameError(
+            f"{where} declares recipe = '{name}': {recipes.unknown_message(name)} Install the "
+            "plugin that provides it, or correct the algorithm's `recipe`."
+        )
+    provided = recipes.get(name)
+    if not (isinstance(provided.obj, type) and issubclass(provided.obj, Recipe)):
+        raise PluginError(
+            f"recipe '{name}' from {provided.origin} is {provided.obj!r}, not a subclass of "
+            "arena_core.recipes.Recipe: register the class (docs/plugins.md, Recipes)"
+        )
+    return name, provided.obj()
+
+
+def print_config(cfg: dict[str, Any]) -> None:
+    import yaml
+
+    print(yaml.safe_dump(cfg, sort_keys=False, default_flow_style=False), end="")
+
+
+def dry_run(cfg: dict[str, Any], name: str, recipe: Recipe) -> None:
+    """What a run would do, in its order: the resolved config (YAML), the plan, then the
+    pre-flight's verdict and the exit code a run would end with (`#` lines: YAML comments).
+
+    Config and plan come first so that a failing check (a dataset the hub cannot serve offline)
+    never hides them; a failing check still fails the dry run, with the run's exit code."""
+    from arena_core.cli.plan_summary import print_plan_summary
+    from arena_core.cli.preflight import preflight
+    from arena_core.errors import ArenaError
+
+    print_config(cfg)
+    if not recipe.planned:  # classic RL, SFT/DPO, a plugin's loop: the CPU plan of its config
+        threads = (cfg.get("algo") or {}).get("threads", 1)
+        print(f"# plan: CPU, torch threads {threads}; recipe {name}")
+    elif print_plan_summary(cfg) is None:
+        print("# plan: unavailable (the reason is on stderr)")
+    sys.stdout.flush()
+    try:
+        report = preflight(cfg, prefix="# ") if recipe.shared_preflight else None
+        line = recipe.check(cfg)  # e.g. PPO: the env builds and its spaces fit the network
+    except ArenaError as exc:
+        found = getattr(exc, "report", None)
+        failed = [c.name for c in found.checks if c.status == "FAIL"] if found else []
+        what = f" ({', '.join(failed)})" if failed else ""
+        print(
+            f"# pre-flight: FAIL{what}: a run would stop here, exit code {exc.exit_code} "
+            "(the report is on stderr)",
+            flush=True,
+        )
+        raise
+    if line:
+        print(f"# {line}")
+    verdict = report.verdict if report is not None else f"SKIP (recipe {name} checks its own env)"
+    print(f"# pre-flight: {verdict}: a run would start training, exit code 0")

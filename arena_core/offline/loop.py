@@ -1,0 +1,329 @@
+"""The offline training loop behind `arena-run +algo=sft|dpo`: read data, learn, evaluate, repeat.
+
+Algorithms choose it with `recipe = "offline"`. It shares the LLM loop's parts: the policy loader
+(with `model.init_from`), the `Learner` (token-budget micro-batches, the fused logprob head),
+the store (run directory, loggers, checkpoints, summary.json) and, when the env has a reward,
+the same held-out reward evaluation (greedy, sandboxed reward). One step is `algo.batch_size`
+rows: SFT goes through `Learner.step` with a per-token NLL, DPO through
+`arena_core.learn.sequence_loss.preference_step`. Like every run it writes plan.json at its start,
+`reward_curve.png` at each checkpoint and prints the closing summary; summary.json holds
+`eval_loss_initial/final` (SFT) or `eval_pref_accuracy_initial/final` (DPO) and the run's `kind`
+(`arena_core.store.kinds`).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from arena_core.config.schema import CoreConfig
+from arena_core.errors import ArenaError, ConfigError
+from arena_core.learn.learner import Learner, NonFiniteLossError
+from arena_core.learn.mismatch import MISMATCH_KEYS
+from arena_core.offline.data import Encoder, OfflineData, mismatch, task_category
+from arena_core.offline.eval import Evaluator
+from arena_core.runtime.build import build_algorithm, make_env
+from arena_core.runtime.finish import (
+    check_resume_config,
+    closing_summary,
+    failed_summary,
+    finished_already,
+)
+from arena_core.runtime.plan_file import write_plan
+from arena_core.runtime.threads import torch_threads
+from arena_core.store.atomic import atomic_write_json
+from arena_core.store.best import save_reason
+from arena_core.store.checkpoints import (
+    best_checkpoint,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
+from arena_core.store.curves import plot_reward_curve
+from arena_core.store.kinds import PREFERENCE, SFT
+from arena_core.store.rundir import new_run_dir, resolve_resume, write_config
+
+DEFAULT_MICRO_BATCH_TOKENS = 2048
+_SUMMARY_NAMES = {"eval/reward_mean": "eval_reward"}  # the LLM loop's summary names
+
+
+def run_offline_training(cfg: dict[str, Any]) -> Path:
+    """Train an offline algorithm (SFT, DPO) as `cfg` says; returns the run directory."""
+    core = CoreConfig.model_validate(cfg)
+    with torch_threads(core.runtime.threads):
+        return _run(core, cfg)
+
+
+def _run(core: CoreConfig, cfg: dict[str, Any]) -> Path:
+    algorithm = build_algorithm(core.algo)
+    task = make_env(core.env)
+    category = task_category(task)
+    algo_name = str((core.algo or {})["name"])
+    if category not in algorithm.data_categories:
+        raise ConfigError(mismatch(algo_name, algorithm.data_categories, core.env or {}, category))
+    runs = Path(core.paths.runs) / core.project if core.project else Path(core.paths.runs)
+    resuming = core.train.resume is not None
+    if resuming:
+        run_dir = resolve_resume(str(core.train.resume), runs)
+        if finished_already(run_dir, core.train.max_steps):
+            return run_dir
+        check_resume_config(run_dir, cfg, allow=core.train.resume_allow_changes)
+    else:
+        run_dir = new_run_dir(runs, core.run_name or f"{algo_name}-{core.env['name']}")  # type: ignore[index]
+    write_config(run_dir, cfg)
+    print(f"run directory: {run_dir}", flush=True)
+    try:
+        _OfflineRun(core, run_dir, algorithm, task, resuming).run()
+    except BaseException as exc:
+        if not isinstance(exc, ArenaError) or not (run_dir / "summary.json").is_file():
+            failed_summary(run_dir, exc)
+        raise
+    return run_dir
+
+
+class _OfflineRun:
+    """The state of one offline run; methods are the loop's phases."""
+
+    def __init__(
+        self, core: CoreConfig, run_dir: Path, algorithm: Any, task: Any, resuming: bool
+    ) -> None:
+        random.seed(core.seed)
+        np.random.seed(core.seed % (2**32))
+        torch.manual_seed(core.seed)
+        from arena_core.models import load_policy
+
+        self.core, self.run_dir, self.algorithm = core, run_dir, algorithm
+        self.policy = load_policy(core.model.model_dump(), runs=core.paths.runs)
+        self.learner = Learner(
+            self.policy.model,
+            algorithm,
+            micro_batch_tokens=core.train.micro_batch_tokens or DEFAULT_MICRO_BATCH_TOKENS,
+            tis_cap=None,
+            batching=core.train.batching,
+        )
+        self.preference = "preference" in algorithm.data_categories
+        self.kind = PREFERENCE if self.preference else SFT
+        self._write_plan()
+        cfg = algorithm.config
+        self.encoder = Encoder(
+            self.policy.tokenizer, cfg.max_length, getattr(cfg, "completion_only", True)
+        )
+        self.data = OfflineData(task, core.eval.num_prompts)
+        self.state: dict[str, Any] = {}
+        if resuming:
+            ckpt = latest_checkpoint(run_dir)
+            if ckpt is None:
+                raise ArenaError(f"{run_dir} has no checkpoint to resume from")
+            self.state = load_checkpoint(ckpt, self.policy.model, self.learner.optimizer)
+            print(f"resumed from {ckpt} (step {self.state['step']})", flush=True)
+        self.step = int(self.state.get("step", 0))
+        self.stream = self.data.stream(core.seed, skip=self.step * cfg.batch_size)
+        self.evaluator = Evaluator(core, task, self.data, self.encoder, self.learner, self.policy)
+        if self.preference:
+            self.evaluator.prepare_reference(run_dir)
+        self.evals: list[dict[str, Any]] = list(self.state.get("evals", []))
+        self.totals: dict[str, float] = dict(self.state.get("totals", {}))
+        from arena_core.loggers import LoggerContext, build_loggers
+
+        self.metrics = build_loggers(
+            core.logger.names,
+            LoggerContext(
+                run_dir=run_dir,
+                run_name=core.run_name or run_dir.name,
+                config=core.model_dump(mode="json"),
+                resume_step=self.step if self.state else None,
+            ),
+        )
+
+    def _write_plan(self) -> None:
+        """plan.json: no generation to balance against learning, so the plan says what the run
+        uses: device, threads, rows and micro-batch tokens per step, what is trained."""
+        params = list(self.policy.model.parameters())
+        trained = sum(p.numel() for p in params if p.requires_grad)
+        fields: dict[str, Any] = {
+            "device": str(params[0].device) if params else "cpu",
+            "torch_threads": torch.get_num_threads(),
+            "model": self.core.model.name_or_path,
+            "lora_rank": self.core.model.lora.r,
+            "rows_per_step": self.algorithm.config.batch_size,
+            "micro_batch_tokens": self.learner.micro_batch_tokens,
+            "parameters": sum(p.numel() for p in params),
+            "trainable_parameters": trained,
+        }
+        if self.preference:  # offline.eval: the adapter-free base, or log-probs computed once
+            lora = hasattr(self.policy.model, "disable_adapter")
+            fields["reference"] = "base without the adapter" if lora else "starting weights"
+        line = (
+            f"{fields['device'].upper()}, {fields['torch_threads']} torch thread(s), "
+            f"{fields['rows_per_step']} rows per step in micro-batches of "
+            f"{fields['micro_batch_tokens']} tokens, {trained:,} of {fields['parameters']:,} "
+            "parameters trained"
+            + (f", reference: {fields['reference']}" if self.preference else "")
+        )
+        write_plan(self.run_dir, self.kind.name, fields, line)
+
+    # -- phases ----------------------------------------------------------------------------
+    def run(self) -> None:
+        total, t0 = self.core.train.max_steps, time.perf_counter()
+        wall_before = float(self.totals.get("wall_seconds", 0.0))
+        status, error, save = "finished", None, True
+        try:
+            with self.evaluator:
+                if not self.evals:
+                    self._evaluate()
+                while self.step < total:
+                    row = self._train_step()
+                    if self._due(self.core.eval.every) or self.step == total:
+                        row.update(self._evaluate())
+                    self.totals["wall_seconds"] = wall_before + time.perf_counter() - t0
+                    row["time/elapsed_s"] = self.totals["wall_seconds"]
+                    for key in self.evals[0]:  # the CSV's columns are fixed by its first row
+                        if key.startswith("eval/"):
+                            row.setdefault(key, None)
+                    self.metrics.log(self.step, row)
+                    self._print(row)
+                    # periodic, or a new best evaluation (its weights are kept: RUN:best)
+                    why = save_reason(self.step, self.core.train.checkpoint_every, self.evals)
+                    if why and self.step < total:
+                        self._checkpoint(best_only=why == "best")
+        except NonFiniteLossError as exc:  # blown-up weights (weights_ok False) are not saved
+            status, error, save = "failed", f"step {self.step + 1}: {exc}", exc.weights_ok
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (arena_core.interrupts)
+            status = "interrupted"
+        self.totals["wall_seconds"] = wall_before + time.perf_counter() - t0
+        ckpt = self._checkpoint() if save else latest_checkpoint(self.run_dir)
+        self._summary(status, ckpt, error)
+        self.metrics.close()
+        if status == "failed":
+            from arena_core.runtime.finish import last_good
+            from arena_core.runtime.llm_loop import RunFailed
+
+            raise RunFailed(f"{error}\n{last_good(ckpt, save, self.run_dir)}")
+        if status == "interrupted":
+            from arena_core.runtime.llm_loop import RunInterrupted
+
+            raise RunInterrupted(
+                f"interrupted at step {self.step}: checkpoint {ckpt}, summary in "
+                f"{self.run_dir / 'summary.json'}. Resume with train.resume={self.run_dir}"
+            )
+
+    def _due(self, every: int) -> bool:
+        return every > 0 and self.step % every == 0
+
+    def _set_lr(self) -> None:
+        cfg = self.algorithm.config
+        scale = min(1.0, (self.step + 1) / cfg.warmup_steps) if cfg.warmup_steps else 1.0
+        for group in self.learner.optimizer.param_groups:
+            group["lr"] = cfg.lr * scale
+            group["betas"] = tuple(cfg.adam_betas)
+
+    def _train_step(self) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        rows = [next(self.stream) for _ in range(self.algorithm.config.batch_size)]
+        self._set_lr()
+        if self.preference:
+            from arena_core.learn.sequence_loss import preference_step
+
+            chosen = [self.encoder.sample(r.messages, r.chosen) for r in rows]
+            rejected = [self.encoder.sample(r.messages, r.rejected) for r in rows]
+            ref_c, ref_r = self.evaluator.reference(rows, chosen, rejected)
+            learn = preference_step(self.learner, self.algorithm, chosen, rejected, ref_c, ref_r)
+        else:
+            samples = [s for r in rows for s in self.encoder.sft(r)]
+            learn = self.learner.step(samples)
+            for key in ("is_weight/mean", *MISMATCH_KEYS):
+                learn.pop(key, None)  # no sampler: demonstrations carry no behaviour logprobs
+        self.step += 1
+        step_s = time.perf_counter() - t0
+        for key in ("tokens/trained", "time/learn_s"):
+            self.totals[key] = self.totals.get(key, 0.0) + float(learn.get(key) or 0.0)
+        trained, secs = learn.get("tokens/trained", 0.0), learn.get("time/learn_s", 0.0)
+        return {
+            **learn,
+            "lr": self.learner.optimizer.param_groups[0]["lr"],
+            "time/step_s": step_s,
+            "tokens_per_s/trained": trained / secs if secs else 0.0,
+        }
+
+    def _evaluate(self) -> dict[str, Any]:
+        result = self.evaluator.evaluate()
+        self.evals.append({"step": self.step, **result})
+        print(f"eval @ step {self.step}: " + _fmt(result), flush=True)
+        return result
+
+    def _print(self, row: dict[str, Any]) -> None:
+        if self.core.runtime.progress == "off":
+            return
+        every = max(1, self.core.train.log_every)
+        if self.step % every == 0 or self.step == self.core.train.max_steps:
+            keys = ("loss", "rewards/accuracy", "rewards/margin", "grad_norm")
+            shown = {k: row[k] for k in keys if k in row}
+            print(f"step {self.step}/{self.core.train.max_steps}  " + _fmt(shown), flush=True)
+
+    def _checkpoint(self, best_only: bool = False) -> Path:
+        last = self.evals[-1] if self.evals and self.evals[-1]["step"] == self.step else None
+        scores = {k: v for k, v in (last or {}).items() if k != "step"} or None
+        title = self.core.run_name or self.run_dir.name
+        plot_reward_curve(self.run_dir, self.evals, kind=self.kind, title=title)
+        return save_checkpoint(
+            self.run_dir,
+            self.step,
+            self.policy.model,
+            self.learner.optimizer,
+            {"evals": self.evals, "totals": self.totals},
+            tokenizer=self.policy.tokenizer,
+            keep=self.core.train.keep_checkpoints,
+            scores=scores,
+            best_only=best_only,
+        )
+
+    def _summary(self, status: str, ckpt: Path | None, error: str | None) -> None:
+        first, last = self.evals[0], self.evals[-1]
+        t = self.totals
+        summary: dict[str, Any] = {
+            "run_dir": str(self.run_dir),
+            "status": status,
+            "steps": self.step,
+            "interrupted": status != "finished",
+            "algorithm": self.core.algo["name"],  # type: ignore[index]
+            "kind": self.kind.name,
+            "eval_rows": len(self.data.eval_rows),
+        }
+        for key in sorted({k for e in (first, last) for k in e if k.startswith("eval/")}):
+            name = _SUMMARY_NAMES.get(key) or "eval_" + key.removeprefix("eval/").replace("/", "_")
+            summary[f"{name}_initial"] = first.get(key)
+            summary[f"{name}_final"] = last.get(key)
+        summary.update(
+            {
+                "eval_final_step": last["step"],
+                "wall_seconds": t.get("wall_seconds", 0.0),
+                "tokens/trained": t.get("tokens/trained", 0.0),
+                "tokens_per_s/trained": t["tokens/trained"] / t["time/learn_s"]
+                if t.get("time/learn_s")
+                else 0.0,
+                "final_checkpoint": str(ckpt) if ckpt else None,
+                "best_checkpoint": best_checkpoint(self.run_dir),
+                "evals": self.evals,
+            }
+        )
+        if error:
+            summary["error"] = error
+        if status == "interrupted":
+            from arena_core.interrupts import signal_name
+
+            summary["signal"] = signal_name()  # SIGINT (Ctrl-C) or SIGTERM (a scheduler)
+        atomic_write_json(self.run_dir / "summary.json", summary)
+        self.metrics.log_summary(summary)
+        print(closing_summary(summary, run_name=self.core.run_name), flush=True)
+
+
+def _fmt(values: dict[str, Any]) -> str:
+    return ", ".join(
+        f"{k.removeprefix('eval/')} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
+        for k, v in values.items()
+    )

@@ -1,0 +1,88 @@
+"""The server's running batch on the torch engine: requests join between decode steps and leave
+when done (continuous batching, `arena_core.rollout.continuous`).
+
+The engine thread calls `join` with the requests it admitted and `step` once per decode step;
+each step samples one token for every live row, hands it to its request (text, stop strings,
+`max_tokens`, a client that left: `engine.advance_choice`), and drops the rows that ended before
+the next forward. A request whose client disconnected therefore frees its rows within one step.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from arena_core.rollout.base import SamplingParams
+from arena_core.rollout.continuous import ContinuousBatch
+from arena_core.serve.models import ServedModel
+
+if TYPE_CHECKING:
+    from arena_core.serve.engine import Job
+
+
+class RunningBatch:
+    """The live rows of one served model, each owned by a (job, choice) pair."""
+
+    def __init__(self, model: ServedModel) -> None:
+        self.model = model
+        self.batch = ContinuousBatch(model.backend)
+        self.jobs: list[Job] = []
+        self.alone = False  # a seeded request runs alone: its samples depend on nothing else
+        self.steps = 0
+        self.joined_at = 0  # the engine's step count when requests last joined
+
+    @property
+    def rows(self) -> int:
+        return len(self.batch)
+
+    def join(self, jobs: list[Job]) -> None:
+        """Prefill the jobs' prompts and add their rows to the batch."""
+        for job in jobs:
+            req = job.request
+            generator = None
+            if req.seed is not None and req.temperature > 0:
+                device = self.batch.backend.device
+                generator = torch.Generator(device=device).manual_seed(int(req.seed))
+                self.alone = True
+            params = SamplingParams(
+                max_new_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p
+            )
+            owners = [(job, choice) for choice in job.choices]
+            with self.model.active():
+                self.batch.join(req.rows, owners, params, generator)
+            self.jobs.append(job)
+
+    def step(self) -> list[Job]:
+        """One decode step for every live row; returns the jobs that ended in it."""
+        from arena_core.serve.engine import advance_choice
+
+        tokenizer, eos_ids = self.model.tokenizer, self.batch.backend.eos_ids
+        with self.model.active():
+            tokens = self.batch.sample()
+            keep: list[int] = []
+            for row, ((job, choice), token) in enumerate(
+                zip(self.batch.owners, tokens, strict=True)
+            ):
+                eos = token in eos_ids and not job.request.ignore_eos
+                if eos:
+                    choice.eos = True
+                else:
+                    choice.tokens.append(token)
+                advance_choice(job, choice, tokenizer, eos)
+                if not choice.finished:
+                    keep.append(row)
+            self.batch.advance(keep)
+        self.steps += 1
+        ended = [job for job in self.jobs if all(c.finished for c in job.choices)]
+        if ended:
+            self.jobs = [job for job in self.jobs if job not in ended]
+        if not self.jobs:
+            self.alone = False
+        return ended
+
+    def abandon(self) -> list[Job]:
+        """Drop every row (an error, or the server closing); returns the jobs it held."""
+        jobs, self.jobs, self.alone = self.jobs, [], False
+        self.batch.clear()
+        return jobs

@@ -1,0 +1,218 @@
+"""`arena deploy` under load: the official openai client at 1, 8 and 32 concurrent streaming
+clients, against the engine's own generate time for the same request, measured in the same run.
+
+Usage: python bench/serve_load.py [--run RUN[:STEP|best]] [--clients 1 8 32] [--requests 8]
+                                  [--max-tokens 32] [Hydra overrides for the run it trains]
+       e.g. python bench/serve_load.py model=smollm2-135m-instruct   (needs the model cached)
+
+Without --run a 1-step quickstart run is trained into a temporary directory first (the tiny
+embedded model unless an override names another). The server is `arena deploy` in a child process
+(one torch thread, its defaults otherwise); each client sends `--requests` streamed chat requests
+one after another, each decoding exactly `--max-tokens` tokens (`ignore_eos`, sampled at
+temperature 1), so every request costs the same. `engine_s` is the median time the torch engine
+itself takes for that request (same checkpoint, prompt and token count, one thread, in this
+process while the server idles), measured before and after the load.
+
+Stdout is ONE JSON line: {"levels": {"1": {"rps", "p50_s", "p99_s", "ttft_p50_s", "ttft_p99_s",
+"tok_s", "failed"}, "8": ..., "32": ...}, "engine_s": ..., "goals": {...}}; progress goes to stderr.
+Goals (issue 26): p50 at 1 client <= 1.5x engine_s; rps at the most clients >= 8x rps at 1; no
+failed request; p99 <= 3x p50 at 8 clients. Traffic goes only to 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+PROMPTS = [f"What is {a}+{b}?" for a, b in ((12, 30), (7, 8), (40, 2), (91, 9), (3, 33), (5, 64))]
+
+
+def _log(*parts: object) -> None:
+    print(*parts, file=sys.stderr, flush=True)
+
+
+def _train(runs: str, overrides: list[str]) -> str:
+    cmd = [sys.executable, "-m", "arena_core.cli.run", "+experiment=quickstart"]
+    cmd += ["train.max_steps=1", "eval.num_prompts=4", f"paths.runs={runs}"]
+    cmd += ["runtime.progress=lines", *overrides]
+    _log("$", " ".join(cmd[2:]))
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    found = re.findall(r"run directory: (.+)", proc.stdout)
+    if proc.returncode != 0 or not found:
+        raise SystemExit(
+            f"training the checkpoint failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+        )
+    return found[-1].strip() + ":best"
+
+
+def _start(ref: str, max_pending: int) -> tuple[subprocess.Popen, str]:
+    cmd = [sys.executable, "-m", "arena_core.cli.main", "deploy", ref, "--port", "0"]
+    cmd += ["--max-pending", str(max_pending)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        match = re.search(r"on (http://127\.0\.0\.1:\d+)/v1", line)
+        if match:  # keep draining its output so the server never blocks on a full pipe
+            threading.Thread(target=proc.stdout.read, daemon=True).start()
+            return proc, match.group(1)
+        if not line:
+            break
+    proc.kill()
+    raise SystemExit(f"arena deploy did not start: {proc.stdout.read()}")
+
+
+_ENGINES: dict[str, object] = {}
+
+
+def engine_seconds(ref: str, max_tokens: int, repeats: int = 5) -> float:
+    """The torch engine's own time for one bench request: the same checkpoint, chat prompt and
+    token count (EOS ignored, as the requests ask), one thread; the median of `repeats`."""
+    import torch
+
+    from arena_core.rollout.base import SamplingParams
+    from arena_core.serve.backends import serving_backend
+    from arena_core.store.index import select_checkpoint
+
+    torch.set_num_threads(1)
+    backend = _ENGINES.get(ref)
+    if backend is None:
+        _, ckpt = select_checkpoint(ref, ".")
+        backend, _ = serving_backend("torch").open(ckpt.weights_dir, "cpu", None)
+        backend.eos_ids = set()  # every request decodes exactly max_tokens
+        _ENGINES[ref] = backend
+    params = SamplingParams(max_new_tokens=max_tokens, temperature=1.0)
+    times = []
+    for k in range(repeats + 1):
+        prompt = backend.encode_chat([{"role": "user", "content": PROMPTS[k % len(PROMPTS)]}])
+        t0 = time.perf_counter()
+        backend.generate([prompt], params)
+        if k:  # the first one warms up
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+async def _client(client, model: str, k: int, n: int, max_tokens: int, out: list) -> None:
+    for r in range(n):
+        t0 = time.perf_counter()
+        first = None
+        tokens = 0
+        try:
+            stream = await client.chat.completions.create(
+                model=model,
+                messages=[{"role": "user", "content": PROMPTS[(k + r) % len(PROMPTS)]}],
+                max_tokens=max_tokens,
+                temperature=1.0,
+                stream=True,
+                stream_options={"include_usage": True},
+                extra_body={"ignore_eos": True},
+            )
+            async for chunk in stream:
+                if first is None and chunk.choices and chunk.choices[0].delta.content:
+                    first = time.perf_counter() - t0
+                if chunk.usage is not None:
+                    tokens = chunk.usage.completion_tokens
+            out.append((time.perf_counter() - t0, first or 0.0, tokens, tokens != max_tokens))
+        except Exception as exc:  # noqa: BLE001 - a failed request is counted, not fatal
+            _log(f"request failed: {type(exc).__name__}: {exc}")
+            out.append((time.perf_counter() - t0, 0.0, 0, True))
+
+
+def _pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))] if xs else 0.0
+
+
+async def _level(url: str, clients: int, requests: int, max_tokens: int) -> dict[str, float]:
+    from openai import AsyncOpenAI
+
+    client = AsyncOpenAI(base_url=f"{url}/v1", api_key="bench", max_retries=0, timeout=300)
+    model = (await client.models.list()).data[0].id
+    await _client(client, model, 0, 1, max_tokens, [])  # warm-up: connections, first decode
+    out: list[tuple[float, float, int, bool]] = []
+    t0 = time.perf_counter()
+    await asyncio.gather(
+        *[_client(client, model, k, requests, max_tokens, out) for k in range(clients)]
+    )
+    wall = time.perf_counter() - t0
+    await client.close()
+    ok = [o for o in out if not o[3]]
+    lat, ttft = [o[0] for o in ok], [o[1] for o in ok]
+    return {
+        "rps": round(len(ok) / wall, 3),
+        "p50_s": round(_pct(lat, 0.5), 4),
+        "p99_s": round(_pct(lat, 0.99), 4),
+        "ttft_p50_s": round(_pct(ttft, 0.5), 4),
+        "ttft_p99_s": round(_pct(ttft, 0.99), 4),
+        "tok_s": round(sum(o[2] for o in ok) / wall, 1),
+        "failed": len(out) - len(ok),
+    }
+
+
+def goals(levels: dict[str, dict], engine_s: float) -> dict[str, float | bool]:
+    """The issue's goals, computed from the figures (ratios and whether each holds)."""
+    keys = sorted(levels, key=int)
+    one, most = levels[keys[0]], levels[keys[-1]]
+    mid = levels.get("8", levels[keys[len(keys) // 2]])
+    p50_ratio = one["p50_s"] / engine_s if engine_s else float("inf")
+    rps_ratio = most["rps"] / one["rps"] if one["rps"] else 0.0
+    tail = mid["p99_s"] / mid["p50_s"] if mid["p50_s"] else float("inf")
+    failed = sum(level["failed"] for level in levels.values())
+    return {
+        "p50_1_over_engine": round(p50_ratio, 3),
+        "p50_1_ok": p50_ratio <= 1.5,
+        "rps_most_over_1": round(rps_ratio, 2),
+        "rps_ok": rps_ratio >= 8,
+        "p99_over_p50_8": round(tail, 2),
+        "tail_ok": tail <= 3,
+        "no_failures": failed == 0,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", help="RUN[:STEP|best] to serve (default: train a 1-step run)")
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--requests", type=int, default=8, help="requests per client per level")
+    parser.add_argument("--max-tokens", type=int, default=32, help="tokens per answer")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides for the trained run")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="arena-serve-load-") as tmp:
+        ref = args.run or _train(tmp, args.overrides)
+        proc, url = _start(ref, max_pending=2 * max(args.clients) + 8)
+        try:
+            before = engine_seconds(ref, args.max_tokens)
+            levels = {}
+            for clients in args.clients:
+                levels[str(clients)] = asyncio.run(
+                    _level(url, clients, args.requests, args.max_tokens)
+                )
+                _log(f"{clients:>3} clients: {levels[str(clients)]}")
+            engine_s = statistics.median([before, engine_seconds(ref, args.max_tokens)])
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    result = {"levels": levels, "engine_s": round(engine_s, 4)}
+    result["goals"] = goals(levels, engine_s)
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,333 @@
+"""The import graph of arena_core ratchets: no new folder cycle, no new import that climbs a layer,
+no new long module or function.
+
+The graph is drawn from the source alone, as `house_check.py` draws it: every `import` in
+arena_core, lazy ones inside functions included, one node per sub-package (`runtime`) or top-level
+module (`errors`). The layer order is DESIGN.md's (errors/config/device at the bottom; models,
+data, sandbox, kernels; rollout, learn, planner, store; execution and evolution; run and recipes;
+cli, serve and the SDK at the top). What breaks it today is written down below, and those lists
+must only shrink: a fix that removes an entry's cause fails this test until the entry is deleted
+too, so the next reader sees the true state. A new room has to be given a layer here.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CORE = ROOT / "arena_core"
+
+# room -> layer (a room may import its own layer and the ones below, never one above)
+LAYERS: dict[str, int] = {
+    # 0: what every layer may reach: errors, device selection, the plugin contract's bottom
+    "errors": 0,
+    "device": 0,
+    "extras": 0,
+    "interrupts": 0,
+    "hub": 0,
+    "hookspecs": 0,
+    "registry": 0,
+    "tasks": 0,
+    # 1: plugin loading and the config (schemas, composition, validation)
+    "plugins": 1,
+    "config": 1,
+    # 2: models, data, sandbox, kernels, tool sessions
+    "models": 2,
+    "data": 2,
+    "sandbox": 2,
+    "kernels": 2,
+    "tools": 2,
+    # 3: generation, the learner, the planner, run directories and their loggers
+    "rollout": 3,
+    "learn": 3,
+    "planner": 3,
+    "store": 3,
+    "loggers": 3,
+    # 4: execution (Ray) and populations
+    "distributed": 4,
+    "evolution": 4,
+    # 5: the run and the recipes (the LLM loop in runtime/, classic RL, SFT/DPO)
+    "runtime": 5,
+    "recipes": 5,
+    "classic": 5,
+    "offline": 5,
+    # 6: pre-flight checks, serving and the dashboard, conformance suites
+    "validate": 6,
+    "serve": 6,
+    "testing": 6,
+    # 7: the doors
+    "cli": 7,
+    "builtins": 7,
+}
+
+# Folder-level import cycles left today (issue 24, item 4). MUST ONLY SHRINK: a cycle may split or
+# lose members, never gain one, and no new cycle may appear. When one shrinks, write the smaller
+# group here. config<->store (config/compose.py checks the resume target with store.rundir;
+# store/report.py reads the config), models<->store (models resolve `init_from=RUN` through
+# store.index; store/export.py loads models); runtime<->evolution<->distributed (the population
+# path and the Ray actors build their parts with runtime/build.py, runtime/llm_loop.py hands
+# populations to evolution/loop.py).
+ALLOWED_CYCLES: list[frozenset[str]] = [
+    frozenset({"config", "models", "store"}),
+    frozenset({"distributed", "evolution", "runtime"}),
+]
+
+# Imports that climb a layer today. MUST ONLY SHRINK: delete an entry once its cause is gone.
+ALLOWED_CLIMBS: set[tuple[str, str]] = {
+    ("config", "store"),  # config/compose.py: compose_run_config checks the resume target (lazy)
+    ("models", "store"),  # models/loading.py, teacher.py, warm_export.py: store.index (lazy)
+    ("distributed", "runtime"),  # engine/trainer actors build their parts with runtime/build.py
+    ("evolution", "runtime"),  # population members reuse the LLM loop's pieces
+    ("classic", "serve"),  # classic/serve.py: the /v1/act route, imported only by the server
+}
+
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 80
+REASON_MARK = "# reason:"  # in a module's first 30 lines: why it may pass MAX_MODULE_LINES
+
+# Long modules and functions of today. MUST ONLY SHRINK.
+ALLOWED_LONG_MODULES: set[str] = {
+    "arena_core/rollout/vllm_backend.py",
+    "arena_core/testing/conformance.py",
+}
+ALLOWED_LONG_FUNCTIONS: set[str] = {
+    "arena_core/kernels/policy_loss.py:fused_policy_loss",
+    "arena_core/serve/dashboard/app.py:create_dashboard_app",
+    "arena_core/planner/calibrate.py:calibrate_cpu",
+    "arena_core/sandbox/runner.py:run_in_sandbox",
+    "arena_core/cli/cmd_validate.py:add_parser",
+    "arena_core/serve/app.py:_answer",
+}
+
+
+def room_of(module: str, root: str) -> str | None:
+    """`arena_core.runtime.build` -> `runtime`; the root package itself is no room."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == root and len(parts) > 1 else None
+
+
+def import_graph(base: Path) -> dict[tuple[str, str], list[str]]:
+    """(room, room it imports) -> `file:line` of each import, lazy ones included."""
+    root, known = base.name, rooms(base)
+    arrows: dict[tuple[str, str], list[str]] = {}
+    for path in sorted(base.rglob("*.py")):
+        parts = path.relative_to(base).with_suffix("").parts
+        if parts == ("__init__",):
+            continue  # the root package's re-exports are no room
+        me = parts[0]
+        package = [root, *parts[:-1]]  # a module's package; an __init__'s own
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    anchor = package[: len(package) - (node.level - 1)]
+                    source = ".".join(anchor + ([node.module] if node.module else []))
+                else:
+                    source = node.module or ""
+                # `from arena_core import errors` imports the room `errors`
+                targets = [source] + [f"{source}.{alias.name}" for alias in node.names]
+            for target in targets:
+                other = room_of(target, root)
+                if other in known and other != me:
+                    where = f"{path.relative_to(base.parent)}:{node.lineno}"
+                    sites = arrows.setdefault((me, other), [])
+                    if where not in sites:
+                        sites.append(where)
+    return arrows
+
+
+def cycles(arrows: dict[tuple[str, str], list[str]]) -> list[frozenset[str]]:
+    """Strongly connected groups of more than one room (Tarjan's algorithm)."""
+    edges: dict[str, set[str]] = {}
+    for a, b in arrows:
+        edges.setdefault(a, set()).add(b)
+        edges.setdefault(b, set())
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[frozenset[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.add(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(frozenset(group))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return groups
+
+
+def climbs(
+    arrows: dict[tuple[str, str], list[str]], layers: dict[str, int]
+) -> dict[tuple[str, str], list[str]]:
+    return {pair: where for pair, where in arrows.items() if layers[pair[1]] > layers[pair[0]]}
+
+
+def rooms(base: Path) -> set[str]:
+    return {
+        p.stem if p.is_file() else p.name
+        for p in base.iterdir()
+        if (p.suffix == ".py" and p.name != "__init__.py") or (p / "__init__.py").is_file()
+    }
+
+
+def cycle_problems(found: list[frozenset[str]], allowed: list[frozenset[str]]) -> list[str]:
+    problems = []
+    for group in found:
+        if not any(group <= old for old in allowed):
+            problems.append(
+                f"new import cycle between {sorted(group)}: one of these rooms imports another "
+                "that imports it back; move the shared piece down a layer (or invert it)"
+            )
+    for old in allowed:
+        if old not in found and not any(old < group for group in found):
+            now = [sorted(g) for g in found if g <= old]
+            problems.append(
+                f"the cycle {sorted(old)} shrank to {now}: write that in ALLOWED_CYCLES "
+                "(the list only shrinks)"
+            )
+    return problems
+
+
+def climb_problems(
+    found: dict[tuple[str, str], list[str]], allowed: set[tuple[str, str]]
+) -> list[str]:
+    problems = [
+        f"{a} (layer {LAYERS[a]}) imports {b} (layer {LAYERS[b]}) at {', '.join(where)}: "
+        "move the piece it needs down a layer, or register it through a hook"
+        for (a, b), where in sorted(found.items())
+        if (a, b) not in allowed
+    ]
+    problems += [
+        f"{a} -> {b} no longer climbs: delete it from ALLOWED_CLIMBS (the list only shrinks)"
+        for a, b in sorted(allowed - set(found))
+    ]
+    return problems
+
+
+def test_every_room_has_a_layer() -> None:
+    missing = sorted(rooms(CORE) - set(LAYERS))
+    gone = sorted(set(LAYERS) - rooms(CORE))
+    assert missing == [], f"give these rooms a layer in LAYERS ({__file__}): {missing}"
+    assert gone == [], f"LAYERS names rooms that no longer exist: {gone}"
+
+
+def test_no_new_folder_cycle() -> None:
+    problems = cycle_problems(cycles(import_graph(CORE)), ALLOWED_CYCLES)
+    assert problems == [], "\n".join(problems)
+
+
+def test_no_new_import_climbs_a_layer() -> None:
+    problems = climb_problems(climbs(import_graph(CORE), LAYERS), ALLOWED_CLIMBS)
+    assert problems == [], "\n".join(problems)
+
+
+def _long_parts(base: Path) -> tuple[set[str], set[str]]:
+    modules, functions = set(), set()
+    for path in sorted(base.rglob("*.py")):
+        rel = str(path.relative_to(base.parent))
+        text = path.read_text(encoding="utf-8")
+        head = "\n".join(text.splitlines()[:30])
+        if text.count("\n") + 1 > MAX_MODULE_LINES and REASON_MARK not in head:
+            modules.add(rel)
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                if (node.end_lineno or node.lineno) - node.lineno + 1 > MAX_FUNCTION_LINES:
+                    functions.add(f"{rel}:{node.name}")
+    return modules, functions
+
+
+def test_no_new_long_module_or_function() -> None:
+    modules, functions = _long_parts(CORE)
+    problems = [
+        f"{m} is over {MAX_MODULE_LINES} lines: split it, or say why at its top ({REASON_MARK} ...)"
+        for m in sorted(modules - ALLOWED_LONG_MODULES)
+    ]
+    problems += [
+        f"{f} is over {MAX_FUNCTION_LINES} lines: split it into named steps"
+        for f in sorted(functions - ALLOWED_LONG_FUNCTIONS)
+    ]
+    problems += [
+        f"{p} is no longer long: delete it from the allowlist (the list only shrinks)"
+        for p in sorted((ALLOWED_LONG_MODULES - modules) | (ALLOWED_LONG_FUNCTIONS - functions))
+    ]
+    assert problems == [], "\n".join(problems)
+
+
+def _package(tmp_path: Path, files: dict[str, str]) -> Path:
+    base = tmp_path / "arena_core"
+    for name, text in {"__init__.py": "", **files}.items():
+        path = base / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return base
+
+
+@pytest.mark.parametrize(
+    "lazy", [False, True], ids=["top-level import", "import inside a function"]
+)
+def test_the_checks_catch_a_new_cycle_and_a_new_climb(tmp_path: Path, lazy: bool) -> None:
+    """The same checks on a small tree with one climbing import (config -> runtime) that closes a
+    cycle: both are reported, naming the rooms and the line, lazy or not."""
+    climb = "from arena_core.runtime.build import x\n"
+    if lazy:
+        climb = "def f():\n    from ..runtime import build\n    return build\n"
+    base = _package(
+        tmp_path,
+        {
+            "errors.py": "",
+            "config/__init__.py": "",
+            "config/validate.py": "from arena_core.errors import ArenaError\n" + climb,
+            "runtime/__init__.py": "",
+            "runtime/build.py": "from arena_core.config import validate\nx = 1\n",
+        },
+    )
+    arrows = import_graph(base)
+    assert ("config", "runtime") in arrows and ("runtime", "config") in arrows
+    assert cycle_problems(cycles(arrows), []) != []
+    assert "new import cycle between ['config', 'runtime']" in cycle_problems(cycles(arrows), [])[0]
+    found = climbs(arrows, LAYERS)
+    assert list(found) == [("config", "runtime")]
+    assert "arena_core/config/validate.py:" in climb_problems(found, set())[0]
+    assert climb_problems(found, {("config", "runtime")}) == []
+
+
+def test_the_checks_pass_a_layered_tree_and_flag_a_stale_allowance(tmp_path: Path) -> None:
+    base = _package(
+        tmp_path,
+        {
+            "errors.py": "",
+            "runtime/__init__.py": "from arena_core import errors\n",
+            "config/__init__.py": "from arena_core.errors import x\n",
+        },
+    )
+    arrows = import_graph(base)
+    assert set(arrows) == {("runtime", "errors"), ("config", "errors")}
+    assert cycles(arrows) == [] and climbs(arrows, LAYERS) == {}
+    stale = cycle_problems([], [frozenset({"config", "runtime"})])
+    assert "shrank" in stale[0]
+    assert "no longer climbs" in climb_problems({}, {("config", "runtime")})[0]

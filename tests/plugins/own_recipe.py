@@ -1,0 +1,143 @@
+"""A third-party plugin that ships its own training loop through the `register_recipes` hook.
+
+It registers the recipe `mine` (a softmax policy on a multi-armed bandit, trained by the exact
+policy gradient: small, deterministic, no torch), the algorithm `mine_bandit`, which declares
+`recipe = "mine"`, and the env `arms` (the bandit: each arm's expected reward). The recipe writes its run directory with the same helpers as the built-in
+loops (config.yaml, validation.json, the configured loggers' metrics.csv, summary.json), so
+`arena runs`, the SDK's `Run` and the dashboard read it like any run. tests/core/test_recipes.py
+installs it next to a fake `*.dist-info` and trains it through `arena-run` and `arena.train`.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from arena_core import hookimpl
+from arena_core.hookspecs import Register
+from arena_core.recipes import Recipe, RunInputs
+
+HERE = Path(__file__).resolve().parent
+
+
+class MineBanditConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = "mine_bandit"
+    lr: float = Field(2.0, gt=0)
+
+
+class ArmsConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = "arms"
+    rewards: list[float] = Field(default_factory=lambda: [0.1, 0.9], min_length=2)
+
+
+class MineBandit:
+    """The algorithm: only its hyperparameters; the loop is the `mine` recipe."""
+
+    config_class: ClassVar[type[BaseModel]] = MineBanditConfig
+    recipe: ClassVar[str] = "mine"
+
+    def __init__(self, config: BaseModel | dict[str, Any] | None = None) -> None:
+        self.config = MineBanditConfig.model_validate(config or {})
+
+
+def softmax(logits: list[float]) -> list[float]:
+    top = max(logits)
+    weights = [math.exp(x - top) for x in logits]
+    return [w / sum(weights) for w in weights]
+
+
+class BanditRecipe(Recipe):
+    """Set up a run directory and loggers, take `train.max_steps` policy-gradient steps, save the
+    final policy and the summary, close the loggers."""
+
+    description = "test plugin: softmax policy on a bandit, exact policy gradient"
+    shared_preflight = False  # `arms` is neither a text task nor a Gymnasium env
+
+    def setup(self, inputs: RunInputs) -> None:
+        from arena_core.loggers import LoggerContext, build_loggers
+        from arena_core.store.rundir import new_run_dir, write_config, write_validation
+
+        super().setup(inputs)
+        self.algo = MineBanditConfig.model_validate(self.cfg["algo"])
+        self.rewards = ArmsConfig.model_validate(self.cfg["env"]).rewards
+        self.run_dir = new_run_dir(self.cfg["paths"]["runs"], f"{self.algo.name}-arms")
+        write_config(self.run_dir, self.cfg)
+        write_validation(self.run_dir, inputs.validation)
+        context = LoggerContext(self.run_dir, self.run_dir.name, self.cfg)
+        self.loggers = build_loggers(list(self.cfg["logger"]["names"]), context)
+        self.logits = [0.0] * len(self.rewards)
+        self.steps, self.expected = 0, 0.0
+
+    def train(self) -> Path:
+        rewards = self.rewards
+        for step in range(1, int(self.cfg["train"]["max_steps"]) + 1):
+            probs = softmax(self.logits)
+            self.expected = sum(p * r for p, r in zip(probs, rewards, strict=True))
+            # d E[r] / d logit_i = p_i (r_i - E[r]): the exact policy gradient
+            self.logits = [
+                x + self.algo.lr * p * (r - self.expected)
+                for x, p, r in zip(self.logits, probs, rewards, strict=True)
+            ]
+            self.loggers.log(step, {"reward_mean": self.expected, "prob_best": max(probs)})
+            self.steps = step
+        return self.run_dir
+
+    def save(self) -> None:
+        from arena_core.store.atomic import atomic_write_json
+
+        atomic_write_json(self.run_dir / "policy.json", {"logits": self.logits})
+        summary = {
+            "status": "finished",
+            "steps": self.steps,
+            "recipe": "mine",
+            "reward_final": self.expected,
+        }
+        self.loggers.log_summary(summary)
+        atomic_write_json(self.run_dir / "summary.json", summary)
+
+    def cleanup(self) -> None:
+        self.loggers.close()
+
+
+def legacy_loop(cfg: dict[str, Any]) -> Path:
+    """The contract before recipes: an algorithm named this function by module path."""
+    recipe = BanditRecipe()
+    return recipe.run(RunInputs(cfg))
+
+
+class LegacyBandit:
+    """A plugin written before recipes: `training_loop = "module:function"` (deprecated)."""
+
+    config_class: ClassVar[type[BaseModel]] = MineBanditConfig
+    training_loop: ClassVar[str] = f"{__name__}:legacy_loop"
+
+    def __init__(self, config: BaseModel | dict[str, Any] | None = None) -> None:
+        self.config = MineBanditConfig.model_validate(config or {})
+
+
+@hookimpl
+def register_recipes(register: Register) -> None:
+    register("mine", BanditRecipe, description=BanditRecipe.description)
+
+
+@hookimpl
+def register_algorithms(register: Register) -> None:
+    register(
+        "mine_bandit", MineBandit, schema=MineBanditConfig, description="bandit, recipe 'mine'"
+    )
+    register("legacy_bandit", LegacyBandit, schema=MineBanditConfig, description="old contract")
+
+
+@hookimpl
+def register_envs(register: Register) -> None:
+    register("arms", dict, schema=ArmsConfig, description="bandit arms' expected rewards")
+
+
+@hookimpl
+def config_searchpath() -> list[str]:
+    return [f"file://{HERE / 'own_recipe_conf'}"]

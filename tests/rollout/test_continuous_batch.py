@@ -1,0 +1,54 @@
+"""Continuous batching on the torch engine: rows that join a running batch mid-decode, and rows
+that leave it early, decode exactly the tokens each would alone (greedy), on the tiny model."""
+
+from __future__ import annotations
+
+import pytest
+
+from arena_core.models import load_policy
+from arena_core.rollout.base import SamplingParams
+from arena_core.rollout.continuous import ContinuousBatch, supports_continuous
+from arena_core.rollout.torch_backend import TorchBackend
+
+PROMPTS = [[5, 6, 7, 8, 9], [3, 4], [10, 11, 12, 13, 14, 15, 16, 17], [7]]
+NEW = 12
+
+
+@pytest.fixture(autouse=True)
+def _one_thread(one_torch_thread):
+    yield
+
+
+@pytest.fixture(scope="module")
+def backend() -> TorchBackend:
+    policy = load_policy({"name_or_path": "arena:tiny-init", "lora": {"r": 0}}, device="cpu")
+    backend = TorchBackend(policy.model, policy.tokenizer, kv_cache="dynamic")
+    backend.eos_ids = set()  # every row decodes its full length
+    return backend
+
+
+def test_rows_joining_and_leaving_decode_what_they_would_alone(backend: TorchBackend) -> None:
+    assert supports_continuous(backend)
+    greedy = SamplingParams(max_new_tokens=NEW, temperature=0)
+    alone = [backend.generate([p], greedy)[0].token_ids for p in PROMPTS]
+    lengths = [NEW, 4, NEW, 7]  # rows 1 and 3 leave early
+    joins = {0: [0], 2: [1, 2], 5: [3]}  # step -> rows that join before it
+    batch = ContinuousBatch(backend)
+    out: dict[int, list[int]] = {i: [] for i in range(len(PROMPTS))}
+    widths, step = [], 0
+    while step in joins or len(batch):
+        rows = joins.get(step, [])
+        batch.join([PROMPTS[r] for r in rows], rows, greedy)
+        tokens = batch.sample()
+        keep = []
+        for position, (row, token) in enumerate(zip(batch.owners, tokens, strict=True)):
+            out[row].append(token)
+            if len(out[row]) < lengths[row]:
+                keep.append(position)
+        batch.advance(keep)
+        widths.append(batch.width)
+        step += 1
+    for row, length in enumerate(lengths):
+        assert out[row] == alone[row][:length], f"row {row}"
+    # the padding of rows that left is cut: the cache tracks the live rows, not the history
+    assert widths[-1] == 0 and max(widths) <= len(PROMPTS[2]) + NEW + 2
