@@ -5,7 +5,6 @@ is one the page lists (and every arrow it lists is still there)."""
 
 from __future__ import annotations
 
-import ast
 import re
 import subprocess
 from pathlib import Path
@@ -63,40 +62,29 @@ def _listed_upward() -> set[tuple[str, str]]:
     return set(rows)
 
 
+def _layer_rules():
+    """tests/core/test_layers.py as a module: its import graph and layer table are the ones this
+    page is checked against (one reader of the imports, one layer order)."""
+    import importlib.util
+
+    path = Path(__file__).with_name("test_layers.py")
+    spec = importlib.util.spec_from_file_location("_layer_rules", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_RULES = _layer_rules()
+
+
 def _rooms_of_core() -> set[str]:
     """Sub-packages and top-level modules of arena_core (its own __init__ is no room)."""
-    return {
-        p.stem if p.is_file() else p.name
-        for p in CORE.iterdir()
-        if (p.suffix == ".py" and p.name != "__init__.py") or (p / "__init__.py").is_file()
-    }
+    return _RULES.rooms(CORE)
 
 
-def _import_graph(rooms: set[str]) -> dict[tuple[str, str], list[str]]:
-    """(room, room it imports) -> the files that do, every import counted (lazy ones too)."""
-    arrows: dict[tuple[str, str], list[str]] = {}
-    for path in sorted(CORE.rglob("*.py")):
-        parts = path.relative_to(ROOT).with_suffix("").parts
-        if len(parts) < 3 and parts[-1] == "__init__":
-            continue
-        me, package = parts[1], list(parts[:-1])  # a module's package, or an __init__'s own
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            targets: list[str] = []
-            if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    anchor = package[: len(package) - (node.level - 1)]
-                    base = ".".join(anchor + ([node.module] if node.module else []))
-                else:
-                    base = node.module or ""
-                targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
-            for target in targets:
-                bits = target.split(".")
-                if len(bits) > 1 and bits[0] == "arena_core" and bits[1] in rooms:
-                    if bits[1] != me:
-                        arrows.setdefault((me, bits[1]), []).append(str(path.relative_to(ROOT)))
-    return arrows
+def _import_graph() -> dict[tuple[str, str], list[str]]:
+    """(room, room it imports) -> `file:line` of each import, lazy ones included."""
+    return _RULES.import_graph(CORE)
 
 
 def test_every_path_the_room_list_names_exists() -> None:
@@ -136,7 +124,7 @@ def test_every_room_sits_in_one_layer() -> None:
 
 def test_the_upward_arrows_are_exactly_the_listed_ones() -> None:
     layers = _layers()
-    arrows = _import_graph(_rooms_of_core())
+    arrows = _import_graph()
     upward = {pair: files for pair, files in arrows.items() if layers[pair[1]] > layers[pair[0]]}
     listed = _listed_upward()
     new = {f"{a} -> {b}": sorted(set(upward[(a, b)])) for a, b in set(upward) - listed}
@@ -150,10 +138,4 @@ def test_the_upward_arrows_are_exactly_the_listed_ones() -> None:
 
 def test_the_diagram_is_the_layer_tests_table() -> None:
     """One layer order: the page's diagram and tests/core/test_layers.py's LAYERS agree."""
-    import importlib.util
-
-    path = Path(__file__).with_name("test_layers.py")
-    spec = importlib.util.spec_from_file_location("_layer_rules", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assert _layers() == module.LAYERS
+    assert _layers() == _RULES.LAYERS
