@@ -6,6 +6,7 @@ list of what is installed. Lookups are plain dict reads, cheap enough for any lo
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,7 +61,25 @@ def algorithm_recipe(algorithm: Any) -> str:
     recipe = getattr(algorithm, "recipe", None)
     if recipe:
         return str(recipe)
-    return str(getattr(algorithm, "training_loop", None) or DEFAULT_RECIPE)
+    loop = str(getattr(algorithm, "training_loop", None) or DEFAULT_RECIPE)
+    if loop in MOVED_CORE_LOOPS:  # a plugin that reused a core loop by its old module path
+        warnings.warn(
+            f"training_loop = {loop!r} is deprecated and that module has moved: declare "
+            f"recipe = {MOVED_CORE_LOOPS[loop]!r} on the algorithm instead (docs/plugins.md)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return MOVED_CORE_LOOPS[loop]
+    return loop
+
+
+# The core's own loops as plugins named them before recipes (issue 24 moved these modules into
+# arena_core/classic/ and arena_core/offline/): such a plugin runs the named recipe instead.
+MOVED_CORE_LOOPS: dict[str, str] = {
+    "arena_core.runtime.gym_loop:run_gym_training": "ppo",
+    "arena_core.runtime.marl_loop:run_marl_training": "ippo",
+    "arena_core.runtime.offline_loop:run_offline_training": "offline",
+}
 
 
 @dataclass(frozen=True)

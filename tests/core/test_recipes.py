@@ -196,3 +196,15 @@ def test_a_legacy_training_loop_still_runs_with_a_warning(
     with pytest.warns(DeprecationWarning, match="register the loop as a recipe"):
         run = arena.train([*argv, f"paths.runs={tmp_path}"], check=False)
     assert [int(r["step"]) for r in _metrics(run.path)] == [1, 2, 3]
+
+
+def test_a_plugin_naming_a_moved_core_loop_runs_its_recipe() -> None:
+    """A published plugin that reused the core's PPO loop by its old module path (the contract
+    before recipes) still picks the loop, now the `ppo` recipe, with a deprecation warning."""
+    from arena_core.registry import algorithm_recipe
+
+    class OldStylePPO:
+        training_loop = "arena_core.runtime.gym_loop:run_gym_training"
+
+    with pytest.warns(DeprecationWarning, match="recipe = 'ppo'"):
+        assert algorithm_recipe(OldStylePPO) == "ppo"
