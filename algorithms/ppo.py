@@ -67,7 +67,7 @@ class PPO:
     config_class: ClassVar[type[BaseModel]] = PPOConfig
     recipe: ClassVar[str] = "ppo"  # the training loop, by its registered name
     # `arena deploy` of its checkpoints answers POST /v1/act (IPPO inherits it)
-    serving: ClassVar[str] = "arena_core.classic.serve:register_serving"
+    serving: ClassVar[str] = "arena_core.serve.act:register_serving"
 
     def __init__(self, config: BaseModel | dict[str, Any] | None = None) -> None:
         if not isinstance(config, self.config_class):

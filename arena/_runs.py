@@ -47,7 +47,7 @@ class Checkpoint:
 
     def export(self, out: str | Path, *, format: str = "merged") -> Path:
         """`arena checkpoints export`: a merged HF model dir or a PEFT adapter dir."""
-        from arena_core.store.export import export_checkpoint
+        from arena_core.models.export import export_checkpoint
 
         return export_checkpoint(self.run.path, self.info, out, fmt=format)
 

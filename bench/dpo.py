@@ -44,7 +44,7 @@ def _pair(task, ex, rng: random.Random) -> dict[str, str]:
 
 
 def make_data(root: Path, n_train: int, n_eval: int) -> list[dict[str, str]]:
-    from arena_core.runtime.build import make_env
+    from arena_core.pipeline.build import make_env
 
     task = make_env({"name": "arithmetic"})
     rng = random.Random(0)

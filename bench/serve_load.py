@@ -14,7 +14,9 @@ itself takes for that request (same checkpoint, prompt and token count, one thre
 process while the server idles), measured before and after the load.
 
 Stdout is ONE JSON line: {"levels": {"1": {"rps", "p50_s", "p99_s", "ttft_p50_s", "ttft_p99_s",
-"tok_s", "failed"}, "8": ..., "32": ...}, "engine_s": ..., "goals": {...}}; progress goes to stderr.
+"tok_s", "failed", "server_cpu_ms"}, "8": ..., "32": ...}, "engine_s": ..., "goals": {...}}; progress
+goes to stderr. `server_cpu_ms` is the server process's CPU time per request at that level (read
+from /proc; null without it): unlike requests/s it hardly moves with other jobs on the machine.
 Goals (issue 26): p50 at 1 client <= 1.5x engine_s; rps at the most clients >= 8x rps at 1; no
 failed request; p99 <= 3x p50 at 8 clients. Traffic goes only to 127.0.0.1.
 """
@@ -76,6 +78,16 @@ def _start(ref: str, max_pending: int) -> tuple[subprocess.Popen, str]:
 
 
 _ENGINES: dict[str, object] = {}
+
+
+def _cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) the process has used so far; None without /proc."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def engine_seconds(ref: str, max_tokens: int, repeats: int = 5) -> float:
@@ -197,9 +209,15 @@ def main() -> None:
             before = engine_seconds(ref, args.max_tokens)
             levels = {}
             for clients in args.clients:
-                levels[str(clients)] = asyncio.run(
-                    _level(url, clients, args.requests, args.max_tokens)
+                cpu0 = _cpu_s(proc.pid)
+                level = asyncio.run(_level(url, clients, args.requests, args.max_tokens))
+                cpu1 = _cpu_s(proc.pid)
+                served = clients * args.requests + 1  # and the level's warm-up request
+                per_request = None if cpu0 is None or cpu1 is None else (cpu1 - cpu0) / served
+                level["server_cpu_ms"] = (
+                    None if per_request is None else round(1e3 * per_request, 2)
                 )
+                levels[str(clients)] = level
                 _log(f"{clients:>3} clients: {levels[str(clients)]}")
             engine_s = statistics.median([before, engine_seconds(ref, args.max_tokens)])
         finally:

@@ -27,7 +27,7 @@ import torch
 def make_data(root: Path, n_train: int, n_eval: int) -> list[dict[str, str]]:
     """train.jsonl / test.jsonl of (prompt, response) from the arithmetic env's demonstrations."""
     from arena_core.offline.data import demonstration
-    from arena_core.runtime.build import make_env
+    from arena_core.pipeline.build import make_env
 
     task = make_env({"name": "arithmetic"})
     stream = task.train_examples(0)

@@ -66,10 +66,10 @@ def main() -> int:
 
     from arena_core.learn.learner import Learner
     from arena_core.learn.packing import Sample
+    from arena_core.pipeline.groups import GroupCollector, PromptEncoder
+    from arena_core.pipeline.scoring import RewardScorer
     from arena_core.rollout.base import SamplingParams
     from arena_core.rollout.torch_backend import TorchBackend
-    from arena_core.runtime.rewards import RewardScorer
-    from arena_core.runtime.rollout import GroupCollector, PromptEncoder
     from arena_core.sandbox import RewardPool
 
     policy = tiny_policy()

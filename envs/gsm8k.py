@@ -2,11 +2,17 @@
 
 Held-out evaluation uses the test split; with a single local file (`env.path=file.jsonl`) a
 seeded slice of `eval_size` rows is held out instead, and training never sees it.
+
+The task's demonstrations (what `+algo=sft +env=gsm8k` trains on, and its `gold_completion`) are
+GSM8K's own worked solutions rewritten into the answer format the gsm8k reward grades,
+`<think>working</think><answer>N</answer>` (`worked_solution`): a cold start that makes the
+format reachable for a model that never writes it (the SmolLM2 tutorial, docs/real-models.md).
 """
 
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,6 +39,19 @@ class Gsm8kConfig(PromptConfig):
     column_mapping: dict[str, str] | None = Field(
         None, description='Your column names: {"question": "...", "answer": "..."}.'
     )
+
+
+_CALCULATOR = re.compile(r"<<[^<>]*>>")  # GSM8K's calculator annotations: `48/2 = <<48/2=24>>24`
+
+
+def worked_solution(answer: str) -> str:
+    """A GSM8K answer (`working ... #### N`) as the completion the gsm8k reward grades 2.0:
+    `<think>working</think><answer>N</answer>`, without the calculator annotations (`<<a*b=c>>`),
+    which no model should learn to write. An answer without `####` is taken as N alone."""
+    working, _, final = answer.rpartition("####")
+    final = final.strip() or answer.strip()
+    working = _CALCULATOR.sub("", working).strip()
+    return f"<think>{working or final}</think><answer>{final}</answer>"
 
 
 def _examples(rows: list[dict[str, str]]) -> list[Example]:
@@ -76,6 +95,10 @@ class Gsm8kTask(PromptedTask):
     def eval_examples(self, n: int) -> list[Example]:
         """The first `n` held-out rows (all of them when fewer are held out)."""
         return self.held_out[:n]
+
+    def gold_completion(self, example: Example) -> str:
+        """The worked solution in the answer format: SFT's demonstration (`worked_solution`)."""
+        return worked_solution(example.answer)
 
 
 def make_gsm8k(env_cfg: dict) -> Gsm8kTask:

@@ -15,7 +15,6 @@ episode and are counted (`nan/observations`, `nan/rewards`) instead of crashing 
 
 from __future__ import annotations
 
-import random
 import time
 from pathlib import Path
 from typing import Any
@@ -27,25 +26,20 @@ from arena_core.classic.envs import source_from_config
 from arena_core.classic.eval import evaluate
 from arena_core.classic.gae import RewardScaler, gae
 from arena_core.classic.nets import ActorCritic, make_optimizer
-from arena_core.classic.run import GymRun
+from arena_core.classic.run import GymRun, GymRunInterrupted  # noqa: F401 - its old home
 from arena_core.classic.spaces import network_spec
 from arena_core.classic.update import annealed_lr, ppo_update
 from arena_core.classic.vec import EnvStepError, make_vec
 from arena_core.config.schema import CoreConfig
 from arena_core.errors import ConfigError
-from arena_core.interrupts import Interrupted
 from arena_core.learn.learner import NonFiniteLossError
-from arena_core.runtime.build import build_algorithm
+from arena_core.pipeline.build import build_algorithm
 from arena_core.runtime.progress import Progress
 from arena_core.runtime.threads import torch_threads
+from arena_core.session import seed_everything
 from arena_core.store.kinds import network_label
 
 EVAL_SEED_OFFSET = 1_000_000  # evaluation envs never share seeds with training envs
-
-
-class GymRunInterrupted(Interrupted):
-    """Ctrl-C or SIGTERM: the run saved a checkpoint and its summary, then stopped (exit 130 or
-    143, arena_core.interrupts)."""
 
 
 def run_gym_training(cfg: dict[str, Any], plan: dict[str, Any] | None = None) -> Path:
@@ -91,9 +85,7 @@ def _run(core: CoreConfig, cfg: dict[str, Any], algo: Any) -> Path:
         source, min(core.eval.episodes, source.num_envs), core.sandbox.model_dump()
     )
     try:
-        random.seed(core.seed)
-        np.random.seed(core.seed % 2**32)
-        torch.manual_seed(core.seed)
+        seed_everything(core.seed)  # the run session's seeding, before the network exists
         net = ActorCritic(spec)
         optimizer = make_optimizer(net.parameters(), c.lr, c.adam_eps)
         run = GymRun(core, cfg, name=f"{core.algo['name']}-{_label(source.target)}")  # type: ignore[index]
@@ -159,27 +151,22 @@ class _Loop:
                     self.step += 1
                     self.env_steps_done = self.env_steps
                     t2 = time.perf_counter()
-                    run.totals["train_seconds"] = run.totals.get("train_seconds", 0.0) + t2 - t0
                     row = _row(rollout, learn, self.env_steps, t1 - t0, t2 - t1)
-                    if _due(core.eval.every, self.step) or self.step == total:
-                        progress.note(self._evaluate())
-                    run.log(self.step, row)
-                    progress.update(self.step, row)
-                    why = run.save_reason(self.step)  # periodic, or a new best evaluation
-                    if why and self.step < total:
-                        self._checkpoint(best_only=why == "best")
+                    run.end_step(
+                        self.step,
+                        row,
+                        t2 - t0,
+                        evaluate=self._evaluate,
+                        checkpoint=self._checkpoint,
+                        progress=progress,
+                    )
                 if run.evals[-1]["step"] != self.step:
                     progress.note(self._evaluate())
         except NonFiniteLossError as exc:  # blown-up weights: not saved (the last checkpoint is)
             raise run.failed_update(self.step, exc, {"env_steps": self.env_steps}) from None
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (arena_core.interrupts)
             self.env_steps = self.env_steps_done  # a cut-off rollout was never trained on
-            ckpt = self._checkpoint()
-            run.finish(self.step, ckpt, "interrupted", {"env_steps": self.env_steps})
-            raise GymRunInterrupted(
-                f"interrupted at step {self.step}: checkpoint {ckpt}. Resume with "
-                f"train.resume={run.dir}"
-            ) from None
+            raise run.interrupted(self.step, self._checkpoint(), self.env_steps) from None
         except EnvStepError as exc:  # the env raised or hung: keep the last good weights
             ckpt = self._checkpoint()
             run.finish(self.step, ckpt, "failed", {"env_steps": self.env_steps, "error": str(exc)})
@@ -277,10 +264,6 @@ class _Loop:
             "nan_observations": int(t.get("nan_observations", 0)),
             "nan_rewards": int(t.get("nan_rewards", 0)),
         }
-
-
-def _due(every: int, step: int) -> bool:
-    return every > 0 and step % every == 0
 
 
 def _row(b: dict[str, Any], learn: dict[str, float], env_steps: int, t_roll: float, t_learn: float):  # noqa: ANN202

@@ -14,7 +14,6 @@ A NaN observation or reward ends that env's episode (counted in `nan/*`), never 
 
 from __future__ import annotations
 
-import random
 import time
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ import numpy as np
 import torch
 
 from arena_core.classic.envs import source_from_config
-from arena_core.classic.loop import EVAL_SEED_OFFSET, GymRunInterrupted
+from arena_core.classic.loop import EVAL_SEED_OFFSET
 from arena_core.classic.marl_policies import PolicySet, agent_groups
 from arena_core.classic.nets import make_optimizer
 from arena_core.classic.run import GymRun
@@ -31,9 +30,10 @@ from arena_core.classic.update import annealed_lr, ppo_update
 from arena_core.config.schema import CoreConfig
 from arena_core.errors import ConfigError
 from arena_core.learn.learner import NonFiniteLossError
-from arena_core.runtime.build import build_algorithm
+from arena_core.pipeline.build import build_algorithm
 from arena_core.runtime.progress import Progress
 from arena_core.runtime.threads import torch_threads
+from arena_core.session import seed_everything
 from arena_core.store.kinds import network_label
 
 MAX_EVAL_STEPS = 100_000
@@ -82,9 +82,7 @@ def _run(core: CoreConfig, cfg: dict[str, Any], algo: Any) -> Path:
     envs = [source.make() for _ in range(source.num_envs)]
     eval_env = source.make()
     try:
-        random.seed(core.seed)
-        np.random.seed(core.seed % 2**32)
-        torch.manual_seed(core.seed)
+        seed_everything(core.seed)  # the run session's seeding, before the networks exist
         groups = agent_groups(source.target, envs[0], c.group_by)
         policies = PolicySet.build(source.target, envs[0], groups, c)
         optimizer = make_optimizer(policies.parameters(), c.lr, c.adam_eps)
@@ -156,29 +154,22 @@ class _Loop:
                     self.step += 1
                     self.env_steps_done = self.env_steps
                     t2 = time.perf_counter()
-                    run.totals["train_seconds"] = run.totals.get("train_seconds", 0.0) + t2 - t0
                     row = self._row(info, learn, lr, t1 - t0, t2 - t1)
-                    if (
-                        core.eval.every > 0 and self.step % core.eval.every == 0
-                    ) or self.step == total:
-                        progress.note(self._evaluate())
-                    run.log(self.step, row)
-                    progress.update(self.step, row)
-                    why = run.save_reason(self.step)  # periodic, or a new best evaluation
-                    if why and self.step < total:
-                        self._checkpoint(best_only=why == "best")
+                    run.end_step(
+                        self.step,
+                        row,
+                        t2 - t0,
+                        evaluate=self._evaluate,
+                        checkpoint=self._checkpoint,
+                        progress=progress,
+                    )
                 if run.evals[-1]["step"] != self.step:
                     progress.note(self._evaluate())
         except NonFiniteLossError as exc:  # blown-up weights: not saved (the last checkpoint is)
             raise run.failed_update(self.step, exc, {"env_steps": self.env_steps}) from None
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (arena_core.interrupts)
             self.env_steps = self.env_steps_done  # a cut-off rollout was never trained on
-            ckpt = self._checkpoint()
-            run.finish(self.step, ckpt, "interrupted", {"env_steps": self.env_steps})
-            raise GymRunInterrupted(
-                f"interrupted at step {self.step}: checkpoint {ckpt}. Resume with "
-                f"train.resume={run.dir}"
-            ) from None
+            raise run.interrupted(self.step, self._checkpoint(), self.env_steps) from None
         ckpt = self._checkpoint()
         totals = run.totals
         run.finish(

@@ -1,5 +1,6 @@
-"""The run-level side of the classic-RL loops: run directory, metrics, evaluations, checkpoints,
-resume and summary.json, through the same store (arena_core.store) as the LLM loop.
+"""The run-level side of the classic-RL loops: evaluations, metrics rows and summary.json's
+fields; the run directory, resume, seeds, loggers, checkpoints, Ctrl-C and the writing of
+summary.json go through the run session every recipe uses (`arena_core.session`).
 
 A checkpoint is the store's usual layout: `model/model.safetensors` + `arena_policy.json` (the
 network spec, so `arena_core.classic.policy` can rebuild the policy), `optimizer.pt`, the
@@ -16,21 +17,17 @@ from pathlib import Path
 from typing import Any
 
 from arena_core.config.schema import CoreConfig
-from arena_core.errors import ArenaError
-from arena_core.interrupts import signal_name
-from arena_core.runtime.finish import RunFailed, closing_summary, failed_summary, last_good
-from arena_core.runtime.plan_file import write_plan
-from arena_core.store.atomic import atomic_write_json
+from arena_core.interrupts import Interrupted
+from arena_core.session import RunFailed, RunSession
 from arena_core.store.best import save_reason
-from arena_core.store.checkpoints import (
-    best_checkpoint,
-    latest_checkpoint,
-    load_checkpoint,
-    save_checkpoint,
-)
+from arena_core.store.checkpoints import best_checkpoint, latest_checkpoint
 from arena_core.store.curves import plot_reward_curve
 from arena_core.store.kinds import CLASSIC_RL, network_label
-from arena_core.store.rundir import new_run_dir, resolve_resume, write_config
+
+
+class GymRunInterrupted(Interrupted):
+    """Ctrl-C or SIGTERM: the run saved a checkpoint and its summary, then stopped (exit 130 or
+    143, arena_core.interrupts)."""
 
 
 class GymRun:
@@ -38,24 +35,10 @@ class GymRun:
 
     def __init__(self, core: CoreConfig, cfg: dict[str, Any], name: str) -> None:
         self.core = core
-        self.resuming = core.train.resume is not None
-        self.finished = False  # a resume of a run already at train.max_steps trains nothing
-        self.summarised = False  # finish() wrote this attempt's summary.json
-        if self.resuming:
-            from arena_core.runtime.finish import check_resume_config, finished_already
-
-            runs = Path(core.paths.runs) / core.project if core.project else core.paths.runs
-            self.dir = resolve_resume(str(core.train.resume), runs)
-            self.finished = finished_already(self.dir, core.train.max_steps)
-            if self.finished:
-                return
-            check_resume_config(self.dir, cfg, allow=core.train.resume_allow_changes)
-            write_config(self.dir, cfg)
-        else:
-            runs = Path(core.paths.runs) / core.project if core.project else core.paths.runs
-            self.dir = new_run_dir(runs, core.run_name or name)
-            write_config(self.dir, cfg)
-        print(f"run directory: {self.dir}", flush=True)
+        self.session = RunSession.open(core, cfg, name)
+        self.dir = self.session.run_dir
+        self.resuming = self.session.resuming
+        self.finished = self.session.done  # a resume of a run already at max_steps trains nothing
         self.state: dict[str, Any] = {}
         self.evals: list[dict[str, Any]] = []
         self.totals: dict[str, float] = {}
@@ -74,29 +57,16 @@ class GymRun:
             f"{plan['vector']}, {plan['env_steps_per_step']} env steps per step, "
             f"{plan['policy']} policy, {plan['parameters']:,} parameters"
         )
-        write_plan(self.dir, CLASSIC_RL.name, plan, line)
+        self.session.write_plan(CLASSIC_RL.name, plan, line)
 
     def restore(self, model: Any, optimizer: Any) -> dict[str, Any]:
         """Load the latest checkpoint into `model`/`optimizer` when resuming; open the metrics."""
-        if self.resuming:
-            ckpt = latest_checkpoint(self.dir)
-            if ckpt is None:
-                raise ArenaError(f"{self.dir} has no checkpoint to resume from")
-            self.state = load_checkpoint(ckpt, model, optimizer)
-            print(f"resumed from {ckpt} (step {self.state['step']})", flush=True)
+        self.state = self.session.restore(model, optimizer)
         self.evals = list(self.state.get("evals", []))
         self.totals = dict(self.state.get("totals", {}))
         self._wall_before = float(self.totals.get("wall_seconds", 0.0))
-        from arena_core.loggers import LoggerContext, build_loggers
-
-        self.metrics = build_loggers(  # logger.names through the logger registry (csv, ...)
-            self.core.logger.names,
-            LoggerContext(
-                run_dir=self.dir,
-                run_name=self.core.run_name or self.dir.name,
-                config=self.core.model_dump(mode="json"),
-                resume_step=int(self.state["step"]) if self.state else None,
-            ),
+        self.metrics = self.session.open_loggers(  # logger.names (csv, ...), closed by recorded()
+            resume_step=int(self.state["step"]) if self.state else None
         )
         return self.state
 
@@ -138,6 +108,36 @@ class GymRun:
         assert self.metrics is not None
         self.metrics.log(step, row)
 
+    def end_step(
+        self,
+        step: int,
+        row: dict[str, Any],
+        train_s: float,
+        *,
+        evaluate: Any,
+        checkpoint: Any,
+        progress: Any,
+    ) -> None:
+        """What every classic step ends with (PPO and IPPO alike): its training time counted, an
+        evaluation when due (`eval.every`, and the last step), the metrics row, the progress
+        bar, and a checkpoint when periodic or a new best (the last step's is the final one)."""
+        total = self.core.train.max_steps
+        every = self.core.eval.every
+        self.totals["train_seconds"] = self.totals.get("train_seconds", 0.0) + train_s
+        if (every > 0 and step % every == 0) or step == total:
+            progress.note(evaluate())
+        self.log(step, row)
+        progress.update(step, row)
+        why = self.save_reason(step)  # periodic, or a new best evaluation
+        if why and step < total:
+            checkpoint(best_only=why == "best")
+
+    def interrupted(self, step: int, ckpt: Path, env_steps: int) -> Exception:
+        """Ctrl-C or SIGTERM after `ckpt` was saved: the interrupted summary, and the error to
+        raise (exit 130 or 143, with the resume command)."""
+        self.finish(step, ckpt, "interrupted", {"env_steps": env_steps})
+        return self.session.interrupted(step, f"checkpoint {ckpt}", error=GymRunInterrupted)
+
     def save_reason(self, step: int) -> str | None:
         """Why to checkpoint after `step` ("periodic", "best" or None: `store.best.save_reason`)."""
         return save_reason(step, self.core.train.checkpoint_every, self.evals)
@@ -154,15 +154,8 @@ class GymRun:
         last = self.evals[-1] if self.evals and self.evals[-1]["step"] == step else None
         scores = {"eval/return_mean": last["eval/return_mean"]} if last else None
         state = {"evals": self.evals, "totals": self.totals, **extra}
-        path = save_checkpoint(
-            self.dir,
-            step,
-            model,
-            optimizer,
-            state,
-            keep=self.core.train.keep_checkpoints,
-            scores=scores,
-            best_only=best_only,
+        path = self.session.save_checkpoint(
+            step, model, optimizer, state, scores=scores, best_only=best_only
         )
         plot_reward_curve(
             self.dir, self.evals, kind=CLASSIC_RL, title=self.core.run_name or self.dir.name
@@ -171,15 +164,12 @@ class GymRun:
 
     @contextlib.contextmanager
     def recorded(self) -> Iterator[None]:
-        """Whatever ends the run, summary.json says how: an exception that the loop did not
-        summarise itself (a crash while restoring, an env failing at its first reset) is
-        recorded as failed (or interrupted) with its error, like the LLM loop's."""
-        try:
+        """The session's scope: whatever ends the run, summary.json says how (an exception that
+        the loop did not summarise itself, a crash while restoring or an env failing at its
+        first reset, is recorded as failed or interrupted with its error); SIGTERM is Ctrl-C;
+        the loggers close."""
+        with self.session.scope():
             yield
-        except BaseException as exc:
-            if not self.summarised:
-                failed_summary(self.dir, exc)
-            raise
 
     def failed_update(self, step: int, exc: Exception, extra: dict[str, Any]) -> RunFailed:
         """The update of step `step + 1` blew the weights up (NonFiniteWeightsError): they are
@@ -188,7 +178,7 @@ class GymRun:
         ckpt = latest_checkpoint(self.dir)
         error = f"step {step + 1}: {exc}"
         self.finish(step, ckpt, "failed", {**extra, "error": error})
-        return RunFailed(f"{error}\n{last_good(ckpt, False, self.dir)}")
+        return self.session.failed(error, ckpt, False)
 
     def finish(self, step: int, ckpt: Path | None, status: str, extra: dict[str, Any]) -> None:
         """summary.json (`status`: finished, interrupted or failed): the evaluation before and
@@ -216,10 +206,4 @@ class GymRun:
             "best_checkpoint": best_checkpoint(self.dir),
             "evals": self.evals,
         }
-        if status == "interrupted":
-            summary["signal"] = signal_name()  # SIGINT (Ctrl-C) or SIGTERM (a scheduler)
-        atomic_write_json(self.dir / "summary.json", summary)
-        self.summarised = True
-        if self.metrics is not None:
-            self.metrics.close()
-        print(closing_summary(summary, run_name=self.core.run_name), flush=True)
+        self.session.finish(summary)  # summary.json (+ signal), the loggers, the closing lines

@@ -8,7 +8,7 @@ import json
 from arena_core.cli.cmd_runs import METRIC_HELP, REF_HELP, add_runs_option
 from arena_core.store import index
 from arena_core.store.best import ranking_for
-from arena_core.store.export import FORMATS, export_checkpoint
+from arena_core.store.export import FORMATS
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -87,6 +87,8 @@ def run_best(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
+    from arena_core.models.export import export_checkpoint  # loads torch: only when exporting
+
     run_dir, ckpt = index.select_checkpoint(args.ref, args.runs, metric=args.metric)
     out = export_checkpoint(run_dir, ckpt, args.out, fmt=args.fmt)
     print(f"exported step {ckpt.step} of {run_dir} ({args.fmt}) to {out}")

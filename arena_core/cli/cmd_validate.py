@@ -39,7 +39,20 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.set_defaults(func=run, what=None, _parser=parser)
     sub = parser.add_subparsers(dest="what", metavar="WHAT")
+    _add_reward_parser(sub)
+    _add_env_parser(sub)
+    dataset = sub.add_parser("dataset", help="a dataset file, folder or name")
+    dataset.add_argument("source", metavar="NAME|PATH")
+    dataset.add_argument("--category", default="reasoning", help="reasoning, preference or sft")
+    dataset.add_argument("--column-mapping", help='JSON, e.g. \'{"question": "problem"}\'')
+    _json_flag(dataset)
 
+    config = sub.add_parser("config", help="a run config: the checks arena-run makes")
+    config.add_argument("overrides", nargs="*", help="Hydra overrides (+algo=grpo +env=gsm8k)")
+    _json_flag(config)
+
+
+def _add_reward_parser(sub: Any) -> None:
     reward = sub.add_parser(
         "reward",
         help="a reward file (path) or a registered reward name",
@@ -71,6 +84,8 @@ def add_parser(subparsers: Any) -> None:
     reward.add_argument("--import-timeout", type=float, default=60.0, help="seconds to import")
     _json_flag(reward)
 
+
+def _add_env_parser(sub: Any) -> None:
     env = sub.add_parser(
         "env",
         help="an environment: name, package.module:Class or file.py:Class",
@@ -104,16 +119,6 @@ def add_parser(subparsers: Any) -> None:
         help="run the stdio MCP server under bubblewrap (as env.isolate_server=true)",
     )
     _json_flag(env)
-
-    dataset = sub.add_parser("dataset", help="a dataset file, folder or name")
-    dataset.add_argument("source", metavar="NAME|PATH")
-    dataset.add_argument("--category", default="reasoning", help="reasoning, preference or sft")
-    dataset.add_argument("--column-mapping", help='JSON, e.g. \'{"question": "problem"}\'')
-    _json_flag(dataset)
-
-    config = sub.add_parser("config", help="a run config: the checks arena-run makes")
-    config.add_argument("overrides", nargs="*", help="Hydra overrides (+algo=grpo +env=gsm8k)")
-    _json_flag(config)
 
 
 def _json_flag(parser: argparse.ArgumentParser) -> None:

@@ -29,8 +29,8 @@ def measured_prompt_tokens(cfg: dict[str, Any]) -> int | None:
     if not (name.startswith("arena:") or Path(name).is_dir()):
         return None
     try:
-        from arena_core.runtime.build import build_task
-        from arena_core.runtime.rollout import PromptEncoder
+        from arena_core.pipeline.build import build_task
+        from arena_core.pipeline.groups import PromptEncoder
 
         if name.startswith("arena:"):
             from arena_core.models.tokenizer import build_tiny_tokenizer

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from arena_core.config.evolution import override_problems
+from arena_core.config.resume import resolve_resume
 from arena_core.config.searchpath import (
     CORE_CONFIG_MODULE,
     ConfigOption,
@@ -195,8 +196,6 @@ def require_job(
 def compose_run_config(overrides: list[str], plugins: PluginSet | None = None) -> dict[str, Any]:
     """`compose_config` plus `require_job` and the resume target (read, never created): the
     config checks of every way to start a run, so a dry run refuses what the run would."""
-    from arena_core.store.rundir import resolve_resume
-
     plugins = plugins or get_plugins()
     cfg = compose_config(overrides, plugins)
     require_job(cfg, overrides, plugins)

@@ -29,9 +29,12 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from arena_core.errors import ArenaError, ConfigError
+
+if TYPE_CHECKING:
+    from arena_core.config.schema import CoreConfig
 
 PG_READY_TIMEOUT_S = 120.0
 
@@ -451,3 +454,24 @@ def at_driver_priority(opts: dict[str, Any]) -> dict[str, Any]:
     env = dict(runtime_env.get("env_vars") or {})
     env.setdefault(WORKER_NICENESS, os.environ.get(WORKER_NICENESS, "0"))
     return {**opts, "runtime_env": {**runtime_env, "env_vars": env}}
+
+
+def process_layout(core: CoreConfig, plan: dict[str, Any] | None) -> Any:
+    """The plan's process layout (the pins when the planner gave no plan)."""
+    from arena_core.planner.pins import normalize_pins
+
+    pins = normalize_pins(dict(core.plan)) if core.plan else {}
+    return Layout.from_plan(plan, pins, nodes=core.hardware.nodes, device=_device(core, plan))
+
+
+def _device(core: CoreConfig, plan: dict[str, Any] | None) -> str:
+    recorded = (plan or {}).get("device")
+    chosen = recorded.get("device") if isinstance(recorded, dict) else None
+    if chosen:
+        return str(chosen)
+    setting = str(getattr(core.runtime, "device", "cpu"))
+    if setting == "auto":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return setting

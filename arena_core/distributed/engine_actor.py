@@ -48,7 +48,7 @@ class EngineActor:
             torch.set_num_threads(int(threads))
         from arena_core.distributed.engine_backend import replica_device
         from arena_core.models import load_policy
-        from arena_core.runtime.build import build_backend
+        from arena_core.pipeline.build import build_backend
 
         name = str(backend_cfg.get("name", "torch"))
         policy = load_policy(model_cfg, device=replica_device(name, device), runs=runs or "./runs")

@@ -26,8 +26,8 @@ from torch import nn
 
 from arena_core.distributed.trainer_rank import ROOT
 from arena_core.errors import ArenaError
-from arena_core.learn.mismatch import correction_from
 from arena_core.learn.packing import Sample
+from arena_core.learn.settings import learner_settings
 
 RANK_WAIT_S = 1.0  # how often the driver checks on the ranks while a step runs
 
@@ -175,7 +175,7 @@ class TrainerGroup:
         the hyperparameters and parameter groups of the in-process Learner's optimizer."""
         import torch
 
-        from arena_core.runtime.build import build_algorithm
+        from arena_core.pipeline.build import build_algorithm
 
         algo = build_algorithm(self._algo_cfg)
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -279,17 +279,7 @@ def build_trainer_group(
     """The loop's learner for a plan with several trainer ranks: a TrainerGroup configured as the
     in-process Learner would be from the same `CoreConfig` (`core`), over `cluster`'s trainer
     slots, around the driver's `policy.model`."""
-    micro = core.train.micro_batch_tokens or int((plan or {}).get("micro_batch_tokens") or 2048)
-    learner_kw = {
-        "micro_batch_tokens": micro,
-        "temperature": core.generation.temperature,
-        "top_k": core.generation.top_k,
-        "top_p": core.generation.top_p,
-        "tis_cap": core.train.tis_cap,
-        "correction": correction_from(core.train),
-        "norm_len": core.generation.max_new_tokens,
-        "batching": core.train.batching,
-    }
+    learner_kw = learner_settings(core, plan)  # the in-process Learner's, from one place
     return TrainerGroup(
         cluster,
         policy.model,

@@ -13,6 +13,7 @@ run resumes in parallel and back: the format is the same).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,25 +22,25 @@ from safetensors.torch import load_file, save_file
 
 from arena_core.evolution.members import Member, MemberStore
 from arena_core.store.atomic import read_json
-from arena_core.store.checkpoints import save_checkpoint, set_rng_state
+from arena_core.store.checkpoints import set_rng_state
 from arena_core.store.space import optimizer_bytes, tensor_bytes
 
 POPULATION_DIR = "population"
 
 
 def save_population(
-    run_dir: Path,
     step: int,
     store: MemberStore,
     members: list[Member],
     elite: Member,
     state: dict[str, Any],
     *,
+    save: Callable[..., Path],
     tokenizer: Any = None,
-    keep: int | None = None,
 ) -> Path:
     """Write `members` (the population training continues with) and `elite` (the best of the
-    last evaluation, whose weights are the checkpoint's own) as checkpoint `step`."""
+    last evaluation, whose weights are the checkpoint's own) as checkpoint `step`, through
+    `save`: the run session's `save_checkpoint` (`train.keep_checkpoints`, the "best" slot)."""
 
     def write_members(tmp: Path) -> None:
         for m in members:
@@ -53,14 +54,12 @@ def save_population(
     scores = {k: elite.scores.get(k) for k in ("eval/reward_mean", "eval/accuracy")}
     # scores only of weights evaluated at this step (an interrupt saves later, trained-on ones)
     evaluated = bool(elite.scores) and bool(elite.fitness) and elite.fitness[-1][0] == step
-    return save_checkpoint(
-        run_dir,
+    return save(
         step,
         store.model,
         elite.optimizer,
         {**state, "population": {**state.get("population", {}), "members": meta}},
         tokenizer=tokenizer,
-        keep=keep,
         scores=scores if evaluated else None,
         extra=write_members,
         extra_bytes=sum(tensor_bytes(m.weights) + optimizer_bytes(m.optimizer) for m in members),

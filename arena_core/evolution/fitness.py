@@ -5,7 +5,7 @@ arena_core.rollout.multi_lora), every member's tensors are served as a named ada
 training one for the duration of the call (`adapters.members_as_adapters`: shared storage, no
 copies), and one `generate` serves every member's prompts (the base weights are read once per
 decode step for the whole population). The completions are then
-scored by `arena_core.runtime.evaluate.evaluate`, exactly as one member's would be, replayed per
+scored by `arena_core.pipeline.evaluate.evaluate`, exactly as one member's would be, replayed per
 member. Otherwise (full fine-tuning, another engine) members are evaluated one after another.
 """
 
@@ -20,8 +20,8 @@ import torch
 
 from arena_core.evolution.adapters import members_as_adapters
 from arena_core.evolution.members import Member, MemberStore
+from arena_core.pipeline.evaluate import evaluate
 from arena_core.rollout.base import Completion, SamplingParams
-from arena_core.runtime.evaluate import evaluate
 
 ADAPTER_PREFIX = "fitness_"
 
@@ -37,10 +37,13 @@ def evaluate_members(
     *,
     max_new_tokens: int,
     stop: list[str],
+    episodes: Any = None,
 ) -> dict[int, dict[str, Any]]:
-    """{member id: `evaluate`'s result} for every member in `members` (the healthy ones)."""
+    """{member id: `evaluate`'s result} for every member in `members` (the healthy ones).
+    `episodes`: a tool task's EpisodeRunner; each member is then scored on multi-turn episodes
+    with the env's tools, as the single run evaluates (one member after another)."""
     kwargs = {"max_new_tokens": max_new_tokens, "stop": stop}
-    if len(members) > 1 and batched_possible(store.model, backend):
+    if len(members) > 1 and episodes is None and batched_possible(store.model, backend):
         t0 = time.perf_counter()
         completions = _generate_all(members, store, backend, encoder, examples, **kwargs)
         share = (time.perf_counter() - t0) / len(members)
@@ -53,7 +56,7 @@ def evaluate_members(
     out = {}
     for m in members:
         activate(m)
-        out[m.id] = evaluate(backend, encoder, examples, scorer, **kwargs)
+        out[m.id] = evaluate(backend, encoder, examples, scorer, episodes=episodes, **kwargs)
     return out
 
 

@@ -30,14 +30,12 @@ from __future__ import annotations
 
 import contextlib
 import math
-import random
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from arena_core.config.evolution import evolution_problems
 from arena_core.config.schema import CoreConfig
@@ -45,20 +43,15 @@ from arena_core.errors import ConfigError
 from arena_core.evolution.checkpoint import load_population, save_population
 from arena_core.evolution.fitness import evaluate_members
 from arena_core.evolution.lineage import Lineage
-from arena_core.evolution.member_step import MemberRunner, build_learner
+from arena_core.evolution.member_step import MemberRunner
 from arena_core.evolution.members import Member
 from arena_core.evolution.mutation import mutate
 from arena_core.evolution.plot import plot_population
 from arena_core.evolution.selection import elite_index, tournament_select
 from arena_core.evolution.summary import population_summary, warn_full_copies
-from arena_core.interrupts import signal_name
-from arena_core.loggers import LoggerContext, build_loggers
-from arena_core.runtime.build import build_backend
-from arena_core.runtime.finish import closing_summary, declared_max_reward
-from arena_core.runtime.rewards import RewardScorer
-from arena_core.runtime.run_warnings import count_step, run_warnings
-from arena_core.store.atomic import atomic_write_json
-from arena_core.store.checkpoints import latest_checkpoint
+from arena_core.pipeline.run_warnings import count_step, run_warnings
+from arena_core.pipeline.scoring import declared_max_reward
+from arena_core.session import RunFailed, RunSession
 
 
 def train_population(
@@ -70,54 +63,45 @@ def train_population(
     resuming: bool,
     *,
     ready: Callable[[PopulationTrainer], None] | None = None,
+    session: RunSession | None = None,
 ) -> Path:
     """Train the population `core.evolution` describes into `run_dir`. `ready(trainer)` is called
-    once the population exists, before the first step (tests use it to break a member)."""
+    once the population exists, before the first step (tests use it to break a member).
+    `session`: the run's session (`arena_core.session`, opened and seeded by the LLM recipe);
+    without one, a session of `run_dir` is made and seeded here."""
     problems = evolution_problems(core.model_dump(mode="json"))
     if problems:
         raise ConfigError(problems)
-    random.seed(core.seed)
-    np.random.seed(core.seed % (2**32))
-    torch.manual_seed(core.seed)
+    if session is None:
+        session = RunSession(core, run_dir, resuming=resuming)
+        session.seed()
 
-    from arena_core.device import device_plan
     from arena_core.evolution.workers import member_workers
-    from arena_core.models import load_policy
-    from arena_core.sandbox import RewardPool, SandboxPolicy
+    from arena_core.pipeline.parts import open_run_parts
 
-    dev = device_plan(core.runtime.device, core.model.dtype)  # ConfigError: cuda without a GPU
-    if plan is not None:
-        atomic_write_json(run_dir / "plan.json", {**plan, "device": dev.to_dict()})
     n_workers = member_workers(core, plan)
-    policy = load_policy(core.model.model_dump(), device=dev.device, runs=core.paths.runs)
-    warn_full_copies(core, policy.model)
-    # parallel: the members' steps run in the actors; this process only evaluates them
-    learner = build_learner(core, plan, policy, dev) if not n_workers else None
-    backend = build_backend(core.backend.model_dump(), policy)
-    sb = core.sandbox
-    with contextlib.ExitStack() as stack:
-        pool = stack.enter_context(
-            RewardPool(
-                reward_file,
-                workers=sb.workers,
-                timeout_s=sb.reward_timeout_s,
-                fallback=sb.fallback,
-                memory_mb=sb.memory_mb,
-                policy=SandboxPolicy.from_config(sb),
-            )
-        )
-        scorer = RewardScorer(
-            pool, path=reward_file, timeout_s=sb.reward_timeout_s, memory_mb=sb.memory_mb
-        )
-        runner = MemberRunner(core, task, policy, learner, backend, scorer)
+    with (
+        open_run_parts(  # the single run's parts: expose=, and the task closed on leaving
+            core,
+            plan,
+            run_dir,
+            task=task,
+            reward_file=reward_file,
+            learner=not n_workers,  # parallel: the actors train, this process only evaluates
+        ) as parts,
+        contextlib.ExitStack() as stack,
+    ):
+        warn_full_copies(core, parts.policy.model)
+        runner = MemberRunner(core, task, parts.policy, parts.learner, parts.backend, parts.scorer)
         workers = None
         if n_workers:  # Ray up, one actor per device; stopped (actors killed) on leaving
             from arena_core.evolution.workers import open_workers
 
             workers = stack.enter_context(
-                open_workers(core, plan, n_workers, run_dir, str(reward_file))
+                open_workers(core, plan, n_workers, run_dir, parts.reward_file)
             )
         trainer = PopulationTrainer(core, run_dir, task, runner, plan, workers=workers)
+        trainer.session = session  # checkpoints, loggers, summary.json and Ctrl-C go through it
         trainer.max_reward = declared_max_reward(reward_file)
         try:
             trainer.start(resuming)
@@ -125,11 +109,7 @@ def train_population(
                 ready(trainer)
             trainer.run()
         finally:
-            if trainer.metrics is not None:
-                trainer.metrics.close()
-            close = getattr(backend, "close", None)
-            if callable(close):
-                close()
+            session.close()  # the loggers (a session's scope closes them too, once)
     return run_dir
 
 
@@ -147,6 +127,7 @@ class PopulationTrainer:
         workers: Any = None,
     ) -> None:
         self.core, self.run_dir, self.task, self.plan = core, run_dir, task, plan
+        self.session = RunSession(core, run_dir, resuming=False)  # train_population sets the run's
         self.runner, self.workers = runner, workers  # workers: parallel members (Ray actors)
         self.policy, self.backend, self.scorer = runner.policy, runner.backend, runner.scorer
         self.store, self.encoder = runner.store, runner.encoder
@@ -168,9 +149,7 @@ class PopulationTrainer:
     # -- start / resume ---------------------------------------------------------------------------
     def start(self, resuming: bool) -> None:
         if resuming:
-            ckpt = latest_checkpoint(self.run_dir)
-            if ckpt is None:
-                raise ConfigError(f"{self.run_dir} has no checkpoint to resume from")
+            ckpt = self.session.latest_checkpoint(error=ConfigError)
             self.members, state = load_population(ckpt, self.store)
             pop = state["population"]
             self.step = int(state["step"])
@@ -185,15 +164,7 @@ class PopulationTrainer:
             self.members = [
                 self.store.new(i, hp, born_step=0) for i in range(self.evo.population_size)
             ]
-        self.metrics = build_loggers(
-            self.core.logger.names,
-            LoggerContext(
-                run_dir=self.run_dir,
-                run_name=self.core.run_name or self.run_dir.name,
-                config=self.core.model_dump(mode="json"),
-                resume_step=self.step if resuming else None,
-            ),
-        )
+        self.metrics = self.session.open_loggers(resume_step=self.step if resuming else None)
         if not resuming:
             self._evaluate_all()  # fitness at step 0: the first points of every curve
             self._pending = [(0, self._row(m, {})) for m in self.members]
@@ -232,14 +203,9 @@ class PopulationTrainer:
                 self._generation_step(total)
                 self.totals["wall_seconds"] = wall_before + time.perf_counter() - t_start
         except KeyboardInterrupt:
-            from arena_core.runtime.llm_loop import RunInterrupted
-
             self.totals["wall_seconds"] = wall_before + time.perf_counter() - t_start
             self._finish(status="interrupted")
-            raise RunInterrupted(
-                f"interrupted at step {self.step}: the population is checkpointed, summary in "
-                f"{self.run_dir / 'summary.json'}. Resume with train.resume={self.run_dir}"
-            ) from None
+            raise self.session.interrupted(self.step, "the population is checkpointed") from None
         self._finish()
 
     def _generation_step(self, total: int) -> None:
@@ -301,8 +267,6 @@ class PopulationTrainer:
 
     def _fail_if_all_failed(self) -> None:
         if all(m.failed for m in self.members):
-            from arena_core.runtime.llm_loop import RunFailed
-
             self._finish(status="failed", error="every member failed")
             raise RunFailed(
                 "every member of the population failed: "
@@ -323,6 +287,7 @@ class PopulationTrainer:
             self.scorer,
             max_new_tokens=ev.max_new_tokens or self.core.generation.max_new_tokens,
             stop=list(self.core.generation.stop),
+            episodes=self.runner.episodes,  # a tool env: multi-turn episodes, as a single run
         )
         for m in self.members:
             if m.failed:
@@ -455,14 +420,13 @@ class PopulationTrainer:
     def _checkpoint(self, elite: Member) -> Path:
         self.lineage.update(self.members)
         path = save_population(
-            self.run_dir,
             self.step,
             self.store,
             self.members,
             elite,
             self._state(),
             tokenizer=self.policy.tokenizer,
-            keep=self.core.train.keep_checkpoints,
+            save=self.session.save_checkpoint,  # train.keep_checkpoints, the "best" slot
         )
         self.lineage.write(self.run_dir)
         plot_population(self.run_dir, self.lineage.to_dict(), title=self.run_dir.name)
@@ -477,11 +441,7 @@ class PopulationTrainer:
         summary["warnings"] = run_warnings(self.totals, unit="member steps")
         if error:
             summary["error"] = error
-        if status == "interrupted":
-            summary["signal"] = signal_name()  # SIGINT (Ctrl-C) or SIGTERM (a scheduler)
-        atomic_write_json(self.run_dir / "summary.json", summary)
-        self.metrics.log_summary(summary)
-        print(closing_summary(summary, run_name=self.core.run_name), flush=True)
+        self.session.finish(summary)  # summary.json (+ signal), the loggers, the closing lines
         print(f"  elite member       {elite.id} {elite.hyperparameters}", flush=True)
 
 

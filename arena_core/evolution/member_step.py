@@ -23,10 +23,10 @@ import torch
 from arena_core.config.schema import CoreConfig
 from arena_core.evolution.members import Member, MemberStore
 from arena_core.learn.learner import Learner
-from arena_core.runtime.batch_source import SyncSource
-from arena_core.runtime.build import build_algorithm
-from arena_core.runtime.collecting import build_collector
-from arena_core.runtime.rollout import PromptEncoder
+from arena_core.pipeline.batch_source import SyncSource
+from arena_core.pipeline.build import build_algorithm
+from arena_core.pipeline.collecting import build_collector
+from arena_core.pipeline.groups import PromptEncoder
 
 _PRIME = 104_729
 _MOD = 2**31 - 1
@@ -40,17 +40,6 @@ def member_seed(seed: int, member_id: int) -> int:
 def step_seed(seed: int, member_id: int, step: int) -> int:
     """torch's global seed for member `member_id`'s learner step `step`."""
     return (member_seed(seed, member_id) * 1_000_003 + 7_919 * int(step) + 1) % _MOD
-
-
-def build_learner(core: CoreConfig, plan: dict[str, Any] | None, policy: Any, dev: Any) -> Learner:
-    """The learner every member's steps go through (its algorithm and optimizer are swapped in
-    per member); the single run's settings, in the driver and in every member actor."""
-    from arena_core.runtime.build import build_learner as run_learner
-
-    algorithm = build_algorithm(core.algo)
-    return run_learner(
-        core, plan, policy.model, algorithm, dev.autocast, tokenizer=policy.tokenizer
-    )
 
 
 class MemberRunner:
@@ -73,6 +62,7 @@ class MemberRunner:
         self.store = MemberStore(policy.model, lambda hp: build_algorithm({**base_algo, **hp}))
         self.encoder = PromptEncoder(task, policy.tokenizer)
         self._sources: dict[int, SyncSource] = {}
+        self.episodes = _episode_runner(core, task, policy.tokenizer)  # fitness of a tool env
 
     def activate(self, member: Member, version: int) -> None:
         """Make `member` the model, the learner's algorithm and optimizer, the engine's weights."""
@@ -116,7 +106,7 @@ class MemberRunner:
             return {}
         if self.learner is None:
             raise RuntimeError("this MemberRunner evaluates only: it has no learner")
-        from arena_core.runtime.step_row import step_row
+        from arena_core.pipeline.step_row import step_row
 
         self.activate(member, step)
         torch.manual_seed(step_seed(self.core.seed, member.id, step))
@@ -137,3 +127,15 @@ class MemberRunner:
         row.update(batch.episode_metrics)  # tool tasks: calls, parse outcomes, tool tokens
         row.update(src.step_metrics(batch, step, step_s, pause))
         return row
+
+
+def _episode_runner(core: CoreConfig, task: Any, tokenizer: Any) -> Any:
+    """A tool task's EpisodeRunner (multi-turn episodes with the env's tools), else None: the
+    members' fitness is measured on the same episodes the single run evaluates on."""
+    from arena_core.tools.protocol import is_tool_task
+
+    if not is_tool_task(task):
+        return None
+    from arena_core.rollout.multi_turn import EpisodeRunner
+
+    return EpisodeRunner(task, tokenizer, seed=core.seed)

@@ -40,7 +40,7 @@ CLOSE_TIMEOUT_S = 30.0
 
 def plan_devices(core: CoreConfig, plan: dict[str, Any] | None) -> int:
     """How many devices the plan lays out (the pins when the planner gave no plan)."""
-    from arena_core.runtime.process_runtime import process_layout
+    from arena_core.distributed.cluster import process_layout
 
     layout = process_layout(core, plan)
     engines = layout.engines * layout.engine_tp
@@ -82,8 +82,7 @@ def open_workers(
     reward_file: str,
 ) -> Iterator[MemberWorkers]:
     """Ray (started or joined as `cluster.*` says) with `n` member actors; all stopped on exit."""
-    from arena_core.distributed.cluster import Layout, RayCluster
-    from arena_core.runtime.process_runtime import process_layout
+    from arena_core.distributed.cluster import Layout, RayCluster, process_layout
 
     device = process_layout(core, plan).device
     # one bundle per member actor: the cluster's "engine" bundles, each a whole device
@@ -134,31 +133,16 @@ class MemberActor:
         random.seed(core.seed)
         np.random.seed(core.seed % (2**32))
         torch.manual_seed(core.seed)
-        from arena_core.device import device_plan
-        from arena_core.evolution.member_step import MemberRunner, build_learner
-        from arena_core.models import load_policy
-        from arena_core.runtime.build import build_backend, build_task
-        from arena_core.runtime.rewards import RewardScorer
-        from arena_core.sandbox import RewardPool, SandboxPolicy
+        from arena_core.evolution.member_step import MemberRunner
+        from arena_core.pipeline.parts import open_run_parts
 
-        dev = device_plan(core.runtime.device, core.model.dtype)
-        task = build_task(core.env)
-        policy = load_policy(core.model.model_dump(), device=dev.device, runs=core.paths.runs)
-        learner = build_learner(core, plan, policy, dev)
-        self.backend = build_backend(core.backend.model_dump(), policy)
-        sb = core.sandbox
-        self.pool = RewardPool(
-            reward_file,
-            workers=sb.workers,
-            timeout_s=sb.reward_timeout_s,
-            fallback=sb.fallback,
-            memory_mb=sb.memory_mb,
-            policy=SandboxPolicy.from_config(sb),
+        # the driver's parts, built the same way (the env's own task: its MCP servers, its
+        # state dirs mounted for the reward); `close` closes them all
+        self._parts = contextlib.ExitStack()
+        parts = self._parts.enter_context(open_run_parts(core, plan, reward_file=reward_file))
+        self.runner = MemberRunner(
+            core, parts.task, parts.policy, parts.learner, parts.backend, parts.scorer
         )
-        scorer = RewardScorer(
-            self.pool, path=reward_file, timeout_s=sb.reward_timeout_s, memory_mb=sb.memory_mb
-        )
-        self.runner = MemberRunner(core, task, policy, learner, self.backend, scorer)
         self.members: list[Member] = []
 
     def ready(self) -> int:
@@ -188,11 +172,9 @@ class MemberActor:
         return {"rows": rows, "states": {m.id: _trained_state(store, m) for m in self.members}}
 
     def close(self) -> None:
-        """Stop the reward sandbox and the engine before the actor is killed."""
-        self.pool.close()
-        close = getattr(self.backend, "close", None)
-        if callable(close):
-            close()
+        """Stop the reward sandbox, the engine and the task (MCP servers) before the actor is
+        killed."""
+        self._parts.close()
 
 
 def _trained_state(store: MemberStore, member: Member) -> dict[str, Any]:

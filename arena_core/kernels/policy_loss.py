@@ -278,39 +278,22 @@ def fused_policy_loss(
         weights=w,
         ref_logprobs=ref_logprobs,
     )
-
-    def token_terms(lp: torch.Tensor, rows: slice | None = None):
-        pick = (lambda x: x) if rows is None else (lambda x: x.reshape(-1)[rows])
-        ref = pick(ref_logprobs) if ref_logprobs is not None else None
-        if algo == "grpo":
-            return grpo_token_loss(
-                lp, pick(old_logprobs), pick(advantages), eps_low, eps_high, ref, beta
-            )
-        return cispo_token_loss(lp, pick(old_logprobs), pick(advantages), eps_low, eps_high)
-
-    def weighted_sum(x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-        return torch.where(weights != 0, x, 0.0).mul(weights).sum()
-
-    def chunk_loss(lp: torch.Tensor, ent: torch.Tensor | None, rows: slice) -> torch.Tensor:
-        w_rows = w.reshape(-1)[rows]
-        loss = weighted_sum(token_terms(lp, rows).loss, w_rows)
-        if ent is not None and entropy_coef:
-            loss = loss - entropy_coef * weighted_sum(ent, w_rows)
-        return loss
-
+    terms_of = _TokenTerms(
+        algo, old_logprobs, advantages, ref_logprobs, eps_low, eps_high, beta, w, entropy_coef
+    )
     grads_needed = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
     if one_pass and grads_needed and impl != "naive":
         loss, logprobs, entropy = fused_linear_loss(
             hidden,
             weight,
             targets,
-            chunk_loss,
+            terms_of.chunk_loss,
             temperature=temperature,
             with_entropy=want_entropy,
             chunk_size=chunk_size,
             impl=impl,
         )
-        terms = token_terms(logprobs)
+        terms = terms_of(logprobs)
     else:
         out = fused_linear_logprob(
             hidden,
@@ -322,14 +305,73 @@ def fused_policy_loss(
             impl=impl,
         )
         logprobs, entropy = out if want_entropy else (out, None)
-        terms = token_terms(logprobs)
-        loss = weighted_sum(terms.loss, w)
-        if entropy is not None and entropy_coef:
-            loss = loss - entropy_coef * weighted_sum(entropy, w)
-    kl_tokens = terms.kl if algo == "grpo" else None
-    with torch.no_grad():  # metrics are token means whatever the loss mode
-        w_tok = token_weights(mask, "token-mean", seq_ids=seq_ids, shape=logprobs.shape)
-        w_tok = w_tok.to(logprobs.device)
-        clip_fraction = (terms.clipped * w_tok).sum()
-        kl = weighted_sum(kl_tokens, w_tok) if kl_tokens is not None else None
+        terms = terms_of(logprobs)
+        loss = terms_of.total(terms.loss, entropy, w)
+    clip_fraction, kl = _token_mean_metrics(terms, algo, mask, seq_ids, logprobs)
     return PolicyLoss(loss, logprobs, entropy, clip_fraction, kl)
+
+
+@torch.no_grad()
+def _token_mean_metrics(
+    terms: GRPOTokenLoss | CISPOTokenLoss,
+    algo: str,
+    mask: torch.Tensor | None,
+    seq_ids: torch.Tensor | None,
+    logprobs: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Clip fraction and KL as token means over the mask, whatever the loss's aggregation mode
+    (so runs with different modes report comparable figures)."""
+    w_tok = token_weights(mask, "token-mean", seq_ids=seq_ids, shape=logprobs.shape)
+    w_tok = w_tok.to(logprobs.device)
+    kl_tokens = terms.kl if algo == "grpo" else None
+    kl = _weighted_sum(kl_tokens, w_tok) if kl_tokens is not None else None
+    return (terms.clipped * w_tok).sum(), kl
+
+
+def _weighted_sum(x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """sum_t w_t * x_t, with tokens of weight 0 left out even where x is NaN or inf."""
+    return torch.where(weights != 0, x, 0.0).mul(weights).sum()
+
+
+class _TokenTerms:
+    """The per-token loss of one call of `fused_policy_loss`, for all tokens or one chunk of rows:
+    the fused one-pass path asks for it chunk by chunk (`chunk_loss`), the metrics for all."""
+
+    def __init__(
+        self,
+        algo: str,
+        old_logprobs: torch.Tensor,
+        advantages: torch.Tensor,
+        ref_logprobs: torch.Tensor | None,
+        eps_low: float,
+        eps_high: float,
+        beta: float,
+        weights: torch.Tensor,
+        entropy_coef: float,
+    ) -> None:
+        self.algo, self.old, self.adv, self.ref = algo, old_logprobs, advantages, ref_logprobs
+        self.eps_low, self.eps_high, self.beta = eps_low, eps_high, beta
+        self.weights, self.entropy_coef = weights, entropy_coef
+
+    def __call__(
+        self, lp: torch.Tensor, rows: slice | None = None
+    ) -> GRPOTokenLoss | CISPOTokenLoss:
+        pick = (lambda x: x) if rows is None else (lambda x: x.reshape(-1)[rows])
+        if self.algo == "grpo":
+            ref = pick(self.ref) if self.ref is not None else None
+            return grpo_token_loss(
+                lp, pick(self.old), pick(self.adv), self.eps_low, self.eps_high, ref, self.beta
+            )
+        return cispo_token_loss(lp, pick(self.old), pick(self.adv), self.eps_low, self.eps_high)
+
+    def chunk_loss(self, lp: torch.Tensor, ent: torch.Tensor | None, rows: slice) -> torch.Tensor:
+        return self.total(self(lp, rows).loss, ent, self.weights.reshape(-1)[rows])
+
+    def total(
+        self, token_loss: torch.Tensor, ent: torch.Tensor | None, weights: torch.Tensor
+    ) -> torch.Tensor:
+        """sum_t w_t * l_t - entropy_coef * sum_t w_t * H_t (the entropy term when asked for)."""
+        loss = _weighted_sum(token_loss, weights)
+        if ent is not None and self.entropy_coef:
+            loss = loss - self.entropy_coef * _weighted_sum(ent, weights)
+        return loss

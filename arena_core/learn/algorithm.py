@@ -48,7 +48,7 @@ class Algorithm(Protocol):
     Built from the validated `algo` config section: `AlgorithmClass(config)`.
 
     Optional members, called only when present (so they are not part of this Protocol's required
-    set; arena_core.learn.advantages has the call sites, arena_core.runtime.rollout the
+    set; arena_core.learn.advantages has the call sites, arena_core.pipeline.groups the
     collector side):
 
     - `shape_rewards(rewards [1, g], lengths [g], max_new_tokens) -> (rewards, parts)`: the
@@ -68,7 +68,7 @@ class Algorithm(Protocol):
       instead of dropping it (on-policy distillation: the teacher grades every token anyway).
     - `teacher: str`: a model reference (`RUN[:STEP|best]` or a model name) that the runtime
       loads once, frozen, and whose logprobs of the sampled tokens the learner puts in
-      `TokenBatch.teacher_logp` (arena_core.runtime.build.build_learner).
+      `TokenBatch.teacher_logp` (arena_core.pipeline.build.build_learner).
     """
 
     group_size: int

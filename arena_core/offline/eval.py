@@ -2,7 +2,7 @@
 
 SFT: the token-mean negative log-likelihood of the held-out completions (`eval/loss`), and when
 the env has a reward, the held-out greedy reward and accuracy exactly as the RL loop measures
-them (`arena_core.runtime.evaluate`, the reward sandboxed). DPO: the pair loss, the implicit
+them (`arena_core.pipeline.evaluate`, the reward sandboxed). DPO: the pair loss, the implicit
 reward margin and `eval/pref_accuracy` (the share of held-out pairs whose chosen completion has
 the higher implicit reward). The DPO reference is the LoRA base with the adapter disabled, or,
 for full fine-tuning, sequence log-probabilities computed once from the starting weights and
@@ -59,23 +59,14 @@ class Evaluator:
         reward = getattr(self.task, "reward", None)
         if self.preference or not reward:
             return self
+        from arena_core.pipeline.build import reward_path
+        from arena_core.pipeline.groups import PromptEncoder
+        from arena_core.pipeline.scoring import sandboxed_scorer
         from arena_core.rollout.torch_backend import TorchBackend
-        from arena_core.runtime.build import reward_path
-        from arena_core.runtime.rewards import RewardScorer
-        from arena_core.runtime.rollout import PromptEncoder
-        from arena_core.sandbox import RewardPool, SandboxPolicy
 
-        sb = self.core.sandbox
         path = reward_path(self.core.reward, self.task)
-        self._pool = RewardPool(
-            path,
-            workers=sb.workers,
-            timeout_s=sb.reward_timeout_s,
-            fallback=sb.fallback,
-            memory_mb=sb.memory_mb,
-            policy=SandboxPolicy.from_config(sb),
-        ).__enter__()
-        scorer = RewardScorer(self._pool, path=path, timeout_s=sb.reward_timeout_s)
+        scorer = sandboxed_scorer(self.core.sandbox, path)  # the LLM runs' reward sandbox
+        self._pool = scorer.pool
         if self.data.rows:  # dataset rows: the reward compares with the response
             held = self.task.eval_rows[: len(self.data.eval_rows)]
             examples = [Example(str(row["prompt"]), str(row["response"])) for row in held]
@@ -134,7 +125,7 @@ class Evaluator:
         }
 
     def _held_out_reward(self) -> dict[str, Any]:
-        from arena_core.runtime.evaluate import evaluate
+        from arena_core.pipeline.evaluate import evaluate
 
         backend, encoder, examples, scorer = self._reward
         gen = self.core.generation
@@ -146,7 +137,8 @@ class Evaluator:
             max_new_tokens=self.core.eval.max_new_tokens or gen.max_new_tokens,
             stop=list(gen.stop),
         )
-        keys = ("eval/reward_mean", "eval/accuracy")
+        keys = ("eval/reward_mean", "eval/accuracy", "eval/seconds")
+        keys += tuple(k for k in result if k.startswith("eval/reward/"))  # its components
         return {k: result[k] for k in keys if not _nan(result.get(k))}
 
     # -- the DPO reference -------------------------------------------------------------------

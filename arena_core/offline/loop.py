@@ -2,7 +2,8 @@
 
 Algorithms choose it with `recipe = "offline"`. It shares the LLM loop's parts: the policy loader
 (with `model.init_from`), the `Learner` (token-budget micro-batches, the fused logprob head),
-the store (run directory, loggers, checkpoints, summary.json) and, when the env has a reward,
+the run session (`arena_core.session`: run directory, resume, seeds, loggers, checkpoints,
+Ctrl-C, summary.json) and, when the env has a reward,
 the same held-out reward evaluation (greedy, sandboxed reward). One step is `algo.batch_size`
 rows: SFT goes through `Learner.step` with a per-token NLL, DPO through
 `arena_core.learn.sequence_loss.preference_step`. Like every run it writes plan.json at its start,
@@ -13,42 +14,27 @@ rows: SFT goes through `Learner.step` with a per-token NLL, DPO through
 
 from __future__ import annotations
 
-import random
 import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from arena_core.config.schema import CoreConfig
-from arena_core.errors import ArenaError, ConfigError
+from arena_core.errors import ConfigError
 from arena_core.learn.learner import Learner, NonFiniteLossError
 from arena_core.learn.mismatch import MISMATCH_KEYS
+from arena_core.learn.settings import DEFAULT_MICRO_BATCH_TOKENS
 from arena_core.offline.data import Encoder, OfflineData, mismatch, task_category
 from arena_core.offline.eval import Evaluator
-from arena_core.runtime.build import build_algorithm, make_env
-from arena_core.runtime.finish import (
-    check_resume_config,
-    closing_summary,
-    failed_summary,
-    finished_already,
-)
-from arena_core.runtime.plan_file import write_plan
+from arena_core.pipeline.build import build_algorithm, make_env
 from arena_core.runtime.threads import torch_threads
-from arena_core.store.atomic import atomic_write_json
+from arena_core.session import RunSession
 from arena_core.store.best import save_reason
-from arena_core.store.checkpoints import (
-    best_checkpoint,
-    latest_checkpoint,
-    load_checkpoint,
-    save_checkpoint,
-)
+from arena_core.store.checkpoints import best_checkpoint, latest_checkpoint
 from arena_core.store.curves import plot_reward_curve
 from arena_core.store.kinds import PREFERENCE, SFT
-from arena_core.store.rundir import new_run_dir, resolve_resume, write_config
 
-DEFAULT_MICRO_BATCH_TOKENS = 2048
 _SUMMARY_NAMES = {"eval/reward_mean": "eval_reward"}  # the LLM loop's summary names
 
 
@@ -66,38 +52,23 @@ def _run(core: CoreConfig, cfg: dict[str, Any]) -> Path:
     algo_name = str((core.algo or {})["name"])
     if category not in algorithm.data_categories:
         raise ConfigError(mismatch(algo_name, algorithm.data_categories, core.env or {}, category))
-    runs = Path(core.paths.runs) / core.project if core.project else Path(core.paths.runs)
-    resuming = core.train.resume is not None
-    if resuming:
-        run_dir = resolve_resume(str(core.train.resume), runs)
-        if finished_already(run_dir, core.train.max_steps):
-            return run_dir
-        check_resume_config(run_dir, cfg, allow=core.train.resume_allow_changes)
-    else:
-        run_dir = new_run_dir(runs, core.run_name or f"{algo_name}-{core.env['name']}")  # type: ignore[index]
-    write_config(run_dir, cfg)
-    print(f"run directory: {run_dir}", flush=True)
-    try:
-        _OfflineRun(core, run_dir, algorithm, task, resuming).run()
-    except BaseException as exc:
-        if not isinstance(exc, ArenaError) or not (run_dir / "summary.json").is_file():
-            failed_summary(run_dir, exc)
-        raise
-    return run_dir
+    session = RunSession.open(core, cfg, f"{algo_name}-{core.env['name']}")  # type: ignore[index]
+    if session.done:
+        return session.run_dir  # said so; nothing to train
+    with session.scope():  # a crash anywhere leaves a failed summary.json
+        session.seed()
+        _OfflineRun(core, session, algorithm, task).run()
+    return session.run_dir
 
 
 class _OfflineRun:
     """The state of one offline run; methods are the loop's phases."""
 
-    def __init__(
-        self, core: CoreConfig, run_dir: Path, algorithm: Any, task: Any, resuming: bool
-    ) -> None:
-        random.seed(core.seed)
-        np.random.seed(core.seed % (2**32))
-        torch.manual_seed(core.seed)
+    def __init__(self, core: CoreConfig, session: RunSession, algorithm: Any, task: Any) -> None:
         from arena_core.models import load_policy
 
-        self.core, self.run_dir, self.algorithm = core, run_dir, algorithm
+        self.core, self.session, self.algorithm = core, session, algorithm
+        self.run_dir = run_dir = session.run_dir
         self.policy = load_policy(core.model.model_dump(), runs=core.paths.runs)
         self.learner = Learner(
             self.policy.model,
@@ -114,13 +85,7 @@ class _OfflineRun:
             self.policy.tokenizer, cfg.max_length, getattr(cfg, "completion_only", True)
         )
         self.data = OfflineData(task, core.eval.num_prompts)
-        self.state: dict[str, Any] = {}
-        if resuming:
-            ckpt = latest_checkpoint(run_dir)
-            if ckpt is None:
-                raise ArenaError(f"{run_dir} has no checkpoint to resume from")
-            self.state = load_checkpoint(ckpt, self.policy.model, self.learner.optimizer)
-            print(f"resumed from {ckpt} (step {self.state['step']})", flush=True)
+        self.state = session.restore(self.policy.model, self.learner.optimizer)
         self.step = int(self.state.get("step", 0))
         self.stream = self.data.stream(core.seed, skip=self.step * cfg.batch_size)
         self.evaluator = Evaluator(core, task, self.data, self.encoder, self.learner, self.policy)
@@ -128,17 +93,7 @@ class _OfflineRun:
             self.evaluator.prepare_reference(run_dir)
         self.evals: list[dict[str, Any]] = list(self.state.get("evals", []))
         self.totals: dict[str, float] = dict(self.state.get("totals", {}))
-        from arena_core.loggers import LoggerContext, build_loggers
-
-        self.metrics = build_loggers(
-            core.logger.names,
-            LoggerContext(
-                run_dir=run_dir,
-                run_name=core.run_name or run_dir.name,
-                config=core.model_dump(mode="json"),
-                resume_step=self.step if self.state else None,
-            ),
-        )
+        self.metrics = session.open_loggers(resume_step=self.step if self.state else None)
 
     def _write_plan(self) -> None:
         """plan.json: no generation to balance against learning, so the plan says what the run
@@ -165,7 +120,7 @@ class _OfflineRun:
             "parameters trained"
             + (f", reference: {fields['reference']}" if self.preference else "")
         )
-        write_plan(self.run_dir, self.kind.name, fields, line)
+        self.session.write_plan(self.kind.name, fields, line)
 
     # -- phases ----------------------------------------------------------------------------
     def run(self) -> None:
@@ -198,19 +153,10 @@ class _OfflineRun:
         self.totals["wall_seconds"] = wall_before + time.perf_counter() - t0
         ckpt = self._checkpoint() if save else latest_checkpoint(self.run_dir)
         self._summary(status, ckpt, error)
-        self.metrics.close()
         if status == "failed":
-            from arena_core.runtime.finish import last_good
-            from arena_core.runtime.llm_loop import RunFailed
-
-            raise RunFailed(f"{error}\n{last_good(ckpt, save, self.run_dir)}")
+            raise self.session.failed(str(error), ckpt, save)
         if status == "interrupted":
-            from arena_core.runtime.llm_loop import RunInterrupted
-
-            raise RunInterrupted(
-                f"interrupted at step {self.step}: checkpoint {ckpt}, summary in "
-                f"{self.run_dir / 'summary.json'}. Resume with train.resume={self.run_dir}"
-            )
+            raise self.session.interrupted(self.step, f"checkpoint {ckpt}")
 
     def _due(self, every: int) -> bool:
         return every > 0 and self.step % every == 0
@@ -270,20 +216,19 @@ class _OfflineRun:
         scores = {k: v for k, v in (last or {}).items() if k != "step"} or None
         title = self.core.run_name or self.run_dir.name
         plot_reward_curve(self.run_dir, self.evals, kind=self.kind, title=title)
-        return save_checkpoint(
-            self.run_dir,
+        return self.session.save_checkpoint(
             self.step,
             self.policy.model,
             self.learner.optimizer,
             {"evals": self.evals, "totals": self.totals},
             tokenizer=self.policy.tokenizer,
-            keep=self.core.train.keep_checkpoints,
             scores=scores,
             best_only=best_only,
         )
 
     def _summary(self, status: str, ckpt: Path | None, error: str | None) -> None:
-        first, last = self.evals[0], self.evals[-1]
+        none: dict[str, Any] = {"step": None}  # stopped before its first evaluation ended
+        first, last = (self.evals[0], self.evals[-1]) if self.evals else (none, none)
         t = self.totals
         summary: dict[str, Any] = {
             "run_dir": str(self.run_dir),
@@ -313,13 +258,7 @@ class _OfflineRun:
         )
         if error:
             summary["error"] = error
-        if status == "interrupted":
-            from arena_core.interrupts import signal_name
-
-            summary["signal"] = signal_name()  # SIGINT (Ctrl-C) or SIGTERM (a scheduler)
-        atomic_write_json(self.run_dir / "summary.json", summary)
-        self.metrics.log_summary(summary)
-        print(closing_summary(summary, run_name=self.core.run_name), flush=True)
+        self.session.finish(summary)  # summary.json (+ signal), the loggers, the closing lines
 
 
 def _fmt(values: dict[str, Any]) -> str:

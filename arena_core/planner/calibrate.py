@@ -45,11 +45,20 @@ from pydantic import BaseModel, ValidationError
 from arena_core.errors import ArenaError
 from arena_core.planner.cost import Coefficients
 from arena_core.planner.hardware import HardwareProfile
-
-# Shapes of the calibration models: Qwen2-like and the width of the embedded tiny model (h=256,
-# GQA 4/2) with a small vocabulary, so matmuls, not the LM head's softmax, dominate; small enough to
-# run in seconds on 2 cores.
-CAL_HIDDEN, CAL_INTER, CAL_HEADS, CAL_KV, CAL_VOCAB = 256, 768, 4, 2, 512
+from arena_core.planner.microbench import (  # noqa: F401 (their old import path)
+    CAL_HEADS,
+    CAL_HIDDEN,
+    CAL_INTER,
+    CAL_KV,
+    CAL_VOCAB,
+    measure_bandwidth,
+    measure_decode,
+    measure_decode_read,
+    measure_learn,
+    measure_matmul,
+    spec_of,
+    tiny_qwen2,
+)
 
 
 class Calibration(BaseModel):
@@ -126,129 +135,6 @@ def save_calibration(cal: Calibration) -> Path:
     return path
 
 
-# -- micro-benchmarks ------------------------------------------------------------------------------
-def _timed(
-    fn: Callable[[], Any], repeats: int = 3, sync: Callable[[], None] | None = None
-) -> float:
-    """Median seconds of ``repeats`` runs after one warm-up (the median resists noisy neighbours)."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        if sync:
-            sync()
-        t0 = time.perf_counter()
-        fn()
-        if sync:
-            sync()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-def tiny_qwen2(
-    layers: int,
-    vocab: int = CAL_VOCAB,
-    hidden: int = CAL_HIDDEN,
-    inter: int = CAL_INTER,
-    heads: int = CAL_HEADS,
-    kv: int = CAL_KV,
-) -> Any:
-    """A randomly initialised Qwen2 causal LM built from a config (no download)."""
-    import torch
-    from transformers import AutoModelForCausalLM, Qwen2Config
-
-    torch.manual_seed(0)
-    cfg = Qwen2Config(
-        vocab_size=vocab,
-        hidden_size=hidden,
-        intermediate_size=inter,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=kv,
-        max_position_embeddings=4096,
-        tie_word_embeddings=True,
-        use_cache=True,
-    )
-    return AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").eval()
-
-
-def spec_of(model: Any) -> Any:
-    from arena_core.planner.model_spec import ModelSpec
-
-    return ModelSpec.from_dict(model.config.to_dict(), name="calibration-qwen2")
-
-
-def measure_matmul(device: str = "cpu", sizes: tuple[int, ...] = (256, 512, 1024)) -> dict:
-    import torch
-
-    dtype = torch.float32 if device == "cpu" else torch.bfloat16
-    sync = torch.cuda.synchronize if device != "cpu" else None
-    rates = {}
-    for n in sizes:
-        a = torch.randn(n, n, device=device, dtype=dtype)
-        b = torch.randn(n, n, device=device, dtype=dtype)
-        reps = max(1, int(2e9 / (2 * n**3))) if device == "cpu" else 20
-        sec = _timed(lambda a=a, b=b, reps=reps: [a @ b for _ in range(reps)], sync=sync)
-        rates[n] = 2 * n**3 * reps / sec / 1e12
-    return {"tflops_by_size": rates, "peak_tflops": max(rates.values())}
-
-
-def measure_bandwidth(device: str = "cpu", mbytes: int = 128) -> float:
-    import torch
-
-    x = torch.empty(mbytes * 2**20 // 4, device=device)
-    y = torch.empty_like(x)
-    sync = torch.cuda.synchronize if device != "cpu" else None
-    sec = _timed(lambda: y.copy_(x), repeats=5, sync=sync)
-    return 2 * x.numel() * 4 / sec / 1e9
-
-
-def measure_learn(layers: int, tokens: int, seq: int = 64) -> tuple[float, float]:
-    """(seconds of one forward+backward of ``tokens`` tokens, seconds of one AdamW step)."""
-    import torch
-
-    model = tiny_qwen2(layers).train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
-    ids = torch.randint(0, CAL_VOCAB, (tokens // seq, seq))
-
-    def step() -> None:
-        out = model(input_ids=ids, labels=ids)
-        out.loss.backward()
-
-    fwd_bwd = _timed(step, repeats=3)
-    opt_s = _timed(opt.step, repeats=2)
-    return fwd_bwd, opt_s
-
-
-class _IdsOnly:
-    """The little a decode loop needs from a tokenizer when it is fed ids and never stops early."""
-
-    pad_token_id = 0
-    eos_token_id = None
-
-    def decode(self, ids: list[int], **_: object) -> str:
-        return ""
-
-
-def measure_decode(layers: int, batch: int, new_tokens: int, prompt: int = 32) -> float:
-    """Seconds for Arena's own torch engine to produce ``new_tokens`` for ``batch`` sequences
-    (KV cache on, no early stop): the loop a CPU run really uses, Python overhead included."""
-    import torch
-
-    from arena_core.rollout.base import SamplingParams
-    from arena_core.rollout.torch_backend import TorchBackend
-
-    model = tiny_qwen2(layers)
-    model.generation_config.eos_token_id = None
-    backend = TorchBackend(model, _IdsOnly())
-    prompts = torch.randint(1, CAL_VOCAB, (batch, prompt)).tolist()
-    params = SamplingParams(max_new_tokens=new_tokens, temperature=1.0, seed=0)
-
-    def gen() -> None:
-        backend.generate(prompts, params)
-
-    return _timed(gen, repeats=3)
-
-
 # -- fitting ---------------------------------------------------------------------------------------
 def fit_nonnegative(rows: list[list[float]], y: list[float]) -> list[float]:
     """Least squares with every coefficient >= 0 (exhaustive over active sets: 3 unknowns at most).
@@ -284,76 +170,33 @@ def calibrate_cpu(progress: Callable[[str], None] = lambda _m: None) -> Calibrat
     from arena_core.planner.hardware import cpu_profile
 
     started = time.perf_counter()
-    threads = torch.get_num_threads()
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    if load > (os.cpu_count() or 1):
-        progress(
-            f"warning: load average {load:.1f} on {os.cpu_count()} cores: other work "
-            f"competes, and {threads} spinning torch threads can slow tiny kernels 5-20x; "
-            "calibrate with the thread count runs use (runtime.threads=N)"
-        )
+    _warn_if_busy(progress, torch.get_num_threads())
     progress(f"matmul throughput ({torch.get_num_threads()} torch threads)")
     mm = measure_matmul("cpu")
     peak = mm["peak_tflops"] * 1e12
     progress("memory bandwidth")
     bw = measure_bandwidth("cpu")
-
+    read = measure_decode_read()
     progress("tiny transformer forward+backward")
-    t_small, t_big, seq = 256, 1024, 64
-    learn = {(L, t): measure_learn(L, t, seq) for L in (2, 4) for t in (t_small, t_big)}
-    shallow, deep = spec_of(tiny_qwen2(2)), spec_of(tiny_qwen2(4))
-    # per token: 6 * flop_params + causal attention 6 * L * S * d_q (cost.learn_seconds)
-    work = {
-        L: 6 * (s.flop_params + s.num_layers * seq * s.q_dim) for L, s in ((2, shallow), (4, deep))
-    }
-    # time = fixed + L * per_layer + tokens * work(L) / (peak * efficiency)
-    rows = [[1.0, float(L), t * work[L]] for (L, t) in learn]
-    fixed, layer_ovh, inv = fit_nonnegative(rows, [v[0] for v in learn.values()])
-    learn_eff = min(1.0, 1 / (peak * inv)) if inv > 0 else 1.0
-    learn_fixed = fixed
-    opt_s = statistics.mean(learn[(4, t)][1] for t in (t_small, t_big))
-    opt_eff = min(1.0, 32 * deep.total_params / (bw * 1e9) / max(opt_s, 1e-6))
-
+    learn_fit, learn_raw = _fit_cpu_learn(peak, bw)
     progress("tiny batched decode with KV cache")
-    new, b_small, b_big, prompt = 16, 8, 32, 32
-    dec = {(L, b): measure_decode(L, b, new, prompt) for L in (2, 4) for b in (b_small, b_big)}
-    pre = {L: measure_decode(L, b_big, 1, prompt) for L in (2, 4)}
-    # step = step_overhead + L * layer_overhead + batch * flops_per_seq(L) / (peak * efficiency)
-    rows, ys = [], []
-    for L, spec in ((2, shallow), (4, deep)):
-        per_seq = 2 * (spec.flop_params + 2 * spec.num_layers * (prompt + new / 2) * spec.q_dim)
-        for b in (b_small, b_big):
-            rows.append([1.0, float(L), b * per_seq])
-            ys.append((dec[(L, b)] - pre[L]) / max(1, new - 1))
-    dec_step, dec_layer, inv = fit_nonnegative(rows, ys)
-    decode_eff = min(1.0, 1 / (peak * inv)) if inv > 0 else 1.0
-    pre_flops = 2 * b_big * prompt * (deep.flop_params + deep.num_layers * prompt * deep.q_dim)
-    prefill_eff = min(1.0, pre_flops / peak / max(pre[4] - dec_step - 4 * dec_layer, 1e-6))
-
+    decode_fit, decode_raw = _fit_cpu_decode(peak, read)
     coef = Coefficients.defaults_for(
         cpu_profile(matmul_tflops=mm["peak_tflops"], mem_bandwidth_gbs=bw)
     ).model_copy(
         update={
-            "learn_efficiency": learn_eff,
+            **learn_fit,
+            **decode_fit,
             "learn_half_tokens": 0.0,
-            "learn_layer_overhead_s": layer_ovh,
-            "learn_microbatch_overhead_s": learn_fixed,
-            "optimizer_bw_efficiency": opt_eff,
-            "prefill_efficiency": prefill_eff,
-            "decode_flops_efficiency": decode_eff,
             "decode_half_batch": 0.0,
-            "decode_step_overhead_s": dec_step,
-            "decode_layer_overhead_s": dec_layer,
-            "decode_bw_efficiency": 0.8,
-            "prefix_sharing": False,
+            "decode_bw_efficiency": min(1.0, read / bw),
+            "prefix_sharing": True,  # the torch engine prefills each distinct prompt once
         }
     )
     raw = {
         "matmul_tflops_by_size": {str(k): v for k, v in mm["tflops_by_size"].items()},
-        "learn_s": {f"L{L}_T{t}": v[0] for (L, t), v in learn.items()},
-        "adamw_step_s": opt_s,
-        "decode_s": {f"L{L}_B{b}_new{new}": v for (L, b), v in dec.items()},
-        "prefill_s": {f"L{L}_B{b_big}": v for L, v in pre.items()},
+        **learn_raw,
+        **decode_raw,
         "seconds": time.perf_counter() - started,
     }
     return Calibration(
@@ -363,11 +206,79 @@ def calibrate_cpu(progress: Callable[[str], None] = lambda _m: None) -> Calibrat
         measured={
             "matmul_tflops": mm["peak_tflops"],
             "mem_bandwidth_gbs": bw,
+            "decode_read_gbs": read,
             "cores": float(torch.get_num_threads()),
         },
         raw=raw,
         environment={"torch": torch.__version__, "transformers": transformers.__version__},
     )
+
+
+def _warn_if_busy(progress: Callable[[str], None], threads: int) -> None:
+    """Other work on the machine skews every figure: say so before measuring."""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    if load > (os.cpu_count() or 1):
+        progress(
+            f"warning: load average {load:.1f} on {os.cpu_count()} cores: other work "
+            f"competes, and {threads} spinning torch threads can slow tiny kernels 5-20x; "
+            "calibrate with the thread count runs use (runtime.threads=N)"
+        )
+
+
+def _fit_cpu_learn(peak: float, bw: float) -> tuple[dict[str, float], dict[str, Any]]:
+    """The learner's CPU coefficients from tiny forward+backward steps at two depths and two
+    token counts: time = fixed + L * per_layer + tokens * work(L) / (peak * efficiency)."""
+    t_small, t_big, seq = 256, 1024, 64
+    learn = {(L, t): measure_learn(L, t, seq) for L in (2, 4) for t in (t_small, t_big)}
+    shallow, deep = spec_of(tiny_qwen2(2)), spec_of(tiny_qwen2(4))
+    # per token: 6 * flop_params + causal attention 6 * L * S * d_q (cost.learn_seconds)
+    work = {
+        L: 6 * (s.flop_params + s.num_layers * seq * s.q_dim) for L, s in ((2, shallow), (4, deep))
+    }
+    rows = [[1.0, float(L), t * work[L]] for (L, t) in learn]
+    fixed, layer_ovh, inv = fit_nonnegative(rows, [v[0] for v in learn.values()])
+    opt_s = statistics.mean(learn[(4, t)][1] for t in (t_small, t_big))
+    fit = {
+        "learn_efficiency": min(1.0, 1 / (peak * inv)) if inv > 0 else 1.0,
+        "learn_layer_overhead_s": layer_ovh,
+        "learn_microbatch_overhead_s": fixed,
+        "optimizer_bw_efficiency": min(1.0, 32 * deep.total_params / (bw * 1e9) / max(opt_s, 1e-6)),
+    }
+    raw = {"learn_s": {f"L{L}_T{t}": v[0] for (L, t), v in learn.items()}, "adamw_step_s": opt_s}
+    return fit, raw
+
+
+def _fit_cpu_decode(peak: float, read: float) -> tuple[dict[str, float], dict[str, Any]]:
+    """The engine's CPU coefficients from tiny batched decodes with a KV cache: step =
+    step_overhead + L * layer_overhead + batch * flops_per_seq(L) / (peak * efficiency), once
+    the weight read at `read` GB/s (`measure_decode_read`) is taken out of each step."""
+    shallow, deep = spec_of(tiny_qwen2(2)), spec_of(tiny_qwen2(4))
+    new, b_small, b_big, prompt = 16, 8, 32, 32
+    dec = {(L, b): measure_decode(L, b, new, prompt) for L in (2, 4) for b in (b_small, b_big)}
+    pre = {L: measure_decode(L, b_big, 1, prompt) for L in (2, 4)}
+    # (the weight read, priced at the measured read rate, is known: the fit takes it out first)
+    rows, ys = [], []
+    for L, spec in ((2, shallow), (4, deep)):
+        per_seq = 2 * (spec.flop_params + 2 * spec.num_layers * (prompt + new / 2) * spec.q_dim)
+        read_s = 4 * spec.flop_params / (read * 1e9)
+        for b in (b_small, b_big):
+            rows.append([1.0, float(L), b * per_seq])
+            ys.append(max(0.0, (dec[(L, b)] - pre[L]) / max(1, new - 1) - read_s))
+    dec_step, dec_layer, inv = fit_nonnegative(rows, ys)
+    pre_flops = 2 * b_big * prompt * (deep.flop_params + deep.num_layers * prompt * deep.q_dim)
+    fit = {
+        "prefill_efficiency": min(
+            1.0, pre_flops / peak / max(pre[4] - dec_step - 4 * dec_layer, 1e-6)
+        ),
+        "decode_flops_efficiency": min(1.0, 1 / (peak * inv)) if inv > 0 else 1.0,
+        "decode_step_overhead_s": dec_step,
+        "decode_layer_overhead_s": dec_layer,
+    }
+    raw = {
+        "decode_s": {f"L{L}_B{b}_new{new}": v for (L, b), v in dec.items()},
+        "prefill_s": {f"L{L}_B{b_big}": v for L, v in pre.items()},
+    }
+    return fit, raw
 
 
 def calibrate_gpu(

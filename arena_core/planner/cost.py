@@ -8,7 +8,10 @@
   reduce-scatters overlap compute; tensor-parallel collectives and offload transfers do not.
 * Generate: prefill is compute-bound (FLOPs / peak / prefill_efficiency); each decode step is
   bandwidth-bound, reading the weights it touches (MoE: the experts the batch routes to) and the KV
-  cache, unless the batch is large enough for compute to dominate; plus a per-step overhead.
+  cache, unless the batch is large enough for compute to dominate; plus a per-step overhead. On a
+  CPU the read and the math add instead (one core does not hide the loads behind the FMAs: a
+  SmolLM2 decode step at batch 8 took 165 ms of CPU time against 163 ms for the sum, priced at
+  the read and matmul rates measured beside it; docs/real-models.md).
   Batch-dependent efficiency: the compute side runs at ``decode_flops_efficiency * B/(B+half)``.
 * Sync: full weights broadcast from trainers to engines (or a LoRA adapter), at the link bandwidth
   x a collective efficiency, plus a fixed pause for the engine to load them.
@@ -198,12 +201,17 @@ def generate_seconds(
     ctx = wl.prompt_tokens + wl.completion_tokens / 2
     b = hw.dtype_bytes
     kv_read = batch * ctx * kv_bytes_per_token(m, hw, tp)
-    weight_read = b * engine_touched_params(m, sz, batch) / tp
+    # an untied input embedding is looked up (B rows), not read whole; the LM head is read whole
+    head = m.vocab_size * m.hidden_size
+    weight_read = b * (engine_touched_params(m, sz, batch) - sz.embed + head) / tp
     bw_s = (weight_read + kv_read) / (hw.mem_bandwidth_gbs * 1e9 * c.decode_bw_efficiency)
     flops = 2 * batch * (m.flop_params + 2 * sz.layers * ctx * m.q_dim)
     eff = c.decode_flops_efficiency * batch / (batch + c.decode_half_batch)
     flop_s = flops / (peak * eff)
-    step = c.decode_step_overhead_s + sz.layers * c.decode_layer_overhead_s + max(bw_s, flop_s)
+    # A GPU overlaps streaming the weights with the math; one CPU core at a small decode batch
+    # does not (the loads stall the FMAs), so there the two add (see the module docstring).
+    work_s = bw_s + flop_s if hw.kind == "cpu" else max(bw_s, flop_s)
+    step = c.decode_step_overhead_s + sz.layers * c.decode_layer_overhead_s + work_s
     if tp > 1:
         step += (
             2

@@ -62,7 +62,13 @@ def workload_from_config(cfg: dict[str, Any], prompt_tokens: int | None = None) 
     if beta is None:
         beta = lookup(cfg, "algo.kl_coef", 0.0)
     mode = lookup(cfg, "runtime.mode", "async")
-    return Workload(kl_ref=bool(beta and float(beta) > 0), overlap=mode != "sync", **values)
+    backend = str(lookup(cfg, "backend.name", "torch") or "torch")
+    return Workload(
+        kl_ref=bool(beta and float(beta) > 0),
+        overlap=mode != "sync",
+        engine_shares_module=backend == "torch",
+        **values,
+    )
 
 
 def hardware_from_config(cfg: dict[str, Any]) -> tuple[HardwareProfile, int]:
@@ -121,9 +127,19 @@ def plan_from_config(
     implied_tp = backend != "vllm" and pinned.get("engine_tp") is None
     if implied_tp:
         pinned["engine_tp"] = 1  # only vLLM engines split over devices (tensor_parallel_size)
+    now, now_load, probe_note = _coefficients_now(cfg, hw, count)
+    coef = None
+    if now is not None:
+        hw, coef = now
     try:
         result = make_plan(
-            spec, hw, count, workload_from_config(cfg, prompt_tokens), lora_rank=lora, pinned=pinned
+            spec,
+            hw,
+            count,
+            workload_from_config(cfg, prompt_tokens),
+            lora_rank=lora,
+            pinned=pinned,
+            coefficients=coef,
         )
     except NoPlanFits as exc:
         if not implied_tp:
@@ -134,9 +150,36 @@ def plan_from_config(
             exc.nearest,
             exc.suggestions,
         ) from exc
+    if now is not None:
+        result.priced_at_load = now_load
+        result.notes.append(probe_note)
     if prompt_tokens and lookup(cfg, "env.max_prompt_tokens", None) is None:
         result.notes.append(
             f"prompt length: {prompt_tokens} tokens, the mean of the env's own prompts rendered "
             "with the model's chat template (env.max_prompt_tokens pins it)"
         )
     return result
+
+
+def _coefficients_now(
+    cfg: dict[str, Any], hw: HardwareProfile, count: int
+) -> tuple[tuple[HardwareProfile, Any] | None, float | None, str]:
+    """The local CPU priced at its fair share of the cores now (``arena_core.planner.live``),
+    with that load average and a note for the plan; (None, None, "") for other hardware, a
+    split CPU, or ``ARENA_PLAN_PROBE=0``."""
+    from arena_core.planner import live
+
+    if hw.kind != "cpu" or hw.name != "cpu" or count != 1 or not live.probe_enabled():
+        return None, None, ""
+    from arena_core.planner.calibrate import coefficients_for
+
+    threads = lookup(cfg, "runtime.threads", None) or hw.cores or 1
+    now = live.rates_now(hw, int(threads))
+    pair = live.at_current_rates(hw, coefficients_for(hw), now)
+    note = (
+        f"priced at the load now: load average {now['load_average']:.1f} on {hw.cores} cores, so "
+        f"{int(threads)} torch thread(s) get {now['share']:.0%} of their idle speed "
+        f"(matmul {now['matmul_tflops'] * 1e3:.3g} of {hw.bf16_tflops * 1e3:.3g} GFLOP/s); "
+        f"{live.PROBE_ENV}=0 plans on the idle machine's rates"
+    )
+    return pair, now["load_average"], note

@@ -167,7 +167,9 @@ def trainer_memory(
         weights, grads = 0.0, 0.0
 
     buffers = _gathered_params(sz, plan, b, lora)
-    tokens = math.ceil(plan.micro_batch_tokens / plan.cp)
+    # a micro-batch holds at most the step's tokens of this rank (the budget is a ceiling)
+    ranks = max(1, plan.trainer_devices // (plan.tp * plan.cp))
+    tokens = math.ceil(min(plan.micro_batch_tokens, wl.step_tokens / ranks) / plan.cp)
     per_layer = sz.act_elems_avg * b * activation_factor / plan.tp
     if plan.activation_checkpointing:
         acts = tokens * (
@@ -246,11 +248,15 @@ def engine_fixed_memory(
     b = hw.dtype_bytes
     tp = plan.engine_tp
     weights = b * sz.total / tp + b * m.lora_params(plan.lora_rank)
+    runtime = runtime_overhead(hw)
+    if wl.engine_shares_module and plan.colocate != "none" and plan.trainer_devices == 1:
+        # the torch backend generates with the trainer's own (unsharded) module, in its process
+        weights, runtime = 0.0, 0.0
     chunk = ENGINE_PREFILL_CHUNK if hw.kind == "gpu" else _cpu_prefill_tokens(plan, wl)
     acts = chunk * sz.infer_elems * b / tp
     seqs = min(ENGINE_MAX_SEQS, math.ceil(wl.completions / plan.engines))
     sampling = 2 * 4 * seqs * m.vocab_size / tp
-    return {"weights": weights, "activations": acts + sampling, "runtime": runtime_overhead(hw)}
+    return {"weights": weights, "activations": acts + sampling, "runtime": runtime}
 
 
 def _cpu_prefill_tokens(plan: Plan, wl: Workload) -> int:

@@ -33,6 +33,9 @@ class Workload:
     completion_tokens: int = 256
     kl_ref: bool = False
     overlap: bool = True  # async runtime: generation and learning overlap on separate devices
+    # the engine runs in the trainer's process on the trainer's module (the torch backend): when
+    # colocated, its weights and runtime are the trainer's, not a second copy
+    engine_shares_module: bool = False
 
     def __post_init__(self) -> None:
         for name in ("prompts_per_step", "group_size", "prompt_tokens", "completion_tokens"):
@@ -226,6 +229,7 @@ class PlanResult:
     notes: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
     calibration: str = "defaults"  # Coefficients.source: a calibration file, "shipped", "defaults"
+    priced_at_load: float | None = None  # CPU: the load average the rates were scaled to (live.py)
 
     @property
     def plan(self) -> Plan:
@@ -247,6 +251,7 @@ class PlanResult:
                 "alternatives": [a.to_dict() for a in self.alternatives],
                 "planning_seconds": round(self.elapsed_s, 3),
                 "calibration": self.calibration,
+                "priced_at_load": self.priced_at_load,
             }
         )
         return out
@@ -255,13 +260,15 @@ class PlanResult:
     def calibration_label(self) -> str:
         """How far to trust the times: `uncalibrated` (priors), the shipped CPU fit, or this
         machine's own calibration."""
+        at = "" if self.priced_at_load is None else f" at load {self.priced_at_load:.1f}"
         if self.calibration == "defaults":
             return (
-                "uncalibrated: datasheet priors; `arena plan --calibrate` on the machine fits them"
+                f"uncalibrated: datasheet priors{at}; `arena plan --calibrate` on the machine "
+                "fits them"
             )
         if self.calibration == "shipped":
-            return "shipped CPU calibration; `arena plan --calibrate` fits this machine"
-        return "calibrated on this machine"
+            return f"shipped CPU calibration{at}; `arena plan --calibrate` fits this machine"
+        return f"calibrated on this machine{at}"
 
     def summary_line(self) -> str:
         """What `arena-run` prints before it starts."""

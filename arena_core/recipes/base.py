@@ -6,13 +6,19 @@ the same checks for `arena-run` and `arena.train` before it calls `Recipe.run`:
 
     setup(inputs) -> train() -> save() -> cleanup()   (cleanup always, even after a failure)
 
-Today the built-in recipes (`arena_core.recipes.builtin`) adapt the loops in `arena_core.runtime`,
-which still own their run directory, checkpoints, interruption and summaries themselves: their
-`train()` runs the whole loop (saving on its own schedule) and `save()` has nothing left to do.
-Planned (issue 24, item 1): one run session owns the run directory, checkpoints and Ctrl-C; it
-calls `save()` on its schedule and on an interruption, and each built-in loop moves into its
-recipe's module, readable top to bottom. A third-party recipe written against this interface
-keeps working through that change.
+What every run shares is the run session's (`arena_core.session.RunSession`), not the recipe's:
+the run directory and `train.resume` (refused when the config changed, unless
+`train.resume_allow_changes`), config.yaml, validation.json and plan.json, the seeds, the loggers,
+checkpoint save/restore with the "best" slot, Ctrl-C and SIGTERM (a checkpoint, an interrupted
+summary, exit 130/143), and summary.json with the closing lines (or a failed summary whatever
+else ends the run). Every built-in loop (LLM, population, PPO, IPPO, SFT/DPO) and the test
+plugin's recipe (tests/plugins/own_recipe.py) keep their run through it and build only their own
+summary's fields. A recipe opens its session in `setup` (`RunSession.open`), trains inside
+`session.scope()` and ends with `session.finish(summary)`.
+
+The built-in recipes (`arena_core.recipes.builtin`) still adapt the loops where they live
+(`arena_core.runtime`, `classic`, `offline`, `evolution`): their `train()` runs the whole loop,
+saving on its own schedule, and `save()` has nothing left to do.
 """
 
 from __future__ import annotations

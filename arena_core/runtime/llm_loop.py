@@ -5,76 +5,53 @@ registries, and writes a run directory: config.yaml, what the loggers of `logger
 (metrics.csv and TensorBoard events by default), a reward curve, checkpoints (resumable, exactly)
 and summary.json with the held-out figures before and after and the run's `status`; it ends by
 printing a closing summary. Ctrl-C or SIGTERM stops after saving a checkpoint and the summary (exit
-code 130 or 143 via RunInterrupted).
+code 130 or 143 via RunInterrupted). The run directory, resume, seeds, loggers, checkpoints and the
+writing of summary.json are the run session's (`arena_core.session.RunSession`), as for every
+recipe; this module builds the summary's fields.
 """
 
 from __future__ import annotations
 
-import random
 import statistics
 import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
-
 from arena_core.config.schema import CoreConfig
 from arena_core.distributed.trainer_group import TrainerRankDied, learner_for
-from arena_core.errors import ArenaError
-from arena_core.interrupts import Interrupted, signal_name
 from arena_core.learn.learner import Learner, NonFiniteLossError
-from arena_core.loggers import LoggerContext, build_loggers
-from arena_core.planner.measured import record_measured
-from arena_core.runtime.batch_source import (
+from arena_core.pipeline.batch_source import (
     AsyncSource,
     GenerationFailed,
     SyncSource,
     generator_policy,
 )
-from arena_core.runtime.build import (
+from arena_core.pipeline.build import (
     build_algorithm,
     build_backend,
-    build_learner,
     build_task,
     reward_path,
 )
-from arena_core.runtime.collecting import build_collector
-from arena_core.runtime.evaluate import evaluate
-from arena_core.runtime.finish import (
-    RunFailed,
-    check_resume_config,
-    closing_summary,
-    declared_max_reward,
-    failed_summary,
-    finished_already,
-    last_good,
-    plan_check,
-)
+from arena_core.pipeline.collecting import build_collector
+from arena_core.pipeline.evaluate import evaluate
+from arena_core.pipeline.groups import PromptEncoder
+from arena_core.pipeline.run_warnings import count_step, run_warnings
+from arena_core.pipeline.scoring import RewardScorer, declared_max_reward
+from arena_core.pipeline.step_row import rate, step_row
+from arena_core.planner.measured import record_measured
+from arena_core.runtime.finish import plan_check
 from arena_core.runtime.mismatch_guard import GuardHook
 from arena_core.runtime.progress import Progress
-from arena_core.runtime.rewards import RewardScorer
-from arena_core.runtime.rollout import PromptEncoder
-from arena_core.runtime.run_warnings import count_step, run_warnings
-from arena_core.runtime.step_row import rate, step_row
 from arena_core.runtime.threads import torch_threads
-from arena_core.store.atomic import atomic_write_json
+from arena_core.session import RunSession
+from arena_core.session.ending import RunFailed, RunInterrupted
 from arena_core.store.best import save_reason
-from arena_core.store.checkpoints import (
-    best_checkpoint,
-    latest_checkpoint,
-    load_checkpoint,
-    save_checkpoint,
-)
+from arena_core.store.checkpoints import best_checkpoint, latest_checkpoint
 from arena_core.store.curves import plot_reward_curve
-from arena_core.store.rundir import new_run_dir, resolve_resume, write_config, write_validation
+
+__all__ = ["RunFailed", "RunInterrupted", "run_training"]  # the errors' old home, re-exported
 
 PLAN_CHECK_STEPS = 3  # steps after the first (warm-up) that the plan's prediction is checked on
-
-
-class RunInterrupted(Interrupted):
-    """Ctrl-C or SIGTERM: the run saved a checkpoint and its summary, then stopped (exit 130 or
-    143, arena_core.interrupts)."""
 
 
 def run_training(
@@ -102,92 +79,59 @@ def _run(
     algorithm = build_algorithm(core.algo)
     task = build_task(core.env)
     reward_file = reward_path(core.reward, task)  # fails fast, before any model loads
-    resuming = core.train.resume is not None
-    runs = Path(core.paths.runs) / core.project if core.project else core.paths.runs
-    if resuming:
-        run_dir = resolve_resume(str(core.train.resume), runs)  # ConfigError if none
-        if finished_already(run_dir, core.train.max_steps):
-            return run_dir  # said so; nothing to train
-        check_resume_config(run_dir, cfg, allow=core.train.resume_allow_changes)
-        write_config(run_dir, cfg)
-    else:
-        name = core.run_name or f"{core.algo['name']}-{core.env['name']}"  # type: ignore[index]
-        run_dir = new_run_dir(runs, name)
-        write_config(run_dir, cfg)
-    write_validation(run_dir, validation)
-    print(f"run directory: {run_dir}", flush=True)
-    try:
+    name = f"{core.algo['name']}-{core.env['name']}"  # type: ignore[index]
+    session = RunSession.open(core, cfg, name, validation=validation)
+    if session.done:
+        return session.run_dir  # said so; nothing to train
+    with session.scope():  # a crash anywhere leaves a failed summary.json
+        session.seed()
         if core.evolution.enabled:  # a population: the same parts, driven per member
             from arena_core.evolution.loop import train_population
 
-            return train_population(core, plan, run_dir, task, reward_file, resuming)
-        return _train(core, cfg, plan, run_dir, algorithm, task, reward_file, resuming)
-    except (RunFailed, RunInterrupted):
-        raise  # the loop wrote the summary itself
-    except BaseException as exc:
-        failed_summary(run_dir, exc)  # the directory says how it ended, whatever happened
-        raise
+            run_dir, resuming = session.run_dir, session.resuming
+            return train_population(
+                core, plan, run_dir, task, reward_file, resuming, session=session
+            )
+        return _train(core, plan, session, algorithm, task, reward_file)
 
 
 def _train(
     core: CoreConfig,
-    cfg: dict[str, Any],
     plan: dict[str, Any] | None,
-    run_dir: Path,
+    session: RunSession,
     algorithm: Any,
     task: Any,
     reward_file: Any,
-    resuming: bool,
 ) -> Path:
-    random.seed(core.seed)
-    np.random.seed(core.seed % (2**32))
-    torch.manual_seed(core.seed)
+    run_dir, resuming = session.run_dir, session.resuming
 
-    from arena_core.device import device_plan
-    from arena_core.models import load_policy
+    from arena_core.pipeline.parts import open_run_parts
     from arena_core.runtime.process_runtime import driver_backend_cfg, open_engines
-    from arena_core.sandbox import RewardPool, SandboxPolicy
 
-    dev = device_plan(core.runtime.device, core.model.dtype)  # ConfigError: cuda without a GPU
-    if plan is not None:
-        atomic_write_json(run_dir / "plan.json", {**plan, "device": dev.to_dict()})
-    policy = load_policy(core.model.model_dump(), device=dev.device, runs=core.paths.runs)
-    learner = build_learner(
-        core, plan, policy.model, algorithm, dev.autocast, tokenizer=policy.tokenizer
-    )
-    state: dict[str, Any] = {}
-    if resuming:
-        ckpt = latest_checkpoint(run_dir)
-        if ckpt is None:
-            raise ArenaError(f"{run_dir} has no checkpoint to resume from")
-        state = load_checkpoint(ckpt, policy.model, learner.optimizer)
-        print(f"resumed from {ckpt} (step {state['step']})", flush=True)
-    backend = build_backend(driver_backend_cfg(core, plan), policy)  # engine actors: eval only
-    sb = core.sandbox
     with (
-        RewardPool(
-            reward_file,
-            workers=sb.workers,
-            timeout_s=sb.reward_timeout_s,
-            fallback=sb.fallback,
-            memory_mb=sb.memory_mb,
-            policy=SandboxPolicy.from_config(sb),
-            expose=list(getattr(task, "reward_paths", None) or []),  # an MCP env's state dirs
-        ) as pool,
-        open_engines(core, plan, policy, run_dir, state) as engines,  # Ray actors, if split
+        open_run_parts(  # closes the reward pool, backend and task (MCP servers) on leaving
+            core,
+            plan,
+            run_dir,
+            task=task,
+            reward_file=reward_file,
+            algorithm=algorithm,
+            backend_cfg=driver_backend_cfg(core, plan),  # engine actors: the driver only evals
+            restore=_restorer(session) if resuming else None,
+        ) as parts,
+        open_engines(core, plan, parts.policy, run_dir, parts.state) as engines,  # Ray, if split
     ):
-        learner = learner_for(engines, core, plan, policy, learner)  # FSDP ranks, if planned
+        policy, state = parts.policy, parts.state
+        learner = learner_for(engines, core, plan, policy, parts.learner)  # FSDP ranks, if any
         loop = _Loop(
             core,
-            run_dir,
+            session,
             algorithm,
             task,
             policy,
             learner,
-            backend,
-            RewardScorer(
-                pool, path=reward_file, timeout_s=sb.reward_timeout_s, memory_mb=sb.memory_mb
-            ),
+            parts.backend,
+            parts.scorer,
             state,
             plan,
             engines=engines,
@@ -196,15 +140,18 @@ def _train(
         try:
             loop.run()
         finally:
-            loop.source.close()
-            loop.metrics.close()
-            close = getattr(backend, "close", None)
-            if callable(close):
-                close()
-            close_task = getattr(task, "close", None)
-            if callable(close_task):
-                close_task()  # a tool task's servers (MCP) stop with the run
+            loop.source.close()  # the loggers close with the session's scope
     return run_dir
+
+
+def _restorer(session: RunSession) -> Any:
+    """`restore` for open_run_parts: the session's latest checkpoint into the policy and the
+    learner's optimizer; its state (step, data position, RNGs, ...) for the loop."""
+
+    def restore(policy: Any, learner: Any) -> dict[str, Any]:
+        return session.restore(policy.model, learner.optimizer)
+
+    return restore
 
 
 class _Loop:
@@ -213,7 +160,7 @@ class _Loop:
     def __init__(
         self,
         core: CoreConfig,
-        run_dir: Path,
+        session: RunSession,
         algorithm: Any,
         task: Any,
         policy: Any,
@@ -224,7 +171,8 @@ class _Loop:
         plan: dict[str, Any] | None = None,
         engines: Any = None,
     ) -> None:
-        self.core, self.run_dir, self.policy = core, run_dir, policy
+        self.core, self.session, self.policy = core, session, policy
+        self.run_dir = session.run_dir
         self.engines = engines  # generation engines as Ray actors (process_runtime), or None
         self.learner, self.backend, self.scorer = learner, backend, scorer
         self.step = int(state.get("step", 0))
@@ -243,15 +191,7 @@ class _Loop:
         )
         self.data_position = self.collector.position  # of the last batch the learner consumed
         # loggers first: one that cannot start (mlflow missing) fails before any thread does
-        self.metrics = build_loggers(
-            core.logger.names,
-            LoggerContext(
-                run_dir=run_dir,
-                run_name=core.run_name or run_dir.name,
-                config=core.model_dump(mode="json"),
-                resume_step=self.step if state else None,
-            ),
-        )
+        self.metrics = session.open_loggers(resume_step=self.step if state else None)
         self.source = self._batch_source(core, policy, backend)
         self.guard = GuardHook.of_run(core, learner, self.source, state.get("mismatch_guard"))
         self.plan = plan
@@ -327,16 +267,11 @@ class _Loop:
             self.totals["wall_seconds"] = wall_before + time.perf_counter() - t_start
             good = getattr(exc, "weights_ok", True)  # blown-up weights are not saved
             ckpt = self._finish("failed", error=f"step {self.step + 1}: {exc}", save=good)
-            raise RunFailed(
-                f"step {self.step + 1} failed: {exc}\n{last_good(ckpt, good, self.run_dir)}"
-            ) from None
+            raise self.session.failed(f"step {self.step + 1} failed: {exc}", ckpt, good) from None
         except KeyboardInterrupt:
             self.totals["wall_seconds"] = wall_before + time.perf_counter() - t_start
             ckpt = self._finish("interrupted")
-            raise RunInterrupted(
-                f"interrupted at step {self.step}: checkpoint {ckpt}, summary in "
-                f"{self.run_dir / 'summary.json'}. Resume with train.resume={self.run_dir}"
-            ) from None
+            raise self.session.interrupted(self.step, f"checkpoint {ckpt}") from None
         self.totals["wall_seconds"] = wall_before + time.perf_counter() - t_start
         self._finish("finished")
 
@@ -404,14 +339,12 @@ class _Loop:
             "totals": self.totals,
             **({"mismatch_guard": self.guard.state()} if self.guard else {}),
         }
-        path = save_checkpoint(
-            self.run_dir,
+        path = self.session.save_checkpoint(
             self.step,
             self.policy.model,
             self.learner.optimizer,
             state,
             tokenizer=self.policy.tokenizer,
-            keep=self.core.train.keep_checkpoints,
             scores=self._scores_now(),
             best_only=best_only,
         )
@@ -464,12 +397,8 @@ class _Loop:
             summary["mismatch_guard"] = self.guard.summary()  # its actions, for the dashboard
         if error:
             summary["error"] = error
-        if status == "interrupted":
-            summary["signal"] = signal_name()  # SIGINT (Ctrl-C) or SIGTERM (a scheduler)
-        atomic_write_json(self.run_dir / "summary.json", summary)
         record_measured(self.run_dir, t, self.step, self.step_times)  # beside the prediction
-        self.metrics.log_summary(summary)
-        print(closing_summary(summary, run_name=self.core.run_name), flush=True)
+        self.session.finish(summary)  # summary.json (+ signal), the loggers, the closing lines
         return ckpt
 
 

@@ -23,15 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from arena_core.config.schema import CoreConfig
-
-
-def process_layout(core: CoreConfig, plan: dict[str, Any] | None) -> Any:
-    """The plan's process layout (the pins when the planner gave no plan)."""
-    from arena_core.distributed.cluster import Layout
-    from arena_core.planner.pins import normalize_pins
-
-    pins = normalize_pins(dict(core.plan)) if core.plan else {}
-    return Layout.from_plan(plan, pins, nodes=core.hardware.nodes, device=_device(core, plan))
+from arena_core.distributed.cluster import process_layout
 
 
 def driver_backend_cfg(core: CoreConfig, plan: dict[str, Any] | None) -> dict[str, Any]:
@@ -44,19 +36,6 @@ def driver_backend_cfg(core: CoreConfig, plan: dict[str, Any] | None) -> dict[st
     if cfg.get("name") == "torch" or not (layout.needs_processes or layout.engine_tp > 1):
         return cfg
     return {"name": "torch"}
-
-
-def _device(core: CoreConfig, plan: dict[str, Any] | None) -> str:
-    recorded = (plan or {}).get("device")
-    chosen = recorded.get("device") if isinstance(recorded, dict) else None
-    if chosen:
-        return str(chosen)
-    setting = str(getattr(core.runtime, "device", "cpu"))
-    if setting == "auto":
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return setting
 
 
 @contextlib.contextmanager
@@ -137,7 +116,7 @@ class ProcessEngines:
         self, collector: Any, learner_model: Any, step: int, eval_backend: Any
     ) -> EngineSource:
         """The loop's batch source with generation in the engine actors."""
-        from arena_core.runtime.batch_source import AsyncSource, SyncSource
+        from arena_core.pipeline.batch_source import AsyncSource, SyncSource
 
         core = self.core
         collector.backend = self.group

@@ -67,55 +67,86 @@ def run_in_sandbox(
         [RUN_WORKER], cfg, pythonpath=True, policy=policy, expose=[e for e in expose if e]
     )
     events: list[Any] = []
-    outcome: Outcome | None = None
     try:
         child.send({"args": list(args), "kwargs": dict(kwargs or {})})
-        started = last = time.monotonic()
-        while outcome is None:
-            for message in child.read():
-                if not isinstance(message, dict):
-                    continue
-                if "event" in message:
-                    events.append(message["event"])
-                    last = time.monotonic()
-                    if on_event is not None:
-                        on_event(message["event"])
-                elif outcome is None:
-                    outcome = _final(message, time.monotonic() - started)
-            if outcome is not None:
-                break
-            if child.corrupt:
-                outcome = Outcome(
-                    CRASHED,
-                    detail="wrote to Arena's result pipe (not a result): it was stopped",
-                    duration_s=time.monotonic() - started,
-                )
-                break
-            if child.eof:
-                code = child.wait_exit()
-                kind, detail = describe_exit(code if code is not None else -9, cpu_seconds)
-                place = where(*stack_frame(child.output_tail(), path))
-                outcome = Outcome(
-                    kind, detail=f"{detail}{place}", duration_s=time.monotonic() - started
-                )
-                break
-            now = time.monotonic()
-            gap = timeout_s if events else max(timeout_s, startup_timeout_s or 0.0)
-            deadline = min(last + gap, started + total)
-            if now >= deadline:
-                place = where(*stack_frame(child.dump_stack(), path))
-                limit = gap if last + gap <= started + total else total
-                outcome = Outcome(
-                    TIMEOUT, detail=f"no answer within {limit:g} s{place}", duration_s=now - started
-                )
-                break
-            select.select([child.resp], [], [], deadline - now)
+        outcome = _await_outcome(
+            child,
+            events,
+            timeout_s=timeout_s,
+            total_s=total,
+            startup_timeout_s=startup_timeout_s,
+            cpu_seconds=cpu_seconds,
+            on_event=on_event,
+            path=path,
+        )
         outcome.output = child.output_tail(4096)
     finally:
         strays = child.kill()
     outcome.events = events
     outcome.stray_processes = strays
     return outcome
+
+
+def _await_outcome(
+    child: Child,
+    events: list[Any],
+    *,
+    timeout_s: float,
+    total_s: float,
+    startup_timeout_s: float | None,
+    cpu_seconds: int | None,
+    on_event: Callable[[Any], None] | None,
+    path: str | None,
+) -> Outcome:
+    """Read the child's messages until its result, its end, or a deadline: the events it emits
+    go to `events` (and `on_event`); silence past the gap deadline is a timeout, naming the line
+    the child was on."""
+    started = last = time.monotonic()
+    while True:
+        outcome: Outcome | None = None
+        for message in child.read():
+            if not isinstance(message, dict):
+                continue
+            if "event" in message:
+                events.append(message["event"])
+                last = time.monotonic()
+                if on_event is not None:
+                    on_event(message["event"])
+            elif outcome is None:
+                outcome = _final(message, time.monotonic() - started)
+        if outcome is None:
+            outcome = _ended(child, time.monotonic() - started, cpu_seconds, path)
+        if outcome is not None:
+            return outcome
+        now = time.monotonic()
+        gap = timeout_s if events else max(timeout_s, startup_timeout_s or 0.0)
+        deadline = min(last + gap, started + total_s)
+        if now >= deadline:
+            place = where(*stack_frame(child.dump_stack(), path))
+            limit = gap if last + gap <= started + total_s else total_s
+            return Outcome(
+                TIMEOUT, detail=f"no answer within {limit:g} s{place}", duration_s=now - started
+            )
+        select.select([child.resp], [], [], deadline - now)
+
+
+def _ended(
+    child: Child, elapsed: float, cpu_seconds: int | None, path: str | None
+) -> Outcome | None:
+    """The outcome of a child that stopped without a result (it wrote garbage to the result
+    pipe, or exited: a crash, a memory or CPU limit), or None while it still runs."""
+    if child.corrupt:
+        return Outcome(
+            CRASHED,
+            detail="wrote to Arena's result pipe (not a result): it was stopped",
+            duration_s=elapsed,
+        )
+    if child.eof:
+        code = child.wait_exit()
+        kind, detail = describe_exit(code if code is not None else -9, cpu_seconds)
+        place = where(*stack_frame(child.output_tail(), path))
+        return Outcome(kind, detail=f"{detail}{place}", duration_s=elapsed)
+    return None
 
 
 def _file_of(value: Any) -> str | None:

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from arena_core import __version__
+from arena_core.serve.chunks import ChunkTemplate
 from arena_core.serve.engine import Engine, QueueFull
 from arena_core.serve.engine import Request as GenRequest
 from arena_core.serve.models import ServedModel
@@ -322,16 +323,10 @@ class _Pipe:
             self.queue.put_nowait(events)
 
 
-async def _answer(
-    engine: Engine,
-    model: ServedModel,
-    req: Any,
-    prompts: list[list[int]],
-    max_tokens: int,
-    limits: Limits,
-    *,
-    chat: bool,
-) -> Any:
+def _check_limits(
+    model: ServedModel, req: Any, prompts: list[list[int]], max_tokens: int, limits: Limits
+) -> None:
+    """A 400 naming the parameter for a request past this server's limits or the context."""
     if req.n > limits.max_n:
         raise ApiError(400, f"n={req.n} is above this server's limit of {limits.max_n}", param="n")
     if max_tokens > limits.max_tokens:
@@ -349,6 +344,36 @@ async def _answer(
             f"of {model.context_length} tokens",
             param="max_tokens",
         )
+
+
+async def _collect(job: Any, pipe: _Pipe, n_rows: int) -> tuple[list[str], list[str | None]]:
+    """A non-streamed answer: every row's text and finish reason (the job is cancelled on the
+    way out, so a client that went away frees its rows)."""
+    texts = [""] * n_rows
+    finish: list[str | None] = [None] * n_rows
+    try:
+        async for burst in _events(pipe):
+            for event in burst:
+                if event[0] == "delta":
+                    texts[event[1]] += event[2]
+                elif event[0] == "finish":
+                    finish[event[1]] = event[2]
+    finally:
+        job.cancel()
+    return texts, finish
+
+
+async def _answer(
+    engine: Engine,
+    model: ServedModel,
+    req: Any,
+    prompts: list[list[int]],
+    max_tokens: int,
+    limits: Limits,
+    *,
+    chat: bool,
+) -> Any:
+    _check_limits(model, req, prompts, max_tokens, limits)
     rows = [p for p in prompts for _ in range(req.n)]
     gen = GenRequest(
         rows=rows,
@@ -384,17 +409,7 @@ async def _answer(
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
-    texts = [""] * len(rows)
-    finish: list[str | None] = [None] * len(rows)
-    try:
-        async for burst in _events(pipe):
-            for event in burst:
-                if event[0] == "delta":
-                    texts[event[1]] += event[2]
-                elif event[0] == "finish":
-                    finish[event[1]] = event[2]
-    finally:
-        job.cancel()
+    texts, finish = await _collect(job, pipe, len(rows))
     choice = chat_choice if chat else text_choice
     return {
         "id": meta["id"],
@@ -439,16 +454,15 @@ async def _stream(
         if chat:
             for i in range(n_rows):
                 yield chunk([chat_delta(i, {"role": "assistant", "content": ""})])
+        piece = ChunkTemplate(chunk([{}]), chat)
         try:
             async for burst in _events(pipe):
                 out = []
                 for kind, index, *rest in _merged(burst):
                     if kind == "delta":
-                        piece = chat_delta(index, {"content": rest[0]}) if chat else None
-                        out.append(chunk([piece or text_choice(index, rest[0], None)]))
+                        out.append(piece.delta(index, rest[0]))
                     elif kind == "finish":
-                        done = chat_delta(index, {}, rest[0]) if chat else None
-                        out.append(chunk([done or text_choice(index, "", rest[0])]))
+                        out.append(piece.finish(index, rest[0]))
                 if out:  # one write per burst
                     yield "".join(out)
         except ApiError as exc:  # headers are sent: report in-band, like vLLM

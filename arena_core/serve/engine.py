@@ -118,6 +118,7 @@ class Engine:
         self._running: RunningBatch | None = None
         self.batches = 0  # batches started: whole ones, or a running batch starting from empty
         self.steps = 0  # decode steps of running batches
+        self.prefills = 0  # prefill forwards of running batches (one per join, all joiners in it)
         self.max_rows_seen = 0
         self.join_every = 4  # decode steps between joins of a busy running batch
         self._thread = threading.Thread(target=self._work, name="arena-serve-engine", daemon=True)
@@ -151,6 +152,7 @@ class Engine:
             "pending": self._pending,
             "max_pending": self.max_pending,
             "decode_steps": self.steps,
+            "prefills": self.prefills,
             "max_rows_seen": self.max_rows_seen,
         }
 
@@ -218,9 +220,19 @@ class Engine:
     def _join_later(self, running: RunningBatch) -> bool:
         """Whether waiting requests wait a few more steps: a join costs a prefill forward, as
         much as a decode step on a small model, so a busy batch takes newcomers in groups (every
-        `join_every` steps); a batch at most a quarter full takes them at once."""
+        `join_every` steps); a batch at most a quarter full takes them at once, and so does one
+        whose free rows the waiting requests fill (waiting longer would only leave rows idle)."""
         busy = 4 * running.rows > self.max_batch_rows
-        return busy and self.steps - running.joined_at < self.join_every
+        if not busy or self.steps - running.joined_at >= self.join_every:
+            return False
+        free, waiting = self.max_batch_rows - running.rows, 0
+        for job in self._waiting:
+            if job.model is not running.model or job.request.seed is not None:
+                break
+            waiting += len(job.choices)
+            if waiting >= free:
+                return False
+        return True
 
     def _dropped(self, job: Job) -> bool:
         """A job whose client left while it waited ends without decoding."""
@@ -254,7 +266,7 @@ class Engine:
         running = self._running
         try:
             if jobs:
-                running.join(jobs)
+                self.prefills += running.join(jobs)
                 running.joined_at = self.steps
             jobs = []
             self.max_rows_seen = max(self.max_rows_seen, running.rows)

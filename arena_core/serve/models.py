@@ -8,7 +8,7 @@ population costs one base in memory. The base itself is served too (adapters dis
 `kind` says which routes a model answers: "llm" models get the OpenAI routes; other algorithm
 kinds (a classic-RL policy answering `/v1/act`) register their own through `register_kind_routes`
 in `arena_core.serve.app`, from the function their algorithm class names in `serving` (PPO and
-IPPO: `arena_core.runtime.gym_serve.register_serving`), imported when such a checkpoint loads.
+IPPO: `arena_core.serve.act:register_serving`), imported when such a checkpoint loads.
 """
 
 from __future__ import annotations
@@ -75,6 +75,13 @@ def register_kind_loader(kind: str, loader: KindLoader) -> None:
     _KIND_LOADERS[kind] = loader
 
 
+# `serving` paths of functions that moved: a plugin that still names the old one keeps working
+_MOVED_SERVING = {
+    "arena_core.classic.serve:register_serving": "arena_core.serve.act:register_serving",
+    "arena_core.runtime.gym_serve:register_serving": "arena_core.serve.act:register_serving",
+}
+
+
 def _plugin_loader(kind: str) -> KindLoader | None:
     """An algorithm plugin names its server support in `serving` (`module:function`, called
     with the kind): imported only when serving."""
@@ -85,7 +92,7 @@ def _plugin_loader(kind: str) -> KindLoader | None:
         return None
     serving = getattr(registry.get(kind).obj, "serving", None)
     if serving:
-        import_object(serving)(kind)
+        import_object(_MOVED_SERVING.get(serving, serving))(kind)
     return _KIND_LOADERS.get(kind)
 
 

@@ -9,7 +9,7 @@ the next forward. A request whose client disconnected therefore frees its rows w
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -36,8 +36,14 @@ class RunningBatch:
     def rows(self) -> int:
         return len(self.batch)
 
-    def join(self, jobs: list[Job]) -> None:
-        """Prefill the jobs' prompts and add their rows to the batch."""
+    def join(self, jobs: list[Job]) -> int:
+        """Prefill the jobs' prompts, all in one forward, and add their rows to the batch;
+        returns the prefill forwards it took (1)."""
+        before = self.batch.prefills
+        prompts: list[list[int]] = []
+        owners: list[tuple[Job, Any]] = []
+        params: list[SamplingParams] = []
+        generators: list[torch.Generator | None] = []
         for job in jobs:
             req = job.request
             generator = None
@@ -45,13 +51,17 @@ class RunningBatch:
                 device = self.batch.backend.device
                 generator = torch.Generator(device=device).manual_seed(int(req.seed))
                 self.alone = True
-            params = SamplingParams(
+            rule = SamplingParams(
                 max_new_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p
             )
-            owners = [(job, choice) for choice in job.choices]
-            with self.model.active():
-                self.batch.join(req.rows, owners, params, generator)
-            self.jobs.append(job)
+            prompts += req.rows
+            owners += [(job, choice) for choice in job.choices]
+            params += [rule] * len(req.rows)
+            generators += [generator] * len(req.rows)
+        with self.model.active():
+            self.batch.join(prompts, owners, params, generators)
+        self.jobs += jobs
+        return self.batch.prefills - before
 
     def step(self) -> list[Job]:
         """One decode step for every live row; returns the jobs that ended in it."""

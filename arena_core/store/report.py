@@ -103,7 +103,7 @@ def show(run_dir: Path) -> dict[str, Any]:
 def outcome(summary: dict[str, Any]) -> dict[str, Any]:
     """How the run went beyond its figures: a failed run's `error` (None otherwise) and the
     `warnings` of a run that trained on nothing ({code, message, fix}; see
-    arena_core.runtime.run_warnings), as summary.json holds them."""
+    arena_core.pipeline.run_warnings), as summary.json holds them."""
     warnings = summary.get("warnings")
     return {
         "error": summary.get("error"),

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from arena_core.errors import ArenaError, ConfigError
+from arena_core.errors import ArenaError
 from arena_core.store.atomic import atomic_write_json, atomic_write_text
 
 CONFIG_FILE = "config.yaml"
@@ -72,25 +72,12 @@ def read_config(run_dir: Path) -> dict[str, Any]:
 
 
 def resolve_resume(resume: str, runs: str | Path) -> Path:
-    """`latest` -> the newest run under `runs` that has a checkpoint; else a run directory."""
-    if resume == "latest":
-        root = Path(runs)
-        candidates = [p for p in root.glob("*/checkpoints/index.json")] if root.is_dir() else []
-        if not candidates:
-            raise ConfigError(
-                f"train.resume=latest: no run with a checkpoint under {root.resolve()}. "
-                "Pass a run directory instead, or start a new run without train.resume."
-            )
-        return max(candidates, key=lambda p: p.stat().st_mtime).parent.parent
-    path = Path(resume)
-    if not (path / "checkpoints" / "index.json").is_file():
-        why = "it does not exist" if not path.exists() else "no checkpoints/index.json"
-        raise ConfigError(
-            f"train.resume={resume}: {path.resolve()} is not a run directory with a checkpoint "
-            f"({why}), so there is nothing to resume. Use a run directory printed by a previous "
-            "run, or 'latest'."
-        )
-    return path
+    """`latest` -> the newest run under `runs` that has a checkpoint; else a run directory
+    (`arena_core.config.resume`, where composing a run's config checks it; imported here on use,
+    so reading run directories does not load Hydra)."""
+    from arena_core.config.resume import resolve_resume as resolve
+
+    return resolve(resume, runs)
 
 
 # Keys a resume may change without train.resume_allow_changes: they extend the run, change how it

@@ -296,7 +296,7 @@ def run(
         if config is None:
             return h.info
     if config is not None:
-        from arena_core.runtime.build import make_env
+        from arena_core.pipeline.build import make_env
 
         section = config["env"]
         env = h.run("construction", lambda: ok(f"built {section['name']}", make_env(section)))
@@ -408,7 +408,7 @@ def sample_rows(target: str, n: int, *files: str, overrides: list[str] | None = 
     the run config with `overrides` (what `arena validate reward --env` scores). `files`: as
     in `run`. Raises the composition's or the task's own error (the caller reports it)."""
     from arena_core.config.compose import compose_env_config
-    from arena_core.runtime.build import build_task
+    from arena_core.pipeline.build import build_task
     from arena_core.tasks import gold_completion
 
     task = build_task(compose_env_config(target, list(overrides or []))["env"])

@@ -319,7 +319,7 @@ def validate_mcp_env(
             return report
         shown = " ".join(overrides or []) or "no overrides"
         report.add("config", PASS, f"env section validated against its schema ({shown})")
-    from arena_core.runtime.build import make_env
+    from arena_core.pipeline.build import make_env
 
     own = task is None
     try:

@@ -3,10 +3,12 @@ action `load_gym_policy` computes, over real HTTP on 127.0.0.1, with the server'
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import gymnasium as gym
 import httpx
+import pytest
 
 from arena_core.classic.policy import load_gym_policy
 from arena_core.serve.server import ServeOptions, Server
@@ -82,3 +84,27 @@ def test_a_multi_agent_policy_acts_per_agent_beside_a_ppo_one(
         # with two policies served the request must name one
         unnamed = client.post("/v1/act", json={"observation": [0.0] * 4})
         assert unnamed.status_code == 404 and "cartpole" in unnamed.json()["error"]["message"]
+
+
+def test_a_plugin_naming_the_old_serving_path_still_serves(
+    tiny_cartpole: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`/v1/act` moved from `arena_core/classic/serve.py` to `arena_core/serve/act.py` (the server
+    builds on classic RL, not the other way round); an algorithm plugin whose `serving` still
+    names the old path deploys as before."""
+    from arena_algorithms.ppo import PPO
+
+    from arena_core.serve import models
+
+    assert importlib.util.find_spec("arena_core.classic.serve") is None  # the module is gone
+    monkeypatch.setattr(PPO, "serving", "arena_core.classic.serve:register_serving")
+    monkeypatch.setattr(models, "_KIND_LOADERS", {})  # as in a fresh server process
+    with Server(
+        [f"cartpole={tiny_cartpole}"], ServeOptions(port=0, runs=tiny_cartpole.parent)
+    ).start() as server:
+        reply = httpx.post(f"{server.url}/v1/act", json={"observation": [0.0] * 4}, timeout=30)
+    assert reply.status_code == 200, reply.text
+    assert reply.json() == {
+        "model": "cartpole",
+        "action": load_gym_policy(tiny_cartpole)([0.0] * 4),
+    }

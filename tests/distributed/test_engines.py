@@ -20,9 +20,9 @@ from arena_core.distributed.cluster import Layout, RayCluster
 from arena_core.distributed.weight_sync import WeightChecksumError, WeightPacket, state_checksums
 from arena_core.hookspecs import hookimpl
 from arena_core.models import load_policy
+from arena_core.pipeline.async_rollout import trainable_state
 from arena_core.plugins import get_plugins
 from arena_core.rollout.base import SamplingParams
-from arena_core.runtime.async_rollout import trainable_state
 from arena_core.tasks import Example
 
 MODEL = {"name_or_path": "arena:tiny-init", "lora": {"r": 0}}

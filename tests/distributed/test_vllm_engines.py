@@ -21,9 +21,9 @@ from arena_core.distributed.engine_backend import engine_actor_options, engine_b
 from arena_core.distributed.weight_sync import WeightChecksumError, WeightPacket, state_checksums
 from arena_core.errors import ConfigError
 from arena_core.models import load_policy
+from arena_core.pipeline.async_rollout import trainable_state
 from arena_core.rollout.base import SamplingParams
 from arena_core.rollout.torch_backend import TorchBackend
-from arena_core.runtime.async_rollout import trainable_state
 from tests.rollout.test_vllm_backend import _tiny_model
 
 needs_vllm = pytest.mark.skipif(

@@ -8,7 +8,7 @@ import torch
 
 from arena_core.evolution.members import MemberStore
 from arena_core.models import load_policy
-from arena_core.runtime.build import build_algorithm
+from arena_core.pipeline.build import build_algorithm
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -145,7 +145,7 @@ def test_a_dead_member_actor_fails_its_members_and_the_run_goes_on(ray_up, tmp_p
     from arena_core.config import compose_run_config
     from arena_core.config.schema import CoreConfig
     from arena_core.evolution.loop import train_population
-    from arena_core.runtime.build import build_task, reward_path
+    from arena_core.pipeline.build import build_task, reward_path
 
     cfg = compose_run_config(_overrides(tmp_path / "runs", 2, "auto"))
     core = CoreConfig.model_validate(cfg)
@@ -226,7 +226,7 @@ def test_a_member_travels_as_its_adapter_and_optimizer_never_the_base() -> None:
 
     from arena_core.evolution.members import MemberStore
     from arena_core.models import load_policy
-    from arena_core.runtime.build import build_algorithm
+    from arena_core.pipeline.build import build_algorithm
 
     def store() -> MemberStore:
         torch.manual_seed(0)

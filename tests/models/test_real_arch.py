@@ -151,7 +151,7 @@ def test_an_exported_adapter_names_a_base_peft_loads_from_anywhere(
 
 def test_export_points_a_catalog_base_at_its_cache_entry(llama_dir, model_cache, tmp_path) -> None:
     from arena_core.models.cache import INFO
-    from arena_core.store.export import resolve_adapter_base
+    from arena_core.models.export import resolve_adapter_base
 
     entry = model_cache / "smollm2-135m-instruct"
     shutil.copytree(llama_dir, entry)

@@ -17,8 +17,10 @@ def spec(name: str) -> ModelSpec:
 
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path, monkeypatch):
-    """No test reads or writes the user's calibration cache."""
+    """No test reads or writes the user's calibration cache, and plans are priced on the stored
+    rates (the live probe, arena_core.planner.live, would make figures depend on the load)."""
     monkeypatch.setenv("ARENA_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("ARENA_PLAN_PROBE", "0")
 
 
 class _BuiltinHardware:

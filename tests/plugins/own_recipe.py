@@ -2,9 +2,10 @@
 
 It registers the recipe `mine` (a softmax policy on a multi-armed bandit, trained by the exact
 policy gradient: small, deterministic, no torch), the algorithm `mine_bandit`, which declares
-`recipe = "mine"`, and the env `arms` (the bandit: each arm's expected reward). The recipe writes its run directory with the same helpers as the built-in
-loops (config.yaml, validation.json, the configured loggers' metrics.csv, summary.json), so
-`arena runs`, the SDK's `Run` and the dashboard read it like any run. tests/core/test_recipes.py
+`recipe = "mine"`, and the env `arms` (the bandit: each arm's expected reward). The recipe keeps its run through the run session
+the built-in recipes use (`arena_core.session.RunSession`: config.yaml, validation.json, the
+configured loggers' metrics.csv, summary.json and the closing lines, Ctrl-C), so `arena runs`,
+the SDK's `Run` and the dashboard read it like any run. tests/core/test_recipes.py
 installs it next to a fake `*.dist-info` and trains it through `arena-run` and `arena.train`.
 """
 
@@ -52,56 +53,59 @@ def softmax(logits: list[float]) -> list[float]:
 
 
 class BanditRecipe(Recipe):
-    """Set up a run directory and loggers, take `train.max_steps` policy-gradient steps, save the
-    final policy and the summary, close the loggers."""
+    """Open a run session (run directory, loggers), take `train.max_steps` policy-gradient steps
+    and finish the session (summary.json), save the final policy, close the session."""
 
     description = "test plugin: softmax policy on a bandit, exact policy gradient"
     shared_preflight = False  # `arms` is neither a text task nor a Gymnasium env
 
     def setup(self, inputs: RunInputs) -> None:
-        from arena_core.loggers import LoggerContext, build_loggers
-        from arena_core.store.rundir import new_run_dir, write_config, write_validation
+        from arena_core.config.schema import CoreConfig
+        from arena_core.session import RunSession
 
         super().setup(inputs)
         self.algo = MineBanditConfig.model_validate(self.cfg["algo"])
         self.rewards = ArmsConfig.model_validate(self.cfg["env"]).rewards
-        self.run_dir = new_run_dir(self.cfg["paths"]["runs"], f"{self.algo.name}-arms")
-        write_config(self.run_dir, self.cfg)
-        write_validation(self.run_dir, inputs.validation)
-        context = LoggerContext(self.run_dir, self.run_dir.name, self.cfg)
-        self.loggers = build_loggers(list(self.cfg["logger"]["names"]), context)
+        core = CoreConfig.model_validate(self.cfg)
+        self.session = RunSession.open(
+            core, self.cfg, f"{self.algo.name}-arms", validation=inputs.validation
+        )
+        self.run_dir = self.session.run_dir
         self.logits = [0.0] * len(self.rewards)
         self.steps, self.expected = 0, 0.0
 
     def train(self) -> Path:
         rewards = self.rewards
-        for step in range(1, int(self.cfg["train"]["max_steps"]) + 1):
-            probs = softmax(self.logits)
-            self.expected = sum(p * r for p, r in zip(probs, rewards, strict=True))
-            # d E[r] / d logit_i = p_i (r_i - E[r]): the exact policy gradient
-            self.logits = [
-                x + self.algo.lr * p * (r - self.expected)
-                for x, p, r in zip(self.logits, probs, rewards, strict=True)
-            ]
-            self.loggers.log(step, {"reward_mean": self.expected, "prob_best": max(probs)})
-            self.steps = step
+        with self.session.scope():  # SIGTERM is Ctrl-C; a crash leaves a failed summary.json
+            self.session.seed()
+            loggers = self.session.open_loggers()
+            for step in range(1, int(self.cfg["train"]["max_steps"]) + 1):
+                probs = softmax(self.logits)
+                self.expected = sum(p * r for p, r in zip(probs, rewards, strict=True))
+                # d E[r] / d logit_i = p_i (r_i - E[r]): the exact policy gradient
+                self.logits = [
+                    x + self.algo.lr * p * (r - self.expected)
+                    for x, p, r in zip(self.logits, probs, rewards, strict=True)
+                ]
+                loggers.log(step, {"reward_mean": self.expected, "prob_best": max(probs)})
+                self.steps = step
+            summary = {
+                "run_dir": str(self.run_dir),
+                "status": "finished",
+                "steps": self.steps,
+                "recipe": "mine",
+                "reward_final": self.expected,
+            }
+            self.session.finish(summary)  # summary.json, the loggers, the closing lines
         return self.run_dir
 
     def save(self) -> None:
         from arena_core.store.atomic import atomic_write_json
 
         atomic_write_json(self.run_dir / "policy.json", {"logits": self.logits})
-        summary = {
-            "status": "finished",
-            "steps": self.steps,
-            "recipe": "mine",
-            "reward_final": self.expected,
-        }
-        self.loggers.log_summary(summary)
-        atomic_write_json(self.run_dir / "summary.json", summary)
 
     def cleanup(self) -> None:
-        self.loggers.close()
+        self.session.close()  # the loggers, once (the scope closed them already)
 
 
 def legacy_loop(cfg: dict[str, Any]) -> Path:

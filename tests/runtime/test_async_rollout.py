@@ -9,10 +9,7 @@ import pytest
 import torch
 
 from arena_core.models import load_policy
-from arena_core.rollout.base import SamplingParams
-from arena_core.rollout.staleness import StalenessBudget
-from arena_core.rollout.torch_backend import TorchBackend
-from arena_core.runtime.async_rollout import (
+from arena_core.pipeline.async_rollout import (
     AsyncControl,
     AsyncStats,
     BackgroundCollector,
@@ -21,6 +18,9 @@ from arena_core.runtime.async_rollout import (
     generator_copy,
     trainable_state,
 )
+from arena_core.rollout.base import SamplingParams
+from arena_core.rollout.staleness import StalenessBudget
+from arena_core.rollout.torch_backend import TorchBackend
 
 
 @pytest.fixture(autouse=True)
@@ -144,7 +144,7 @@ def test_generator_errors_reach_the_learner(policy) -> None:
 
 def test_the_generator_waits_for_the_first_step_not_the_initial_evaluation(policy) -> None:
     """The initial evaluation runs alone: async step 1 pays for its own batch, as in sync."""
-    from arena_core.runtime.batch_source import AsyncSource
+    from arena_core.pipeline.batch_source import AsyncSource
 
     class Recording:
         control = None

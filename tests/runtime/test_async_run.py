@@ -90,8 +90,8 @@ def test_non_finite_loss_stops_the_run_and_keeps_good_weights(
 def test_a_dying_generator_stops_the_run_with_a_clear_message(
     tmp_path, digits_env, run_config, monkeypatch
 ) -> None:
+    from arena_core.pipeline.groups import GroupCollector
     from arena_core.runtime.llm_loop import RunFailed
-    from arena_core.runtime.rollout import GroupCollector
 
     real_collect = GroupCollector.collect
 

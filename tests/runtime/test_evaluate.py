@@ -7,10 +7,10 @@ import math
 import pytest
 
 from arena_core.models import load_policy
+from arena_core.pipeline.evaluate import evaluate
+from arena_core.pipeline.groups import PromptEncoder
+from arena_core.pipeline.scoring import RewardScorer
 from arena_core.rollout.torch_backend import TorchBackend
-from arena_core.runtime.evaluate import evaluate
-from arena_core.runtime.rewards import RewardScorer
-from arena_core.runtime.rollout import PromptEncoder
 from arena_core.sandbox import RewardPool
 from arena_core.tasks import Example
 

@@ -163,7 +163,7 @@ def test_a_run_that_fails_before_its_first_step_is_marked_failed(tmp_runs: Path)
 def test_warnings_follow_the_counts() -> None:
     """A few flat steps in a long run are normal (no warning); a quarter or more warn; a tool
     env whose policy never called a tool warns with its own fix."""
-    from arena_core.runtime.run_warnings import count_step, run_warnings
+    from arena_core.pipeline.run_warnings import count_step, run_warnings
 
     totals: dict[str, float] = {}
     for flat in [1, 0, 0, 0, 0, 0, 0, 0]:

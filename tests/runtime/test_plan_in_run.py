@@ -10,10 +10,10 @@ import statistics
 from arena_core.cli.plan_summary import PROMPT_SAMPLE, run_plan
 from arena_core.config import compose_config
 from arena_core.models import load_policy
+from arena_core.pipeline.build import build_task
+from arena_core.pipeline.groups import PromptEncoder
 from arena_core.runtime import run_training
-from arena_core.runtime.build import build_task
 from arena_core.runtime.finish import plan_check
-from arena_core.runtime.rollout import PromptEncoder
 
 
 def test_quickstart_plan_measures_prompts_as_the_runtime_encodes_them(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from arena_algorithms.grpo import GRPO
 
+from arena_core.pipeline.groups import GroupCollector
 from arena_core.rollout.base import Completion, SamplingParams
-from arena_core.runtime.rollout import GroupCollector
 
 
 class _Task:

@@ -8,8 +8,8 @@ import json
 import pytest
 import torch
 
+from arena_core.pipeline.groups import GroupCollector
 from arena_core.runtime import RunInterrupted, run_training
-from arena_core.runtime.rollout import GroupCollector
 
 REQUIRED_COLUMNS = {
     "step",

@@ -8,8 +8,8 @@ import stat
 import pytest
 
 from arena_core.errors import ConfigError
+from arena_core.pipeline.groups import GroupCollector
 from arena_core.runtime import run_training
-from arena_core.runtime.rollout import GroupCollector
 from arena_core.store.curves import reward_curve_figure
 
 COMPONENT_REWARD = """

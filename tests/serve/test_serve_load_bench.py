@@ -11,7 +11,16 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "serve_load.py"
-LEVEL_KEYS = {"rps", "p50_s", "p99_s", "ttft_p50_s", "ttft_p99_s", "tok_s", "failed"}
+LEVEL_KEYS = {
+    "rps",
+    "p50_s",
+    "p99_s",
+    "ttft_p50_s",
+    "ttft_p99_s",
+    "tok_s",
+    "failed",
+    "server_cpu_ms",
+}
 
 
 @pytest.mark.slow  # a child server and client: ~20 s on a busy machine
@@ -26,6 +35,6 @@ def test_the_load_bench_prints_its_json_line(quick_run) -> None:
     assert set(result["levels"]) == {"1", "4"} and result["engine_s"] > 0
     for level in result["levels"].values():
         assert set(level) == LEVEL_KEYS
-        assert level["failed"] == 0 and level["rps"] > 0
+        assert level["failed"] == 0 and level["rps"] > 0 and level["server_cpu_ms"] > 0
         assert level["tok_s"] > 0 and 0 < level["ttft_p50_s"] <= level["p50_s"] <= level["p99_s"]
     assert result["goals"]["no_failures"] is True

@@ -182,3 +182,40 @@ def test_a_cancelled_request_leaves_the_batch_at_the_next_step(engine) -> None:
     assert at_cancel and ends[0][3] == at_cancel[0] + 1  # one more step, then it left
     assert [e for e in events["keep"] if e[0] == "finish"][0][3] == 40  # the other went on
     assert engine.stats()["running_rows"] == 0 and engine.stats()["pending"] == 0
+
+
+def test_requests_that_wait_together_join_in_one_prefill_and_decode_as_alone(engine) -> None:
+    """Four requests of different lengths admitted together cost one prefill forward (not one
+    each), and each greedy answer is the one the engine gives the prompt on its own."""
+    from arena_core.rollout.base import SamplingParams
+
+    name = next(iter(engine.models))
+    backend = engine.models[name].backend
+    questions = ["What is 12+30?", "Hi", "What is 7*6? Answer briefly.", "Name a colour."]
+    prompts = [backend.encode_chat([{"role": "user", "content": q}]) for q in questions]
+    alone = [
+        backend.generate([p], SamplingParams(max_new_tokens=12, temperature=0.0))[0].text
+        for p in prompts
+    ]
+    texts = [""] * len(prompts)
+    done = [threading.Event() for _ in prompts]
+
+    def sink(i: int):
+        def receive(event: tuple) -> None:
+            if event[0] == "delta":
+                texts[i] += event[2]
+            elif event[0] == "done":
+                done[i].set()
+
+        return receive
+
+    before = engine.stats()
+    with engine._cond:  # the engine's admission lock: all four are waiting when it next looks
+        for i, prompt in enumerate(prompts):
+            request = Request(rows=[prompt], indexes=[0], max_tokens=12, temperature=0.0)
+            engine.submit(name, request, sink(i))
+    assert all(event.wait(timeout=120) for event in done)
+    after = engine.stats()
+    assert after["prefills"] - before["prefills"] == 1
+    assert after["max_rows_seen"] >= len(prompts)
+    assert texts == alone

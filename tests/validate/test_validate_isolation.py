@@ -214,7 +214,7 @@ def write_reward(tmp_path):
 def test_training_components_follow_the_pools_policy(listener, tmp_path):
     """A reward's `components` (one sandboxed call per batch in training) run under the run's
     sandbox policy, as `reward` does in the pool."""
-    from arena_core.runtime.rewards import RewardScorer
+    from arena_core.pipeline.scoring import RewardScorer
     from arena_core.sandbox import RewardPool
 
     path = tmp_path / "components.py"

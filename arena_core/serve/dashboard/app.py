@@ -56,26 +56,40 @@ def create_dashboard_app(
 
     install_error_handlers(app, "arena dashboard", "the dashboard's log")
 
+    @app.get("/health")
+    def health() -> dict[str, Any]:
+        return {"status": "ok"}
+
+    _add_api_routes(app, root)
+    _add_page_routes(app, root)
+    return app
+
+
+def _listing(
+    root: Path, project: str | None
+) -> tuple[list[dict[str, Any]], dict[str, int], list[str]]:
+    """The runs table (rows, projects, problems): a runs directory that cannot be listed is a
+    problem shown on the page, not an error page."""
+    try:
+        rows = [data.run_row(r) for r in index.list_runs(root, project=project)]
+        return rows, index.list_projects(root), []
+    except OSError as exc:  # the runs directory itself cannot be listed
+        return [], {}, [f"cannot list {root}: {exc.strerror or exc}"]
+
+
+def _add_api_routes(app: FastAPI, root: Path) -> None:
+    """The JSON API the pages' script reads: runs, one run, its metrics, checkpoints,
+    population and live events."""
+
     def run_or_404(name: str) -> index.RunInfo:
         try:
             return data.find_run(root, name)
         except ArenaError as exc:
             raise ApiError(404, str(exc), code="run_not_found") from None
 
-    @app.get("/health")
-    def health() -> dict[str, Any]:
-        return {"status": "ok"}
-
-    def listing(project: str | None) -> tuple[list[dict[str, Any]], dict[str, int], list[str]]:
-        try:
-            rows = [data.run_row(r) for r in index.list_runs(root, project=project)]
-            return rows, index.list_projects(root), []
-        except OSError as exc:  # the runs directory itself cannot be listed
-            return [], {}, [f"cannot list {root}: {exc.strerror or exc}"]
-
     @app.get("/api/runs")
     def api_runs(project: str | None = None) -> JSONResponse:
-        rows, projects, problems = listing(project)
+        rows, projects, problems = _listing(root, project)
         body = {"runs": rows, "projects": projects, "runs_dir": root, "problems": problems}
         return _json(body)
 
@@ -109,9 +123,13 @@ def create_dashboard_app(
             _events(info, request, since), media_type="text/event-stream", headers=headers
         )
 
+
+def _add_page_routes(app: FastAPI, root: Path) -> None:
+    """The HTML pages: the runs table, one run, and runs compared."""
+
     @app.get("/", response_class=HTMLResponse)
     def page_runs(project: str | None = None) -> str:
-        rows, projects, problems = listing(project)
+        rows, projects, problems = _listing(root, project)
         return pages.runs_page(rows, projects, project, root, problems)
 
     @app.get("/runs/{run}", response_class=HTMLResponse)
@@ -138,8 +156,6 @@ def create_dashboard_app(
         known = {i.name: i for i in index.list_runs(root)}
         chosen = [n for n in names if n in known]
         return pages.compare_page(chosen, data.compare_keys([known[n] for n in chosen]))
-
-    return app
 
 
 def _json(content: Any) -> JSONResponse:

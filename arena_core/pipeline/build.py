@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from arena_core.errors import ConfigError
 from arena_core.learn.algorithm import Algorithm
+from arena_core.learn.settings import learner_settings
 from arena_core.plugins import get_plugins
 from arena_core.tasks import TextTask, contract_problems
 
@@ -81,9 +82,6 @@ def build_backend(backend_cfg: dict[str, Any], policy: Any) -> Any:
     raise AssertionError("unreachable")
 
 
-DEFAULT_MICRO_BATCH_TOKENS = 2048  # until the planner picks one
-
-
 def build_learner(
     core: Any,
     plan: dict[str, Any] | None,
@@ -100,20 +98,11 @@ def build_learner(
     that model loaded here, once, frozen, on the policy's device; `tokenizer` (the student's) is
     checked against the teacher's."""
     from arena_core.learn.learner import Learner
-    from arena_core.learn.mismatch import correction_from
 
     return Learner(
         model,
         algorithm,
-        micro_batch_tokens=core.train.micro_batch_tokens
-        or int((plan or {}).get("micro_batch_tokens") or DEFAULT_MICRO_BATCH_TOKENS),
-        temperature=core.generation.temperature,
-        top_k=core.generation.top_k,  # the learner scores the sampler's filtered distribution
-        top_p=core.generation.top_p,
-        tis_cap=core.train.tis_cap,
-        correction=correction_from(core.train),
-        norm_len=core.generation.max_new_tokens,
-        batching=core.train.batching,
+        **learner_settings(core, plan),  # the same settings as a TrainerGroup's ranks
         autocast=autocast,
         teacher=_teacher(core, model, algorithm, tokenizer),
     )

@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from arena_core.config.schema import CoreConfig
+from arena_core.pipeline.groups import GroupCollector, PromptEncoder
 from arena_core.rollout.base import SamplingParams
-from arena_core.runtime.rollout import GroupCollector, PromptEncoder
 
 
 def sampling_params(core: CoreConfig) -> SamplingParams:

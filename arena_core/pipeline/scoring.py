@@ -8,15 +8,37 @@ the pool when it can return them, else from one sandboxed call per batch (`compo
 
 from __future__ import annotations
 
+import ast
 import inspect
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-from arena_core.runtime.components import defines_components, sandboxed_components
+from arena_core.pipeline.components import defines_components, sandboxed_components
 
 # Component names that mean "the answer is right": accuracy uses the first one the reward reports.
 CORRECT_KEYS = ("correctness", "correct", "accuracy")
+
+
+def sandboxed_scorer(sandbox: Any, path: str, *, expose: list[str] | None = None) -> RewardScorer:
+    """A RewardScorer over a new RewardPool of `path` set up as the run's `sandbox` section says
+    (workers, timeout, fallback, memory, isolation); `expose`: folders the reward reads besides its
+    file (an MCP env's state dirs). The caller closes `scorer.pool`."""
+    from arena_core.sandbox import RewardPool, SandboxPolicy
+
+    pool = RewardPool(
+        path,
+        workers=sandbox.workers,
+        timeout_s=sandbox.reward_timeout_s,
+        fallback=sandbox.fallback,
+        memory_mb=sandbox.memory_mb,
+        policy=SandboxPolicy.from_config(sandbox),
+        expose=expose,
+    )
+    return RewardScorer(
+        pool, path=path, timeout_s=sandbox.reward_timeout_s, memory_mb=sandbox.memory_mb
+    )
 
 
 class RewardScorer:
@@ -95,3 +117,22 @@ class RewardScorer:
             v >= threshold if k == "ok" and math.isfinite(v) else None
             for v, k in zip(values, ok, strict=True)
         ]
+
+
+def declared_max_reward(reward_file: str | Path | None) -> float | None:
+    """A reward file's `MAX_REWARD = <number>` (read without running the file), or None."""
+    if reward_file is None:
+        return None
+    try:
+        tree = ast.parse(Path(reward_file).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "MAX_REWARD" for t in node.targets)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, int | float)
+        ):
+            return float(node.value.value)
+    return None

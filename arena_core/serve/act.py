@@ -1,8 +1,10 @@
 """Serving classic-RL policies: `POST /v1/act` (observation in, action out) on `arena deploy`.
 
-PPO and IPPO name `register_serving` in their `serving` attribute; the server imports it the first time it meets a checkpoint of that kind, so a
-plain training run never imports the web stack (this module imports fastapi). The route computes what `load_gym_policy`
-computes: the deterministic action, in the environment's own format.
+PPO and IPPO name `register_serving` in their `serving` attribute; the server imports it the first
+time it meets a checkpoint of that kind, so a plain training run never imports the web stack (this
+module imports fastapi). The route computes what `load_gym_policy` computes: the deterministic
+action, in the environment's own format. It lives with the server (it was `classic/serve.py`): the
+server builds on the classic-RL policy, never the other way round.
 
 Request:  `{"model": NAME (optional with one policy served), "observation": [...], "agent": NAME}`
 Response: `{"model": NAME, "action": ACTION}`; a bad observation or agent is a 400 in the

@@ -13,7 +13,7 @@ prompts are then sampled, a bounded number of rounds, so each step trains on
 `train.prompts_per_step` informative groups whenever the policy can produce them. When
 `max_flat_rounds` rounds in a row give no informative group at all, the refill stops early: a
 policy whose reward never varies would otherwise spend every round on nothing (the step is then
-logged as `train/flat_step` = 1 and the run's summary warns, arena_core.runtime.run_warnings).
+logged as `train/flat_step` = 1 and the run's summary warns, arena_core.pipeline.run_warnings).
 
 Optional algorithm hooks (arena_core.learn.algorithm) act here: `shape_rewards` changes a
 group's rewards before its advantages (DAPO's overlong penalty, logged as a `reward/<part>`

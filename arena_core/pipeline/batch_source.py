@@ -17,8 +17,7 @@ from typing import Any
 from torch import nn
 
 from arena_core.errors import ArenaError
-from arena_core.rollout.staleness import StalenessBudget
-from arena_core.runtime.async_rollout import (
+from arena_core.pipeline.async_rollout import (
     AsyncControl,
     AsyncStats,
     BackgroundCollector,
@@ -27,6 +26,7 @@ from arena_core.runtime.async_rollout import (
     generator_copy,
     trainable_state,
 )
+from arena_core.rollout.staleness import StalenessBudget
 
 
 class GenerationFailed(ArenaError):

@@ -15,9 +15,9 @@ import math
 import time
 from typing import Any
 
+from arena_core.pipeline.groups import PromptEncoder
+from arena_core.pipeline.scoring import RewardScorer
 from arena_core.rollout.base import GenerationBackend, SamplingParams
-from arena_core.runtime.rewards import RewardScorer
-from arena_core.runtime.rollout import PromptEncoder
 from arena_core.tasks import Example
 
 

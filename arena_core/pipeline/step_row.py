@@ -10,7 +10,7 @@ import math
 import statistics
 from typing import Any
 
-from arena_core.runtime.rollout import StepBatch
+from arena_core.pipeline.groups import StepBatch
 
 
 def step_row(batch: StepBatch, learn: dict[str, float], step_s: float) -> dict[str, Any]:
