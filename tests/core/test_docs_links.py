@@ -109,10 +109,10 @@ def test_ci_runs_the_readme_set_up_and_test_commands_verbatim() -> None:
     ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
     # the venv is CI's own (.ci-venv); Chromium is installed there only when it is missing
     ours = [c for c in commands if "venv" not in c and "apt-get" not in c]
-    assert "pip install torch==2.13.0" in ours and "python -m pytest" in ours, ours
+    assert "pip install torch==2.13.0" in ours and "python -m pytest -n 2" in ours, ours
     missing = [c for c in ours if not any(c in line for line in ci if not line.startswith("#"))]
     assert missing == [], f"README Tests commands that .ci/run does not run: {missing}"
-    assert [line for line in ci if line and not line.startswith("#")][-1] == "python -m pytest"
+    assert [line for line in ci if line and not line.startswith("#")][-1] == "python -m pytest -n 2"
 
 
 def test_every_benchmark_script_is_on_the_benchmarks_page() -> None:
