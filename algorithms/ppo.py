@@ -7,7 +7,7 @@ them `+algo=ppo +env=gym env.id=CartPole-v1` reaches a held-out return of 500 in
 steps (CleanRL's own defaults ended at ~430-460 there). The `+experiment=cartpole` and
 `lunarlander` presets use rl-zoo's tuned values instead. The class
 holds only the loss: rollouts, GAE and the update schedule live in the on-policy loop
-(arena_core/runtime/gym_loop.py), the `ppo` recipe the class names in `recipe`, so `arena-run`
+(arena_core/recipes/ppo.py), the `ppo` recipe the class names in `recipe`, so `arena-run`
 knows which loop runs it.
 """
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,10 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _arena_child import ARENA_RUN, last_run_dir  # noqa: E402
 
 # name -> the overrides that select it (reinforce_pp's two variants are one algorithm's option)
 ALGORITHMS: dict[str, list[str]] = {
@@ -48,7 +51,7 @@ ALGORITHMS: dict[str, list[str]] = {
 
 def run(name: str, overrides: list[str], runs: Path) -> dict[str, Any]:
     """One quickstart run in a child process -> its summary figures (or the failure)."""
-    cmd = [sys.executable, "-m", "arena_core.cli.run", "+experiment=quickstart", *overrides]
+    cmd = [*ARENA_RUN, "+experiment=quickstart", *overrides]
     cmd += [f"paths.runs={runs}", f"run_name=bench-{name}", "runtime.progress=lines"]
     log = runs / "logs" / f"{name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -59,11 +62,10 @@ def run(name: str, overrides: list[str], runs: Path) -> dict[str, Any]:
         code = subprocess.call(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env)
     wall = time.perf_counter() - t0
     text = log.read_text(errors="replace")
-    found = re.findall(r"^run directory: (.+)$", text, flags=re.M)
-    if code != 0 or not found:
+    run_dir = last_run_dir(text)
+    if code != 0 or run_dir is None:
         _say(f"FAILED {name} (exit {code}); the end of {log}:\n{text[-2000:]}")
         return {"ok": False, "exit_code": code, "wall_s": round(wall, 1)}
-    run_dir = Path(found[-1].strip())
     s = json.loads((run_dir / "summary.json").read_text())
     out = {
         "ok": True,

@@ -43,31 +43,19 @@ import argparse
 import csv
 import json
 import os
-import re
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _arena_child import require_run_dir, run_arena  # noqa: E402
+
 
 def run(overrides: list[str], runs: Path) -> Path:
-    cmd = [
-        sys.executable,
-        "-m",
-        "arena_core.cli.run",
-        "+experiment=quickstart",
-        f"paths.runs={runs}",
-        "runtime.progress=lines",
-        *overrides,
-    ]
-    print("$", " ".join(cmd[2:]), flush=True)
-    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if out.returncode != 0:
-        print(out.stdout[-3000:], out.stderr[-3000:], file=sys.stderr)
-        raise SystemExit(f"run failed ({out.returncode})")
-    match = re.findall(r"run directory: (.+)", out.stdout)
-    return Path(match[-1].strip())
+    args = ["+experiment=quickstart", f"paths.runs={runs}", "runtime.progress=lines", *overrides]
+    return require_run_dir(run_arena(args, echo=False), "the quickstart")
 
 
 def metric_rows(run_dir: Path) -> list[dict[str, str]]:

@@ -55,9 +55,10 @@ def main() -> None:
     args = parser.parse_args()
     from arena_atc.env import heading_to_exit
 
-    from arena_core.classic.loop import run_gym_training
     from arena_core.classic.policy import load_gym_policy
     from arena_core.config import compose_config
+    from arena_core.recipes import RunInputs
+    from arena_core.recipes.ppo import PPORecipe
 
     random = play(lambda env, obs: env.action_space.sample(), args.episodes)
     print(f"random: {random}", flush=True)
@@ -68,7 +69,7 @@ def main() -> None:
         if args.steps:
             overrides.append(f"train.max_steps={args.steps}")
         overrides.append("runtime.progress=lines")
-        run_dir = run_gym_training(compose_config(overrides))
+        run_dir = PPORecipe().run(RunInputs.of(compose_config(overrides)))
         summary = json.loads((Path(run_dir) / "summary.json").read_text())
         act = load_gym_policy(run_dir)
         trained = play(lambda env, obs: np.asarray(act(obs)), args.episodes)

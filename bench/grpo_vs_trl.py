@@ -41,6 +41,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _arena_child import ARENA_RUN, last_run_dir  # noqa: E402
+
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k"
 MODEL = "smollm2-135m-instruct"
 LORA = {"r": 16, "alpha": 64, "dropout": 0.0, "targets": ["q_proj", "k_proj", "v_proj", "o_proj"]}
@@ -208,9 +212,7 @@ def arena_cmd(args: argparse.Namespace, model_dir: str, runs: Path) -> list[str]
     """The `arena-run` of this job: the real runtime, nothing special but the tiny built-in eval
     (the bench evaluates every checkpoint itself, with one function)."""
     return [
-        sys.executable,
-        "-m",
-        "arena_core.cli.run",
+        *ARENA_RUN,
         "+algo=grpo",
         "+env=gsm8k",
         "model=smollm2-135m-instruct",
@@ -242,10 +244,7 @@ def run_arena(args: argparse.Namespace, model_dir: str, root: Path) -> tuple[dic
     runs = root / "arena_runs"
     start = re.compile(r"^eval @ step 0")
     result = run_marked(arena_cmd(args, model_dir, runs), start, ARENA_STEP, root / "arena.log")
-    run_dir = next(
-        (m.group(1) for ln in result["lines"] if (m := re.match(r"run directory: (.+)$", ln))),
-        None,
-    )
+    run_dir = last_run_dir("\n".join(result["lines"]))
     if run_dir is None:
         raise RuntimeError(f"arena-run printed no run directory (log: {root / 'arena.log'})")
     _, ckpt = select_checkpoint(f"{run_dir}:latest", runs)
@@ -263,9 +262,7 @@ def cold_start(args: argparse.Namespace, model_dir: str, root: Path) -> str:
 
     runs = root / "cold_start_runs"
     cmd = [
-        sys.executable,
-        "-m",
-        "arena_core.cli.run",
+        *ARENA_RUN,
         "+algo=sft",
         "+env=gsm8k",
         "model=smollm2-135m-instruct",

@@ -25,35 +25,15 @@ import argparse
 import csv
 import json
 import os
-import re
-import resource
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _arena_child import run_arena  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _run(args: list[str]) -> tuple[int, Path | None, float, float]:
-    """(exit code, run directory, wall s, CPU s) of one `arena-run` child, its output passed
-    through."""
-    cmd = [sys.executable, "-m", "arena_core.cli.run", *args]
-    print("$ arena-run", " ".join(args), flush=True)
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    run_dir = None
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        print(line, end="", flush=True)
-        match = re.match(r"run directory: (.+)$", line.strip())
-        if match:
-            run_dir = Path(match.group(1))
-    code, wall = proc.wait(), time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    return code, run_dir, wall, cpu
 
 
 def _reward_curve(run_dir: Path) -> list[float]:
@@ -110,15 +90,15 @@ def main(argv: list[str]) -> int:
     sft_args, grpo_args = _overrides(a, extra)
     load_before = os.getloadavg()[0]
     t0 = time.perf_counter()
-    code, sft_dir, sft_wall, sft_cpu = _run(["+experiment=gsm8k_smollm2_coldstart", *sft_args])
-    if code != 0 or sft_dir is None:
-        print(json.dumps({"ok": False, "stage": "cold_start", "exit_code": code}))
+    sft_run = run_arena(["+experiment=gsm8k_smollm2_coldstart", *sft_args])
+    sft_dir = sft_run.run_dir
+    if not sft_run.ok or sft_dir is None:
+        print(json.dumps({"ok": False, "stage": "cold_start", "exit_code": sft_run.code}))
         return 1
-    code, grpo_dir, grpo_wall, grpo_cpu = _run(
-        ["+experiment=gsm8k_smollm2", f"model.init_from={sft_dir}", *grpo_args]
-    )
-    if code != 0 or grpo_dir is None:
-        print(json.dumps({"ok": False, "stage": "grpo", "exit_code": code}))
+    grpo_run = run_arena(["+experiment=gsm8k_smollm2", f"model.init_from={sft_dir}", *grpo_args])
+    grpo_dir = grpo_run.run_dir
+    if not grpo_run.ok or grpo_dir is None:
+        print(json.dumps({"ok": False, "stage": "grpo", "exit_code": grpo_run.code}))
         return 1
     wall = time.perf_counter() - t0
     sft = json.loads((sft_dir / "summary.json").read_text())
@@ -144,10 +124,10 @@ def main(argv: list[str]) -> int:
         "reward_cold_start_chained": r(chained["eval/reward_mean"]),
         "reward_gain_grpo": r(after["eval/reward_mean"] - cold["eval/reward_mean"]),
         "wall_s": round(wall, 1),
-        "cold_start_wall_s": round(sft_wall, 1),
-        "grpo_wall_s": round(grpo_wall, 1),
-        "cold_start_cpu_s": round(sft_cpu, 1),
-        "grpo_cpu_s": round(grpo_cpu, 1),
+        "cold_start_wall_s": round(sft_run.wall_s, 1),
+        "grpo_wall_s": round(grpo_run.wall_s, 1),
+        "cold_start_cpu_s": round(sft_run.cpu_s, 1),
+        "grpo_cpu_s": round(grpo_run.cpu_s, 1),
         "eval_seconds": [r(e.get("eval/seconds"), 1) for e in (base, cold, chained, after)],
         "eval_prompts": grpo["eval_prompts"],
         "sft_steps": sft["steps"],

@@ -49,9 +49,10 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=100)
     parser.add_argument("--lr", type=float, default=2.5e-4)
     args = parser.parse_args()
-    from arena_core.classic.marl_loop import run_marl_training
     from arena_core.classic.policy import load_gym_policy
     from arena_core.config import compose_config
+    from arena_core.recipes import RunInputs
+    from arena_core.recipes.ippo import IPPORecipe
 
     random = play(lambda agent, obs, env: env.action_space(agent).sample(), args.episodes)
     print(f"random: {random}", flush=True)
@@ -76,7 +77,7 @@ def main() -> None:
                 f"train.log_every={max(1, args.steps // 10)}",
             ]
         )
-        run_dir = run_marl_training(cfg)
+        run_dir = IPPORecipe().run(RunInputs.of(cfg))
         summary = json.loads((Path(run_dir) / "summary.json").read_text())
         act = load_gym_policy(run_dir)
         trained = play(lambda agent, obs, env: act(obs, agent=agent), args.episodes)

@@ -29,7 +29,6 @@ import argparse
 import csv
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -37,6 +36,10 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _arena_child import ARENA_RUN, last_run_dir  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 REWARD = HERE / "_plan_accuracy_reward.py"
@@ -67,9 +70,7 @@ def empty_calibration_cache() -> str:
 def run(name: str, steps: int, cache: str) -> dict:
     runs = tempfile.mkdtemp(prefix=f"arena-bench-acc-{name}-")
     cmd = [
-        sys.executable,
-        "-m",
-        "arena_core.cli.run",
+        *ARENA_RUN,
         "+experiment=quickstart",
         *SETTINGS[name],
         f"train.max_steps={steps}",
@@ -95,7 +96,9 @@ def run(name: str, steps: int, cache: str) -> dict:
     if os.waitstatus_to_exitcode(status) != 0:
         print(text[-3000:], file=sys.stderr)
         raise SystemExit(f"{name}: arena-run failed")
-    run_dir = Path(re.findall(r"run directory: (.+)", text)[-1].strip())
+    run_dir = last_run_dir(text)
+    if run_dir is None:
+        raise SystemExit(f"{name}: arena-run printed no run directory (log: {log})")
     out = compare(run_dir)
     out["load_during_steps"] = sampler.mean_over_steps(2, steps)
     out["rss_peak_gb"] = usage.ru_maxrss * 1024 / 1e9  # Linux: KiB

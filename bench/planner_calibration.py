@@ -22,21 +22,20 @@ import argparse
 import csv
 import json
 import os
-import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _arena_child import require_run_dir, run_arena  # noqa: E402
+
 
 def run_quickstart(steps: int, cache: str) -> tuple[Path, str]:
     runs = tempfile.mkdtemp(prefix="arena-bench-plan-")
-    cmd = [
-        sys.executable,
-        "-m",
-        "arena_core.cli.run",
+    args = [
         "+experiment=quickstart",
         f"train.max_steps={steps}",
         "eval.num_prompts=8",
@@ -45,14 +44,8 @@ def run_quickstart(steps: int, cache: str) -> tuple[Path, str]:
         "runtime.progress=lines",
         f"paths.runs={runs}",
     ]
-    print("$", " ".join(cmd[2:]), flush=True)
-    env = {**os.environ, "ARENA_CACHE_DIR": cache}
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-    if out.returncode != 0:
-        print(out.stdout[-2000:], out.stderr[-2000:], file=sys.stderr)
-        raise SystemExit("the quickstart failed")
-    run_dir = Path(re.findall(r"run directory: (.+)", out.stdout)[-1].strip())
-    return run_dir, out.stdout
+    run = run_arena(args, echo=False, env={**os.environ, "ARENA_CACHE_DIR": cache})
+    return require_run_dir(run, "the quickstart"), run.output
 
 
 def compare(run_dir: Path) -> dict[str, float]:

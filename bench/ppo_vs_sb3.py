@@ -36,8 +36,9 @@ HP = {"lr": 1e-3, "gamma": 0.98, "gae": 0.8, "epochs": 20, "clip": 0.2}
 
 
 def run_arena(seed: int, updates: int, runs: Path) -> dict:
-    from arena_core.classic.loop import run_gym_training
     from arena_core.config import compose_config
+    from arena_core.recipes import RunInputs
+    from arena_core.recipes.ppo import PPORecipe
 
     cfg = compose_config(
         [
@@ -54,7 +55,7 @@ def run_arena(seed: int, updates: int, runs: Path) -> dict:
             "runtime.progress=off",
         ]
     )
-    run_dir = run_gym_training(cfg)
+    run_dir = PPORecipe().run(RunInputs.of(cfg))
     evals = json.loads((run_dir / "summary.json").read_text())["evals"]
     with open(run_dir / "metrics.csv") as fh:
         rows = list(csv.DictReader(fh))

@@ -14,33 +14,20 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import resource
-import subprocess
 import sys
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _arena_child import run_arena  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
-    cmd = [sys.executable, "-m", "arena_core.cli.run", "+experiment=quickstart", *argv]
-    print("$", " ".join(cmd[2:]), flush=True)
     load_before = os.getloadavg()[0]
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    run_dir = None
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        print(line, end="", flush=True)
-        match = re.match(r"run directory: (.+)$", line.strip())
-        if match:
-            run_dir = Path(match.group(1))
-    code = proc.wait()
-    wall = time.perf_counter() - t0
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = usage.ru_utime + usage.ru_stime
-    if code != 0 or run_dir is None:
-        print(json.dumps({"ok": False, "exit_code": code, "wall_s": wall}))
+    run = run_arena(["+experiment=quickstart", *argv])
+    run_dir, wall, cpu = run.run_dir, run.wall_s, run.cpu_s
+    if not run.ok or run_dir is None:
+        print(json.dumps({"ok": False, "exit_code": run.code, "wall_s": wall}))
         return 1
     s = json.loads((run_dir / "summary.json").read_text())
     reward_gain = s["eval_reward_final"] - s["eval_reward_initial"]

@@ -20,53 +20,31 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
+from pathlib import Path
 
 import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _arena_child import DeployChild, require_run_dir, run_arena, start_deploy  # noqa: E402
 
 PROMPTS = [f"What is {a}+{b}?" for a, b in ((12, 30), (7, 8), (40, 2), (91, 9), (3, 33), (5, 64))]
 
 
 def _train(runs: str) -> str:
-    cmd = [
-        sys.executable,
-        "-m",
-        "arena_core.cli.run",
-        "+experiment=quickstart",
-        "train.max_steps=1",
-        "eval.num_prompts=4",
-        f"paths.runs={runs}",
-        "runtime.progress=lines",
-    ]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    return re.findall(r"run directory: (.+)", out)[-1].strip()
+    args = ["+experiment=quickstart", "train.max_steps=1", "eval.num_prompts=4"]
+    run = run_arena([*args, f"paths.runs={runs}", "runtime.progress=lines"], echo=False)
+    return str(require_run_dir(run, "training the checkpoint"))
 
 
-def _start(ref: str, max_batch: int) -> tuple[subprocess.Popen, str]:
-    cmd = [sys.executable, "-m", "arena_core.cli.main", "deploy", ref, "--port", "0"]
-    cmd += ["--max-batch", str(max_batch), "--max-pending", "256"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
-    )
-    assert proc.stdout is not None
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        match = re.search(r"on (http://127\.0\.0\.1:\d+)/v1", line)
-        if match:  # keep draining its output so the server never blocks on a full pipe
-            threading.Thread(target=proc.stdout.read, daemon=True).start()
-            return proc, match.group(1)
-        if not line:
-            break
-    proc.kill()
-    raise SystemExit(f"arena deploy did not start: {proc.stdout.read()}")
+def _start(ref: str, max_batch: int) -> DeployChild:
+    args = [ref, "--port", "0", "--max-batch", str(max_batch), "--max-pending", "256"]
+    return start_deploy(args, env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
 async def _client(http: httpx.AsyncClient, k: int, rounds: int, max_tokens: int) -> list[float]:
@@ -134,16 +112,15 @@ def main() -> None:
         try:
             for c in args.clients:
                 for _ in range(args.repeats):  # alternate the modes so both see the same load
-                    for mode, (proc, url) in servers.items():
-                        row = _measure(proc, url, c, args)
+                    for mode, child in servers.items():
+                        row = _measure(child.proc, child.url, c, args)
                         print(f"{mode:>14} {c:>3} clients: {row}", flush=True)
                         best = results[mode].get(str(c))
                         if best is None or row["requests_per_s"] > best["requests_per_s"]:
                             results[mode][str(c)] = row
         finally:
-            for proc, _ in servers.values():
-                proc.terminate()
-                proc.wait(timeout=30)
+            for child in servers.values():
+                child.stop()
     batched, single = results["batched"], results["one_at_a_time"]
     print(
         json.dumps(

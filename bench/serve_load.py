@@ -27,13 +27,15 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _arena_child import DeployChild, require_run_dir, run_arena, start_deploy  # noqa: E402
 
 PROMPTS = [f"What is {a}+{b}?" for a, b in ((12, 30), (7, 8), (40, 2), (91, 9), (3, 33), (5, 64))]
 
@@ -43,38 +45,15 @@ def _log(*parts: object) -> None:
 
 
 def _train(runs: str, overrides: list[str]) -> str:
-    cmd = [sys.executable, "-m", "arena_core.cli.run", "+experiment=quickstart"]
-    cmd += ["train.max_steps=1", "eval.num_prompts=4", f"paths.runs={runs}"]
-    cmd += ["runtime.progress=lines", *overrides]
-    _log("$", " ".join(cmd[2:]))
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-    found = re.findall(r"run directory: (.+)", proc.stdout)
-    if proc.returncode != 0 or not found:
-        raise SystemExit(
-            f"training the checkpoint failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
-        )
-    return found[-1].strip() + ":best"
+    args = ["+experiment=quickstart", "train.max_steps=1", "eval.num_prompts=4"]
+    args += [f"paths.runs={runs}", "runtime.progress=lines", *overrides]
+    run = run_arena(args, echo=False, timeout=1800)
+    return f"{require_run_dir(run, 'training the checkpoint')}:best"
 
 
-def _start(ref: str, max_pending: int) -> tuple[subprocess.Popen, str]:
-    cmd = [sys.executable, "-m", "arena_core.cli.main", "deploy", ref, "--port", "0"]
-    cmd += ["--max-pending", str(max_pending)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
-    )
-    assert proc.stdout is not None
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        match = re.search(r"on (http://127\.0\.0\.1:\d+)/v1", line)
-        if match:  # keep draining its output so the server never blocks on a full pipe
-            threading.Thread(target=proc.stdout.read, daemon=True).start()
-            return proc, match.group(1)
-        if not line:
-            break
-    proc.kill()
-    raise SystemExit(f"arena deploy did not start: {proc.stdout.read()}")
+def _start(ref: str, max_pending: int) -> DeployChild:
+    args = [ref, "--port", "0", "--max-pending", str(max_pending)]
+    return start_deploy(args, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
 
 
 _ENGINES: dict[str, object] = {}
@@ -204,7 +183,8 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="arena-serve-load-") as tmp:
         ref = args.run or _train(tmp, args.overrides)
-        proc, url = _start(ref, max_pending=2 * max(args.clients) + 8)
+        child = _start(ref, max_pending=2 * max(args.clients) + 8)
+        proc, url = child.proc, child.url
         try:
             before = engine_seconds(ref, args.max_tokens)
             levels = {}
@@ -221,12 +201,7 @@ def main() -> None:
                 _log(f"{clients:>3} clients: {levels[str(clients)]}")
             engine_s = statistics.median([before, engine_seconds(ref, args.max_tokens)])
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            child.stop()
     result = {"levels": levels, "engine_s": round(engine_s, 4)}
     result["goals"] = goals(levels, engine_s)
     print(json.dumps(result), flush=True)

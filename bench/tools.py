@@ -22,34 +22,14 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import resource
-import subprocess
 import sys
-import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _arena_child import run_arena  # noqa: E402
+
 COPY_STAGES = 3  # copy-stage SFT runs chained after the first stage (80 steps each)
-
-
-def _run(args: list[str]) -> tuple[int, Path | None, float, float]:
-    """(exit code, run directory, wall s, CPU s) of one `arena-run` child."""
-    cmd = [sys.executable, "-m", "arena_core.cli.run", *args]
-    print("$", " ".join(cmd[2:]), flush=True)
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    run_dir = None
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        print(line, end="", flush=True)
-        match = re.match(r"run directory: (.+)$", line.strip())
-        if match:
-            run_dir = Path(match.group(1))
-    code = proc.wait()
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    return code, run_dir, time.perf_counter() - t0, cpu
 
 
 def main(argv: list[str]) -> int:
@@ -70,27 +50,22 @@ def main(argv: list[str]) -> int:
     load_before = os.getloadavg()[0]
     warm_wall = 0.0
     if warm is None:
-        code, run_dir, warm_wall, _ = _run(["+experiment=tools_warmstart", f"paths.runs={runs}"])
+        stage = run_arena(["+experiment=tools_warmstart", f"paths.runs={runs}"])
+        warm_wall = stage.wall_s
         for _ in range(copy_stages):
-            if code != 0 or run_dir is None:
+            if not stage.ok:
                 break
-            code, run_dir, wall2, _ = _run(
-                [
-                    "+experiment=tools_warmstart_copy",
-                    f"model.init_from={run_dir}",
-                    f"paths.runs={runs}",
-                ]
-            )
-            warm_wall += wall2
-        if code != 0 or run_dir is None:
-            print(json.dumps({"ok": False, "stage": "warmstart", "exit_code": code}))
+            copy = ["+experiment=tools_warmstart_copy", f"model.init_from={stage.run_dir}"]
+            stage = run_arena([*copy, f"paths.runs={runs}"])
+            warm_wall += stage.wall_s
+        if not stage.ok:
+            print(json.dumps({"ok": False, "stage": "warmstart", "exit_code": stage.code}))
             return 1
-        warm = str(run_dir)
-    code, run_dir, wall, cpu = _run(
-        ["+experiment=tools", f"model.init_from={warm}", f"paths.runs={runs}", *rest]
-    )
-    if code != 0 or run_dir is None:
-        print(json.dumps({"ok": False, "stage": "grpo", "exit_code": code}))
+        warm = str(stage.run_dir)
+    grpo = run_arena(["+experiment=tools", f"model.init_from={warm}", f"paths.runs={runs}", *rest])
+    run_dir = grpo.run_dir
+    if not grpo.ok or run_dir is None:
+        print(json.dumps({"ok": False, "stage": "grpo", "exit_code": grpo.code}))
         return 1
     s = json.loads((run_dir / "summary.json").read_text())
     first, last = s["evals"][0], s["evals"][-1]
@@ -107,8 +82,8 @@ def main(argv: list[str]) -> int:
         "tool_call_rate": round(last["eval/tools/call_rate"], 4),
         "parse_error_rate_before": round(first["eval/tools/parse_error_rate"], 4),
         "parse_error_rate": round(last["eval/tools/parse_error_rate"], 4),
-        "grpo_wall_s": round(wall, 1),
-        "grpo_cpu_s": round(cpu, 1),
+        "grpo_wall_s": round(grpo.wall_s, 1),
+        "grpo_cpu_s": round(grpo.cpu_s, 1),
         "warmstart_wall_s": round(warm_wall, 1),
         "load_avg_before": round(load_before, 2),
         "load_avg_after": round(os.getloadavg()[0], 2),

@@ -4,12 +4,20 @@ tests (tests/<area>/conftest.py); Arena's own plugin fixtures (`register_arena_p
 
 from __future__ import annotations
 
+import importlib
+import os
+import site
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 GSM8K_DIR = REPO_ROOT.parent / "shared" / "data" / "gsm8k"
+PLUGINS_DIR = REPO_ROOT / "plugins"
 
 
 @pytest.fixture
@@ -103,3 +111,64 @@ def no_leftover_children():
 def pid_alive_fixture():
     """`pid_alive(pid)`: whether a process exists and is not a zombie."""
     return _pid_alive
+
+
+@pytest.fixture(scope="module")
+def ray_resources() -> dict[str, float]:
+    """What `ray_cluster` starts Ray with; a module overrides this fixture for other resources
+    (e.g. logical GPUs for placement tests)."""
+    return {"num_cpus": 2}
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(ray_resources: dict[str, float]) -> Iterator[object]:
+    """A local Ray (the `ray` module) for one test module, shut down after it: module scope, not
+    session, because some modules start their own Ray (a run's, a faked two-node cluster) and
+    must find none running. Skips the module when Ray is not installed."""
+    ray = pytest.importorskip("ray")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(**ray_resources, include_dashboard=False, log_to_driver=False)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+def _install_local_plugin(name: str) -> str:
+    """`pip install -e plugins/NAME` (no deps) unless this venv has the distribution NAME, made
+    importable in this process as `site` would at start-up, the plugins reloaded on next use;
+    returns its version."""
+    try:
+        return distribution(name).version
+    except PackageNotFoundError:
+        pass
+    folder = PLUGINS_DIR / name
+    # Without build isolation first: offline and fast. A fresh venv's own setuptools may be too
+    # old to build it (Python 3.11's bundled 65.x lacks `wheel`), so then let pip fetch one.
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps"]
+    errors = []
+    for extra in (["--no-build-isolation"], []):
+        result = subprocess.run(
+            [*pip, *extra, "-e", str(folder)], capture_output=True, text=True, timeout=600
+        )
+        if result.returncode == 0:
+            break
+        errors.append(f"$ pip install {' '.join(extra)} -e {folder}\n{result.stderr[-2000:]}")
+    else:
+        pytest.fail(f"installing plugins/{name} failed:\n" + "\n".join(errors))
+    from arena_core import plugins as plugins_module
+
+    dist = distribution(name)
+    for file in dist.files or []:
+        if file.name.endswith(".pth") and "/" not in str(file):
+            site.addpackage(str(Path(str(file.locate())).parent), file.name, set())
+    importlib.invalidate_caches()
+    plugins_module.reset_plugins()
+    return dist.version
+
+
+@pytest.fixture(scope="session")
+def install_local_plugin() -> Callable[[str], str]:
+    """`install_local_plugin("arena-atc")`: one of this repository's plugins (plugins/NAME),
+    installed when missing and importable here; returns its version."""
+    return _install_local_plugin

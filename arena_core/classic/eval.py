@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 MAX_EVAL_STEPS = 100_000  # a guard against an env that never ends an episode
+EVAL_SEED_OFFSET = 1_000_000  # evaluation envs never share seeds with training envs (PPO, IPPO)
 
 
 @torch.inference_mode()

@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 
-from arena_core.cli.cmd_runs import METRIC_HELP, REF_HELP, add_runs_option
+from arena_core.cli.options import (
+    METRIC_HELP,
+    REF_HELP,
+    add_json_flag,
+    add_run_argument,
+    add_runs_option,
+)
 from arena_core.store import index
 from arena_core.store.best import ranking_for
 from arena_core.store.export import FORMATS
@@ -21,16 +27,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     sub = p.add_subparsers(dest="checkpoints_command", metavar="ACTION", required=True)
     ls = sub.add_parser("list", help="step, kind, held-out scores, size, best/latest marks")
-    ls.add_argument("run", metavar="RUN")
-    add_runs_option(ls)
-    ls.add_argument("--metric", help=METRIC_HELP)
-    ls.add_argument("--json", action="store_true", help="print JSON")
+    add_run_argument(ls, metric=True)
+    add_json_flag(ls)
     ls.set_defaults(func=run_list)
     best = sub.add_parser("best", help="the checkpoint with the best held-out score")
-    best.add_argument("run", metavar="RUN")
-    add_runs_option(best)
-    best.add_argument("--metric", help=METRIC_HELP)
-    best.add_argument("--json", action="store_true", help="print JSON")
+    add_run_argument(best, metric=True)
+    add_json_flag(best)
     best.set_defaults(func=run_best)
     ex = sub.add_parser(
         "export",

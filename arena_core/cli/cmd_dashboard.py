@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from arena_core.cli.cmd_runs import add_runs_option
+from arena_core.cli.options import add_runs_option
 
 EPILOG = """examples:
   arena dashboard                              the runs under ./runs at http://127.0.0.1:8265

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from arena_core.cli.cmd_runs import METRIC_HELP, add_runs_option
+from arena_core.cli.options import METRIC_HELP, add_runs_option, add_threads_option
 from arena_core.serve.protocol import Limits
 
 EPILOG = """examples:
@@ -47,12 +47,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--api-key", help="require `Authorization: Bearer KEY` (or ARENA_API_KEY)")
     p.add_argument("--metric", help=METRIC_HELP)
     p.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:1)")
-    p.add_argument(
-        "--threads",
-        type=int,
-        default=1,
-        metavar="N",
-        help="torch threads for generation (default 1: steady latency on a busy machine; measured "
+    add_threads_option(
+        p,
+        "torch threads for generation (default 1: steady latency on a busy machine; measured "
         "on a shared 2-core one, 0.10 s per chat request with 1 against 0.1-4.4 s with one per "
         "core; 0: torch's own default, one per core)",
     )

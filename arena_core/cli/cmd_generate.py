@@ -11,7 +11,7 @@ import os
 import sys
 from typing import Any
 
-from arena_core.cli.cmd_runs import add_runs_option
+from arena_core.cli.options import add_runs_option, add_threads_option
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -27,12 +27,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--stop", action="append", help="stop string (repeatable)")
     p.add_argument("--seed", type=int)
-    p.add_argument(
-        "--threads",
-        type=int,
-        default=1,
-        metavar="N",
-        help="torch threads, without --url (default 1, as `arena deploy`; 0: torch's default)",
+    add_threads_option(
+        p, "torch threads, without --url (default 1, as `arena deploy`; 0: torch's default)"
     )
 
 

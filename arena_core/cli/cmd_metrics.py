@@ -7,7 +7,7 @@ import csv
 import json
 import sys
 
-from arena_core.cli.cmd_runs import add_runs_option
+from arena_core.cli.options import add_run_argument
 from arena_core.store import index, report
 
 DEFAULT_KEYS = ["reward/mean", "loss", "eval/reward_mean", "eval/accuracy", "time/step_s"]
@@ -20,8 +20,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Reads RUN/metrics.csv. Without --keys the table shows a few headline "
         "columns and --csv/--json every column.",
     )
-    p.add_argument("run", metavar="RUN")
-    add_runs_option(p)
+    add_run_argument(p)
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--csv", action="store_true", help="CSV on stdout")
     fmt.add_argument("--json", action="store_true", help="JSON {column: [values]} on stdout")

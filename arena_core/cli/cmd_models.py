@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from arena_core.cli.options import add_json_flag
 from arena_core.models import cache
 from arena_core.models.catalog import CATALOG
 
@@ -21,7 +22,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     sub = p.add_subparsers(dest="models_command", metavar="ACTION", required=True)
     ls = sub.add_parser("list", help="name, size, path and source of every cached model")
-    ls.add_argument("--json", action="store_true", help="print JSON")
+    add_json_flag(ls)
     ls.set_defaults(func=run_list)
     pull = sub.add_parser(
         "pull",

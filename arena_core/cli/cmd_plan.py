@@ -13,6 +13,7 @@ import json
 import sys
 from typing import Any
 
+from arena_core.cli.options import ONE_JSON_OBJECT, add_json_flag
 from arena_core.errors import ArenaError
 
 
@@ -25,7 +26,7 @@ def add_parser(subparsers: Any) -> None:
         "arena-run (hardware=NAME hardware.count=N; pin fields with plan.FIELD=VALUE).",
     )
     p.add_argument("overrides", nargs="*", help="config overrides, e.g. model.lora.r=16")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_flag(p, ONE_JSON_OBJECT)
     p.add_argument(
         "--calibrate",
         nargs="?",

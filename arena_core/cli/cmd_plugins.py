@@ -7,6 +7,7 @@ import argparse
 import json
 from typing import Any
 
+from arena_core.cli.options import ONE_JSON_OBJECT, add_json_flag
 from arena_core.config.searchpath import collect_options
 from arena_core.plugins import PluginSet, get_plugins
 
@@ -19,7 +20,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "and registrations. A plugin that failed to load is shown with its error; set "
         "ARENA_STRICT_PLUGINS=1 to make such a failure fatal.",
     )
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_flag(p, ONE_JSON_OBJECT)
     p.set_defaults(func=run)
 
 

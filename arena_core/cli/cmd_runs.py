@@ -9,23 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from arena_core.cli.options import REF_HELP, add_json_flag, add_run_argument, add_runs_option
 from arena_core.store import index, report
 from arena_core.store.best import metric_name
-
-RUNS_HELP = "the runs directory (paths.runs of the runs; default ./runs)"
-METRIC_HELP = (
-    "the held-out metric RUN:best ranks by (default: the run's own score: eval/reward_mean for "
-    "GRPO/CISPO, eval/loss, lower, for SFT, eval/pref_accuracy for DPO, eval/return_mean for "
-    "PPO/IPPO); a metric named *loss is minimised, any other maximised"
-)
-REF_HELP = (
-    "RUN is a run directory, a run id (its directory name under --runs) or a run name "
-    "(run_name=...); a name several runs share is refused with the list of them"
-)
-
-
-def add_runs_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--runs", default="./runs", metavar="DIR", help=RUNS_HELP)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -42,29 +28,26 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     ls = sub.add_parser("list", help="one line per run, newest first")
     add_runs_option(ls)
     ls.add_argument("--project", help="only the runs of this project (config `project=NAME`)")
-    ls.add_argument("--json", action="store_true", help="print JSON")
+    add_json_flag(ls)
     ls.set_defaults(func=run_list)
     show = sub.add_parser(
         "show",
         help="a run's plan, its config diff against its own algorithm's and env's defaults, "
         "and the figures of its kind (reward, SFT eval loss, DPO preference accuracy, return)",
     )
-    show.add_argument("run", metavar="RUN")
-    add_runs_option(show)
-    show.add_argument("--json", action="store_true", help="print JSON")
+    add_run_argument(show)
+    add_json_flag(show)
     show.set_defaults(func=run_show)
     cmp = sub.add_parser(
         "compare",
         help="held-out figures of each run's kind side by side, and one PNG of their curves",
     )
-    cmp.add_argument("run", metavar="RUN", nargs="+")
-    add_runs_option(cmp)
+    add_run_argument(cmp, nargs="+")
     cmp.add_argument("--png", default="compare.png", help="where to write the curves (PNG)")
-    cmp.add_argument("--json", action="store_true", help="print JSON")
+    add_json_flag(cmp)
     cmp.set_defaults(func=run_compare)
     rm = sub.add_parser("delete", help="delete a run directory (asks first)")
-    rm.add_argument("run", metavar="RUN")
-    add_runs_option(rm)
+    add_run_argument(rm)
     rm.add_argument("--yes", "-y", action="store_true", help="do not ask")
     rm.set_defaults(func=run_delete)
 

@@ -11,6 +11,7 @@ import argparse
 import json
 from typing import Any
 
+from arena_core.cli.options import ONE_JSON_OBJECT, add_json_flag
 from arena_core.errors import ArenaError
 
 EPILOG = """examples:
@@ -45,11 +46,11 @@ def add_parser(subparsers: Any) -> None:
     dataset.add_argument("source", metavar="NAME|PATH")
     dataset.add_argument("--category", default="reasoning", help="reasoning, preference or sft")
     dataset.add_argument("--column-mapping", help='JSON, e.g. \'{"question": "problem"}\'')
-    _json_flag(dataset)
+    add_json_flag(dataset, ONE_JSON_OBJECT)
 
     config = sub.add_parser("config", help="a run config: the checks arena-run makes")
     config.add_argument("overrides", nargs="*", help="Hydra overrides (+algo=grpo +env=gsm8k)")
-    _json_flag(config)
+    add_json_flag(config, ONE_JSON_OBJECT)
 
 
 def _add_reward_parser(sub: Any) -> None:
@@ -80,9 +81,14 @@ def _add_reward_parser(sub: Any) -> None:
     reward.add_argument(
         "--samples", type=int, default=8, help="env or dataset rows to use (default 8)"
     )
-    reward.add_argument("--timeout", type=float, default=5.0, help="seconds per call (default 5)")
+    reward.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds per call (default: the run's sandbox.reward_timeout_s, 5 unless overridden)",
+    )
     reward.add_argument("--import-timeout", type=float, default=60.0, help="seconds to import")
-    _json_flag(reward)
+    add_json_flag(reward, ONE_JSON_OBJECT)
 
 
 def _add_env_parser(sub: Any) -> None:
@@ -118,11 +124,7 @@ def _add_env_parser(sub: Any) -> None:
         action="store_true",
         help="run the stdio MCP server under bubblewrap (as env.isolate_server=true)",
     )
-    _json_flag(env)
-
-
-def _json_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_flag(env, ONE_JSON_OBJECT)
 
 
 def parse_mapping(text: str | None) -> dict[str, str] | None:
@@ -146,9 +148,11 @@ def parse_mapping(text: str | None) -> dict[str, str] | None:
 def report_for(args: argparse.Namespace) -> Any:
     """The Report for the parsed arguments (the SDK functions, called with the CLI's options)."""
     if args.what == "reward":
+        from arena_core.sandbox import SandboxPolicy
         from arena_core.validate.reward import validate_reward
 
         env_overrides = list(args.env[1:]) if args.env else []
+        sandbox = sandbox_settings([*args.overrides, *env_overrides])
         return validate_reward(
             args.reward,
             dataset=args.dataset,
@@ -156,9 +160,10 @@ def report_for(args: argparse.Namespace) -> Any:
             env=args.env[0] if args.env else None,
             overrides=env_overrides or None,
             samples=args.samples,
-            timeout_s=args.timeout,
+            timeout_s=args.timeout if args.timeout is not None else sandbox.reward_timeout_s,
             import_timeout_s=args.import_timeout,
-            policy=sandbox_policy([*args.overrides, *env_overrides]),
+            memory_mb=sandbox.memory_mb,
+            policy=SandboxPolicy.from_config(sandbox),
         )
     if args.what == "env" and (args.mcp_command or args.mcp_url):
         from arena_core.validate.mcp import validate_mcp
@@ -201,15 +206,24 @@ def report_for(args: argparse.Namespace) -> Any:
     return validate_run_config(list(args.overrides))[0]
 
 
+def sandbox_settings(overrides: list[str]) -> Any:
+    """The `sandbox` section (SandboxConfig) a run with these overrides would use: its policy
+    and its limits (sandbox.reward_timeout_s, sandbox.memory_mb), which validation follows as
+    training does. The defaults without overrides (no config to compose)."""
+    if not overrides:
+        from arena_core.config.schema import SandboxConfig
+
+        return SandboxConfig()
+    from arena_core.validate.isolation import sandbox_from_overrides
+
+    return sandbox_from_overrides(overrides)
+
+
 def sandbox_policy(overrides: list[str]) -> Any:
     """The SandboxPolicy a run with these overrides would use (the defaults without any)."""
     from arena_core.sandbox import SandboxPolicy
 
-    if not overrides:
-        return SandboxPolicy()
-    from arena_core.validate.isolation import policy_from_overrides
-
-    return policy_from_overrides(overrides)
+    return SandboxPolicy.from_config(sandbox_settings(overrides))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,20 +8,26 @@ refusing before the next costs anything:
 2. the recipe: the algorithm's `recipe` ("llm" without one; "population" instead of "llm" when
    `evolution.enabled`) from the recipes registry; an unknown name is a "did you mean" error that
    names the algorithm which declared it;
-3. a dry run prints the config, the plan and the pre-flight's verdict (with the recipe's own
+3. the config typed once (`RunInputs.of`: `CoreConfig` and each plugin section as its plugin's
+   schema object), the one validation the recipe's run relies on; recipes read `inputs.core`,
+   `inputs.algo`, `inputs.env` and never validate the config again;
+4. a dry run prints the config, the plan and the pre-flight's verdict (with the recipe's own
    check), and stops;
-4. the pre-flight (`arena validate`'s sandbox, reward, env and dataset checks), unless the SDK's
+5. the pre-flight (`arena validate`'s sandbox, reward, env and dataset checks), unless the SDK's
    `check=False` or the recipe's env is not one it can check (`Recipe.shared_preflight`);
-5. the plan, for a `planned` recipe (the LLM ones), printed as one line;
-6. `Recipe.run` (set up, train, save, clean up), with SIGTERM handled as Ctrl-C.
+6. the plan, for a `planned` recipe (the LLM ones), printed as one line;
+7. `Recipe.run` (set up, train, save, clean up), with SIGTERM handled as Ctrl-C.
 
-It lives in `cli/` (the top layer, beside the pre-flight and the plan summary it prints) so that
-`arena_core.recipes` stays below it and imports nothing from here.
+It lives in `cli/` (the top layer, beside the pre-flight and the plan summary it prints); the
+recipes share that layer and import nothing from here. `compose_config` has validated the dict
+(every problem at once, in the user's words) before this; step 3 turns it into objects, and is
+the only `CoreConfig` validation the run makes after composing.
 """
 
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +45,9 @@ def launch(cfg: dict[str, Any], *, check: bool = True) -> Path | None:
 
     check_data_category(cfg)  # config only: before any env, dataset or model loads
     name, recipe = choose_recipe(cfg)
+    inputs = RunInputs.of(cfg)  # the one validation: typed sections from here on
     if cfg.get("dry_run"):
-        dry_run(cfg, name, recipe)
+        dry_run(inputs, name, recipe)
         return None
     report = preflight(cfg) if check and recipe.shared_preflight else None
     plan = None
@@ -51,9 +58,9 @@ def launch(cfg: dict[str, Any], *, check: bool = True) -> Path | None:
         if found is not None:
             print(found.summary_line(), flush=True)
             plan = found.to_dict()
-    inputs = RunInputs(cfg, plan=plan, validation=report.to_dict() if report is not None else None)
+    validation = report.to_dict() if report is not None else None
     with sigterm_interrupts():
-        return recipe.run(inputs)
+        return recipe.run(replace(inputs, plan=plan, validation=validation))
 
 
 def choose_recipe(cfg: dict[str, Any]) -> tuple[str, Recipe]:
@@ -94,7 +101,7 @@ def print_config(cfg: dict[str, Any]) -> None:
     print(yaml.safe_dump(cfg, sort_keys=False, default_flow_style=False), end="")
 
 
-def dry_run(cfg: dict[str, Any], name: str, recipe: Recipe) -> None:
+def dry_run(inputs: RunInputs, name: str, recipe: Recipe) -> None:
     """What a run would do, in its order: the resolved config (YAML), the plan, then the
     pre-flight's verdict and the exit code a run would end with (`#` lines: YAML comments).
 
@@ -104,6 +111,7 @@ def dry_run(cfg: dict[str, Any], name: str, recipe: Recipe) -> None:
     from arena_core.cli.preflight import preflight
     from arena_core.errors import ArenaError
 
+    cfg = inputs.cfg
     print_config(cfg)
     if not recipe.planned:  # classic RL, SFT/DPO, a plugin's loop: the CPU plan of its config
         threads = (cfg.get("algo") or {}).get("threads", 1)
@@ -113,7 +121,7 @@ def dry_run(cfg: dict[str, Any], name: str, recipe: Recipe) -> None:
     sys.stdout.flush()
     try:
         report = preflight(cfg, prefix="# ") if recipe.shared_preflight else None
-        line = recipe.check(cfg)  # e.g. PPO: the env builds and its spaces fit the network
+        line = recipe.check(inputs)  # e.g. PPO: the env builds and its spaces fit the network
     except ArenaError as exc:
         found = getattr(exc, "report", None)
         failed = [c.name for c in found.checks if c.status == "FAIL"] if found else []

@@ -11,12 +11,14 @@ from arena_core.config.schema import CoreConfig
 from arena_core.store.checkpoints import best_checkpoint, latest_checkpoint
 
 if TYPE_CHECKING:
-    from arena_core.evolution.loop import PopulationTrainer
     from arena_core.evolution.members import Member
 
 
-def population_summary(trainer: PopulationTrainer, status: str, elite: Member) -> dict[str, Any]:
-    """The held-out figures are the elite's at each evaluation (`evals`: step, member, scores)."""
+def population_summary(trainer: Any, status: str, elite: Member) -> dict[str, Any]:
+    """The held-out figures are the elite's at each evaluation (`evals`: step, member, scores).
+
+    `trainer` is the population recipe's driver (`arena_core.recipes.population.
+    PopulationTrainer`), typed loosely: this room sits below the recipes and never imports them."""
     first = trainer.evals[0] if trainer.evals else {}
     last = trainer.evals[-1] if trainer.evals else {}
     t = trainer.totals

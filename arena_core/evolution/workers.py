@@ -10,7 +10,7 @@ Each actor (`MemberActor`) loads the policy once (the base shared by its members
 reward sandbox and torch engine, and runs its members' learner steps with
 `MemberRunner.train_step`, the code the interleaved mode runs, from one selection to the next
 without waiting for the other actors. It then returns its members' trained tensors, optimizer
-state and data positions; the driver (arena_core.evolution.loop) keeps evaluation (on its own
+state and data positions; the driver (arena_core.recipes.population) keeps evaluation (on its own
 copy of the model, so fitness is computed exactly as interleaved), selection, mutation, lineage,
 checkpoints and logs, then places the next generation: a child (a clone of a winner) goes to its
 actor as adapter + optimizer tensors through Ray's object store, never the base. A member an
@@ -129,6 +129,8 @@ class MemberActor:
         if os.path.isdir(cwd):
             os.chdir(cwd)  # relative paths of the config mean what they mean to the driver
         torch.set_num_threads(int(threads))
+        # the config crosses the process boundary as the plain dict (what Ray pickles cheaply and
+        # safely); this actor validates its copy once, as the launcher did in the driver
         core = CoreConfig.model_validate(cfg)
         random.seed(core.seed)
         np.random.seed(core.seed % (2**32))

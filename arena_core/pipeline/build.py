@@ -21,32 +21,31 @@ if TYPE_CHECKING:
 
 def _section(entry: Any, section: dict[str, Any]) -> Any:
     """The validated section for a plugin's factory: its schema instance, or the raw dict."""
-    schema = entry.schema
-    if schema is None:
-        return dict(section)
-    fields = getattr(schema, "model_fields", {})
-    data = {k: v for k, v in section.items() if k != "name" or "name" in fields}
-    return schema(**data)
+    from arena_core.config.typed import section_object
+
+    return section_object(entry, section)
 
 
-def build_algorithm(algo: dict[str, Any] | None) -> Algorithm:
+def build_algorithm(algo: dict[str, Any] | None, typed: Any = None) -> Algorithm:
+    """`typed`: the section as its schema object, when the launcher has typed it already
+    (`RunInputs.algo`); else it is typed here from the dict."""
     if not algo or "name" not in algo:
         raise ConfigError("no algorithm chosen: add +algo=grpo (or another installed algorithm)")
     entry = get_plugins().registries.algorithms.get(str(algo["name"]))
-    return entry.obj(_section(entry, algo))
+    return entry.obj(_section(entry, algo) if typed is None else typed)
 
 
-def make_env(env: dict[str, Any] | None) -> Any:
+def make_env(env: dict[str, Any] | None, typed: Any = None) -> Any:
     """The registered factory called with its validated section (`arena validate env` and the
-    trainer construct environments through this one function)."""
+    trainer construct environments through this one function); `typed` as in build_algorithm."""
     if not env or "name" not in env:
         raise ConfigError("no environment chosen: add +env=gsm8k (or another installed one)")
     entry = get_plugins().registries.envs.get(str(env["name"]))
-    return entry.obj(_section(entry, env))
+    return entry.obj(_section(entry, env) if typed is None else typed)
 
 
-def build_task(env: dict[str, Any] | None) -> TextTask:
-    task = make_env(env)
+def build_task(env: dict[str, Any] | None, typed: Any = None) -> TextTask:
+    task = make_env(env, typed)
     problems = contract_problems(task)
     if problems:
         raise ConfigError(

@@ -1,6 +1,6 @@
 """The group collector of a run, built one way for every LLM loop.
 
-The single run (`llm_loop`) and population training (`arena_core.evolution`) sample their
+The single run (`recipes.llm`) and population training (`arena_core.evolution`) sample their
 training groups alike: the `generation` section's sampling parameters, the example stream seeded
 by the run's `seed`, `train.max_sampling_rounds` and `train.max_flat_rounds`, and multi-turn episodes for a tool task. This
 is that setup, in one place, so the two loops cannot drift apart.

@@ -1,6 +1,6 @@
 """The parts of an LLM run, built in one place: task, policy, learner, backend, reward scorer.
 
-Why: the single run (`runtime.llm_loop`), a population's driver (`evolution.loop`) and its member
+Why: the single run (`recipes.llm`), a population's driver (`recipes.population`) and its member
 actors (`evolution.workers`) all need the same parts, built the same way and closed the same way.
 Written three times, the copies drifted: the population paths did not mount an MCP env's state
 directories into the reward sandbox (`expose=`), so its reward could not read an episode's

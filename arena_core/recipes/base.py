@@ -16,9 +16,12 @@ plugin's recipe (tests/plugins/own_recipe.py) keep their run through it and buil
 summary's fields. A recipe opens its session in `setup` (`RunSession.open`), trains inside
 `session.scope()` and ends with `session.finish(summary)`.
 
-The built-in recipes (`arena_core.recipes.builtin`) still adapt the loops where they live
-(`arena_core.runtime`, `classic`, `offline`, `evolution`): their `train()` runs the whole loop,
-saving on its own schedule, and `save()` has nothing left to do.
+The config is validated once, at the door: the launcher types it (`RunInputs.of`: `CoreConfig`
+and each plugin section as its plugin's schema object) and a recipe reads `inputs.core`,
+`inputs.algo` and `inputs.env`; the plain dict `inputs.cfg` is what config.yaml records and what
+crosses a process boundary. The built-in recipes are one module each (`arena_core.recipes.llm`,
+`population`, `ppo`, `ippo`, `offline`), recipe class and loop together; their `train()` runs the
+whole loop, saving on its own schedule, so `save()` has nothing left to do.
 """
 
 from __future__ import annotations
@@ -28,20 +31,43 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from arena_core.config.schema import CoreConfig
+from arena_core.config.typed import typed_config
+
 
 @dataclass(frozen=True)
 class RunInputs:
     """What the launcher hands a recipe once its checks have passed.
 
-    cfg: the resolved, validated config (`arena-run`'s overrides composed).
+    cfg: the resolved, validated config as a plain dict (`arena-run`'s overrides composed): what
+        config.yaml records and what is sent to another process.
+    core: the same config typed (`CoreConfig`), validated once by the launcher.
+    algo, env: those sections as their plugins' schema objects (the dict for a plugin without a
+        schema; None without the section).
     plan: the planner's result for a `planned` recipe (saved as plan.json), else None.
     validation: the pre-flight report (kept as validation.json), None when the checks were off
         or the recipe keeps none.
     """
 
     cfg: dict[str, Any]
+    core: CoreConfig
+    algo: Any
+    env: Any
     plan: dict[str, Any] | None = None
     validation: dict[str, Any] | None = None
+
+    @classmethod
+    def of(
+        cls,
+        cfg: dict[str, Any],
+        *,
+        plan: dict[str, Any] | None = None,
+        validation: dict[str, Any] | None = None,
+    ) -> RunInputs:
+        """Type a validated config once (`arena_core.config.typed`): the launcher's door, and
+        the way a test or a benchmark builds a recipe's inputs from a composed config."""
+        typed = typed_config(cfg)
+        return cls(cfg, typed.core, typed.algo, typed.env, plan=plan, validation=validation)
 
 
 class Recipe(ABC):
@@ -65,16 +91,23 @@ class Recipe(ABC):
 
     @property
     def cfg(self) -> dict[str, Any]:
+        return self._inputs().cfg
+
+    @property
+    def core(self) -> CoreConfig:
+        return self._inputs().core
+
+    def _inputs(self) -> RunInputs:
         if self.inputs is None:
             raise RuntimeError(f"{type(self).__name__}: setup() was not called before train()")
-        return self.inputs.cfg
+        return self.inputs
 
-    def check(self, cfg: dict[str, Any]) -> str | None:
+    def check(self, inputs: RunInputs) -> str | None:
         """A dry run's recipe-specific checks (raise to refuse); returns one line to print."""
         return None
 
     def setup(self, inputs: RunInputs) -> None:
-        """Build what training needs; the base keeps the inputs (`self.cfg`)."""
+        """Build what training needs; the base keeps the inputs (`self.cfg`, `self.core`)."""
         self.inputs = inputs
 
     @abstractmethod

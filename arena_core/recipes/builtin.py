@@ -1,97 +1,66 @@
-"""The built-in recipes: thin adapters over today's loops in `arena_core.runtime`.
+"""The built-in recipes by name, registered as a third party registers its own.
 
-Registered through the `register_recipes` hook (`arena_core.builtins`), exactly as a third party
-registers its own. Each adapter only calls its loop, which keeps its run through the run session
-(`arena_core.session`: run directory, resume, seeds, loggers, checkpoints, Ctrl-C, summaries).
-Loop modules are imported inside the methods, so listing plugins never imports torch.
+Registered through the `register_recipes` hook (`arena_core.builtins`). Each recipe is one module
+of this package (`llm`, `population`, `ppo`, `ippo`, `offline`: recipe class and loop), and each
+imports torch. Listing plugins (`arena plugins`) must not pay for that, so what is registered here
+is a light stand-in per recipe that names its class by path and builds the real recipe when the
+launcher builds one (`_Builtin.__new__`); the registry entry keeps the description to list.
+`LegacyLoopRecipe` runs a third-party loop named by module path (the contract before recipes).
 """
 
 from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from arena_core.errors import ConfigError
 from arena_core.hookspecs import Register
 from arena_core.recipes.base import Recipe, RunInputs
 
-
-class LLMRecipe(Recipe):
-    """Generate, score, learn, repeat (GRPO, CISPO and every algorithm without `recipe`)."""
-
-    description = "LLM RL: generate, score with the reward, learn (sync or async, planned)"
-    planned = True
-
-    def train(self) -> Path:
-        from arena_core.runtime import run_training  # the package's entry: a broken one raises
-
-        assert self.inputs is not None
-        return run_training(self.cfg, plan=self.inputs.plan, validation=self.inputs.validation)
-
-
-class PopulationRecipe(LLMRecipe):
-    """A population of LLM-loop members with tournament selection and mutation.
-
-    Chosen by the launcher instead of `llm` when `evolution.enabled`. It enters through
-    `run_training`, which shares the run directory and resume set-up with the single run and then
-    drives `arena_core.evolution.loop.train_population`."""
-
-    description = (
+# name -> (the recipe class, "module:Class"; its description, as `arena plugins` lists it)
+BUILTIN_RECIPES: dict[str, tuple[str, str]] = {
+    "llm": (
+        "arena_core.recipes.llm:LLMRecipe",
+        "LLM RL: generate, score with the reward, learn (sync or async, planned)",
+    ),
+    "population": (
+        "arena_core.recipes.population:PopulationRecipe",
         "LLM RL population (an llm algorithm with evolution.enabled=true): members take turns, "
-        "tournament selection, mutation"
-    )
-
-    def setup(self, inputs: RunInputs) -> None:
-        if (inputs.cfg.get("evolution") or {}).get("enabled") is not True:
-            raise ConfigError(
-                "recipe 'population' trains a population: set evolution.enabled=true "
-                "(or use an algorithm whose recipe is 'llm' for a single run)"
-            )
-        super().setup(inputs)
-
-
-class PPORecipe(Recipe):
-    """PPO on a Gymnasium env: vector envs, GAE, clipped losses (arena_core.classic.loop)."""
-
-    description = "Classic RL: PPO on Gymnasium envs (vector envs, GAE)"
-
-    def check(self, cfg: dict[str, Any]) -> str | None:
-        from arena_core.classic.loop import preflight
-
-        return preflight(cfg)
-
-    def train(self) -> Path:
-        from arena_core.classic.loop import run_gym_training
-
-        return run_gym_training(self.cfg)
+        "tournament selection, mutation",
+    ),
+    "ppo": (
+        "arena_core.recipes.ppo:PPORecipe",
+        "Classic RL: PPO on Gymnasium envs (vector envs, GAE)",
+    ),
+    "ippo": (
+        "arena_core.recipes.ippo:IPPORecipe",
+        "Classic multi-agent RL: IPPO on PettingZoo parallel envs",
+    ),
+    "offline": (
+        "arena_core.recipes.offline:OfflineRecipe",
+        "Offline training on datasets: SFT, DPO",
+    ),
+}
 
 
-class IPPORecipe(Recipe):
-    """Independent PPO on a PettingZoo parallel env (arena_core.classic.marl_loop)."""
+class _Builtin(Recipe):
+    """A built-in recipe's stand-in in the registry: building it builds the real recipe."""
 
-    description = "Classic multi-agent RL: IPPO on PettingZoo parallel envs"
+    target: ClassVar[str] = ""
 
-    def check(self, cfg: dict[str, Any]) -> str | None:
-        from arena_core.classic.marl_loop import preflight
+    def __new__(cls) -> Any:  # noqa: PYI034 - returns the real recipe, not a _Builtin
+        from arena_core.plugins import import_object
 
-        return preflight(cfg)
+        return import_object(cls.target)()
 
-    def train(self) -> Path:
-        from arena_core.classic.marl_loop import run_marl_training
-
-        return run_marl_training(self.cfg)
+    def train(self) -> Path:  # pragma: no cover - never built: __new__ returns the real recipe
+        raise AssertionError(f"{type(self).__name__} is a stand-in for {self.target}")
 
 
-class OfflineRecipe(Recipe):
-    """SFT and DPO on datasets, no generation (arena_core.offline.loop)."""
-
-    description = "Offline training on datasets: SFT, DPO"
-
-    def train(self) -> Path:
-        from arena_core.offline.loop import run_offline_training
-
-        return run_offline_training(self.cfg)
+def builtin_recipe(name: str) -> type[Recipe]:
+    """The registered stand-in for the built-in recipe `name` (no torch imported)."""
+    target, description = BUILTIN_RECIPES[name]
+    return type(f"Builtin_{name}", (_Builtin,), {"target": target, "description": description})
 
 
 class LegacyLoopRecipe(Recipe):
@@ -112,11 +81,11 @@ class LegacyLoopRecipe(Recipe):
             stacklevel=2,
         )
 
-    def check(self, cfg: dict[str, Any]) -> str | None:
+    def check(self, inputs: RunInputs) -> str | None:
         from arena_core.plugins import import_object
 
         check = getattr(import_object(self.loop.partition(":")[0]), "preflight", None)
-        return check(cfg) if callable(check) else None
+        return check(inputs.cfg) if callable(check) else None
 
     def train(self) -> Path:
         from arena_core.plugins import import_object
@@ -124,15 +93,6 @@ class LegacyLoopRecipe(Recipe):
         return import_object(self.loop)(self.cfg)
 
 
-BUILTIN_RECIPES: dict[str, type[Recipe]] = {
-    "llm": LLMRecipe,
-    "population": PopulationRecipe,
-    "ppo": PPORecipe,
-    "ippo": IPPORecipe,
-    "offline": OfflineRecipe,
-}
-
-
 def register_builtin_recipes(register: Register) -> None:
-    for name, recipe in BUILTIN_RECIPES.items():
-        register(name, recipe, description=recipe.description)
+    for name, (_, description) in BUILTIN_RECIPES.items():
+        register(name, builtin_recipe(name), description=description)

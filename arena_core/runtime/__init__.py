@@ -1,19 +1,7 @@
-"""The loops that tie generation, rewards and learning together.
+"""What the LLM recipe's loop runs on: engines in processes (`process_runtime`), the progress
+line, torch threads, the mismatch guard and the plan check.
 
-`run_training` is imported lazily: sandboxed children import small helpers from this package
-(`arena_core.pipeline.components`) and must not pay for importing torch.
+The loop itself is the `llm` recipe (`arena_core.recipes.llm`, with `run_training`); this room
+sits below the recipes and never imports them. Sandboxed children import small helpers from
+below it and must not pay for importing torch, so nothing is imported here.
 """
-
-from __future__ import annotations
-
-from typing import Any
-
-__all__ = ["RunInterrupted", "run_training"]
-
-
-def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from arena_core.runtime import llm_loop
-
-        return getattr(llm_loop, name)
-    raise AttributeError(name)

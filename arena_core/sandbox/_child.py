@@ -13,6 +13,7 @@ can also read (after a crash); and turns exceptions into "type, message, the use
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import math
 import numbers
@@ -22,6 +23,7 @@ import signal
 import sys
 import threading
 import traceback
+import types
 from typing import Any
 
 OUTPUT_FILE_LIMIT = 128 * 1024 * 1024  # RLIMIT_FSIZE: an endless print loop cannot fill the disk
@@ -164,6 +166,26 @@ def send(fd: int, obj: Any) -> None:
     while data:
         written = os.write(fd, data)
         data = data[written:]
+
+
+def module_name(prefix: str, text: str) -> str:
+    """`prefix` + `text` with every character that is not a letter or digit made `_`."""
+    return prefix + "".join(c if c.isalnum() else "_" for c in text)
+
+
+def import_user_file(path: str, name: str) -> types.ModuleType | None:
+    """Import the user's file `path` as module `name`, its folder first on sys.path (so its own
+    sibling imports work) and registered in sys.modules (dataclasses and pickle look a class's
+    module up there). None when `path` is not a Python file; what its code raises propagates, for
+    the caller to describe (`describe_exception`)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        return None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def same_file(a: str, b: str) -> bool:

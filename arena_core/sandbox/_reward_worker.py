@@ -11,7 +11,6 @@ Results stream item by item so the parent can time out a single item, not the wh
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import json
 import os
@@ -28,21 +27,17 @@ if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(
 def load_reward(path: str) -> tuple[Any, dict[str, Any]]:
     """Import the file and check the contract; (reward function, ready message) or a fatal one."""
     started = time.perf_counter()
-    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
     stem = os.path.splitext(os.path.basename(path))[0]
-    name = "arena_reward_" + "".join(c if c.isalnum() else "_" for c in stem)
+    name = _child.module_name("arena_reward_", stem)
     try:
-        spec = importlib.util.spec_from_file_location(name, path)
-        if spec is None or spec.loader is None:
-            return None, {"fatal": "import", "detail": f"cannot import {path}: not a Python file"}
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
+        module = _child.import_user_file(path, name)
     except SyntaxError as exc:
         info = _child.describe_exception(exc, path)
         return None, {"fatal": "syntax", **info, "text": (exc.text or "").rstrip()}
     except BaseException as exc:  # noqa: BLE001 - user code may raise anything, even SystemExit
         return None, {"fatal": "import", **_child.describe_exception(exc, path)}
+    if module is None:
+        return None, {"fatal": "import", "detail": f"cannot import {path}: not a Python file"}
     import_s = time.perf_counter() - started
     fn = getattr(module, "reward", None)
     if fn is None:

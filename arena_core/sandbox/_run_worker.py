@@ -30,14 +30,11 @@ def resolve(ref: str) -> Any:
         raise ValueError(f"{ref!r} is not of the form module:function or file.py:function")
     if target.endswith(".py") or os.sep in target:
         path = os.path.abspath(target)
-        sys.path.insert(0, os.path.dirname(path))
-        name = "arena_user_" + "".join(c if c.isalnum() else "_" for c in os.path.basename(path))
-        spec = importlib.util.spec_from_file_location(name, path)
-        if spec is None or spec.loader is None:
+        module = _child.import_user_file(
+            path, _child.module_name("arena_user_", os.path.basename(path))
+        )
+        if module is None:
             raise ImportError(f"cannot import {path}")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
     else:
         module = importlib.import_module(target)
     return getattr(module, attr)

@@ -66,7 +66,11 @@ def finished_already(run_dir: Path, max_steps: int) -> bool:
 
 
 def _normalised(cfg: dict[str, Any]) -> dict[str, Any]:
-    """Defaults filled in, so a config given sparsely compares equal to its full form."""
+    """Defaults filled in, so a config given sparsely compares equal to its full form.
+
+    Not a second validation of the run's config: it reads a resumed run's config.yaml from disk
+    (any older version) and the new one alike, and falls back to the raw dict when an old file no
+    longer validates, so the resume check can still name what changed."""
     from pydantic import ValidationError
 
     from arena_core.config.schema import CoreConfig

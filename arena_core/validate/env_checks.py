@@ -14,14 +14,13 @@ import importlib.util
 import inspect
 import itertools
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from arena_core.sandbox._child import describe_exception
+from arena_core.sandbox._child import describe_exception, import_user_file, module_name
 
 PASS, WARN, FAIL, SKIP = "PASS", "WARN", "FAIL", "SKIP"
 
@@ -107,14 +106,9 @@ class Harness:
 def _import_file(path: str) -> Any:
     if not os.path.isfile(path):
         raise Fail(f"file {path} not found (working directory {os.getcwd()})")
-    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
-    name = "arena_env_" + "".join(c if c.isalnum() else "_" for c in os.path.basename(path))
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
+    module = import_user_file(path, module_name("arena_env_", os.path.basename(path)))
+    if module is None:
         raise Fail(f"{path} is not a Python file")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
     return module
 
 

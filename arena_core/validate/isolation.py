@@ -10,12 +10,15 @@ and no user code is run.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from arena_core.errors import ConfigError
 from arena_core.sandbox import SandboxIsolationError, SandboxPolicy, isolation_status
 from arena_core.sandbox.isolation import check_isolation
 from arena_core.validate.report import FAIL, PASS, WARN, Report
+
+if TYPE_CHECKING:
+    from arena_core.config.schema import SandboxConfig
 
 
 def add_isolation_check(
@@ -36,6 +39,13 @@ def add_isolation_check(
 def policy_from_overrides(overrides: Sequence[str]) -> SandboxPolicy:
     """The sandbox policy a run with these arena-run overrides would use (`sandbox.network=true`,
     presets included): `arena validate` honours it as training does."""
+    return SandboxPolicy.from_config(sandbox_from_overrides(overrides))
+
+
+def sandbox_from_overrides(overrides: Sequence[str]) -> SandboxConfig:
+    """The `sandbox` section a run with these arena-run overrides would use (presets included),
+    checked: its policy and its limits (`reward_timeout_s`, `memory_mb`), which `arena validate`
+    follows as training does."""
     from pydantic import ValidationError
 
     from arena_core.config.compose import compose_raw
@@ -43,7 +53,7 @@ def policy_from_overrides(overrides: Sequence[str]) -> SandboxPolicy:
 
     section: Any = compose_raw(list(overrides)).get("sandbox") or {}
     try:
-        return SandboxPolicy.from_config(SandboxConfig(**section))
+        return SandboxConfig(**section)
     except ValidationError as exc:
         problems = [
             f"sandbox.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()

@@ -7,9 +7,7 @@ training time, not an interpreter start); one test drives `arena-run` itself.
 from __future__ import annotations
 
 import importlib.util
-import subprocess
 import sys
-from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +40,7 @@ def train(tmp_path: Path, *overrides: str) -> Path:
     from arena_core.recipes import RunInputs
 
     cfg = compose(tmp_path, *overrides)
-    return choose_recipe(cfg)[1].run(RunInputs(cfg))
+    return choose_recipe(cfg)[1].run(RunInputs.of(cfg))
 
 
 @pytest.fixture(scope="session")
@@ -71,32 +69,6 @@ def resource_tracker_running() -> None:
 
 
 @pytest.fixture(scope="session")
-def atc_installed() -> str:
-    """Install plugins/arena-atc (editable, no deps) unless this venv has it; its version."""
-    try:
-        return distribution("arena-atc").version
-    except PackageNotFoundError:
-        pass
-    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps"]
-    errors = []
-    for extra in (["--no-build-isolation"], []):
-        result = subprocess.run(
-            [*pip, *extra, "-e", str(ATC_DIR)], capture_output=True, text=True, timeout=600
-        )
-        if result.returncode == 0:
-            break
-        errors.append(result.stderr[-2000:])
-    else:
-        pytest.fail("installing plugins/arena-atc failed:\n" + "\n".join(errors))
-    import importlib
-    import site
-
-    from arena_core import plugins as plugins_module
-
-    dist = distribution("arena-atc")
-    for file in dist.files or []:
-        if file.name.endswith(".pth") and "/" not in str(file):
-            site.addpackage(str(Path(str(file.locate())).parent), file.name, set())
-    importlib.invalidate_caches()
-    plugins_module.reset_plugins()
-    return dist.version
+def atc_installed(install_local_plugin) -> str:
+    """plugins/arena-atc, installed (editable, no deps) unless this venv has it; its version."""
+    return install_local_plugin("arena-atc")

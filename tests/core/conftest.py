@@ -13,13 +13,12 @@ import importlib.util
 import json
 import os
 import shutil
-import site
 import subprocess
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from importlib.metadata import EntryPoint, PackageNotFoundError, distribution, distributions
+from importlib.metadata import EntryPoint, distributions
 from pathlib import Path
 from types import ModuleType
 
@@ -202,40 +201,11 @@ def run_nested(tmp_path: Path, source: str) -> dict[str, str]:
 
 
 # -- the example plugin and the shared `arena plugins` listing ----------------------------------
-def _activate(dist_name: str) -> None:
-    """Make a distribution installed after this interpreter started importable here: process its
-    .pth file(s) as `site` would have at start-up, and reload the plugins on next use."""
-    dist = distribution(dist_name)
-    for file in dist.files or []:
-        if file.name.endswith(".pth") and "/" not in str(file):
-            site.addpackage(str(Path(str(file.locate())).parent), file.name, set())
-    importlib.invalidate_caches()
-    plugins_module.reset_plugins()
-
-
 @pytest.fixture(scope="session")
-def example_installed() -> str:
-    """Install plugins/arena-example (editable, no deps) unless this venv already has it, and
-    make it importable in this process; returns the installed version."""
-    try:
-        return distribution("arena-example").version
-    except PackageNotFoundError:
-        pass
-    # Without build isolation first: offline and fast. A fresh venv's own setuptools may be too
-    # old to build it (Python 3.11's bundled 65.x lacks `wheel`), so then let pip fetch one.
-    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps"]
-    errors = []
-    for extra in (["--no-build-isolation"], []):
-        result = subprocess.run(
-            [*pip, *extra, "-e", str(EXAMPLE_DIR)], capture_output=True, text=True, timeout=600
-        )
-        if result.returncode == 0:
-            break
-        errors.append(f"$ pip install {' '.join(extra)} -e {EXAMPLE_DIR}\n{result.stderr[-2000:]}")
-    else:
-        pytest.fail("installing the example plugin failed:\n" + "\n".join(errors))
-    _activate("arena-example")
-    return distribution("arena-example").version
+def example_installed(install_local_plugin) -> str:
+    """plugins/arena-example, installed (editable, no deps) unless this venv already has it,
+    and importable in this process; returns the installed version."""
+    return install_local_plugin("arena-example")
 
 
 @pytest.fixture(scope="session")

@@ -4,8 +4,9 @@ no new long module or function.
 The graph is drawn from the source alone, as `house_check.py` draws it: every `import` in
 arena_core, lazy ones inside functions included, one node per sub-package (`runtime`) or top-level
 module (`errors`). The layer order is DESIGN.md's (errors/config/device at the bottom; models,
-data, sandbox, kernels; rollout, learn, planner; execution and evolution; run and recipes; cli,
-serve and the SDK at the top), with one change said at LAYERS: store sits beside models. What breaks it today is written down below, and those lists
+data, sandbox, kernels; rollout, learn, planner; execution and evolution; run; recipes, cli,
+serve and the SDK at the top), with two changes said at LAYERS: store sits beside models, and
+recipes sit with the doors. What breaks it today is written down below, and those lists
 must only shrink: a fix that removes an entry's cause fails this test until the entry is deleted
 too, so the next reader sees the true state. A new room has to be given a layer here.
 """
@@ -54,16 +55,18 @@ LAYERS: dict[str, int] = {
     "distributed": 4,
     "evolution": 4,
     "session": 4,
-    # 5: the run and the recipes (the LLM loop in runtime/, classic RL, SFT/DPO)
+    # 5: what the recipes' loops run on: the LLM loop's engines, progress and guard (runtime/),
+    # classic RL's envs, nets and PPO update, SFT/DPO's data and evaluation
     "runtime": 5,
-    "recipes": 5,
     "classic": 5,
     "offline": 5,
     # 6: pre-flight checks, serving and the dashboard, conformance suites
     "validate": 6,
     "serve": 6,
     "testing": 6,
-    # 7: the doors
+    # 7: the doors, and the recipes they run (each a loop driver, top to bottom, that nothing
+    # below may import: a lower room that needs a recipe's piece needs it moved down)
+    "recipes": 7,
     "cli": 7,
     "builtins": 7,
 }

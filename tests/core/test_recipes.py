@@ -170,7 +170,8 @@ def test_the_sdk_refuses_a_wrong_dataset_category_like_the_cli(
 def test_a_population_run_selects_the_population_recipe(own_recipe) -> None:  # noqa: ANN001
     from arena_core.cli.launch import choose_recipe
     from arena_core.recipes import RunInputs
-    from arena_core.recipes.builtin import LLMRecipe, PopulationRecipe
+    from arena_core.recipes.llm import LLMRecipe
+    from arena_core.recipes.population import PopulationRecipe
 
     single = {"algo": {"name": "grpo"}, "evolution": {"enabled": False}}
     population = {"algo": {"name": "grpo"}, "evolution": {"enabled": True}}
@@ -181,7 +182,7 @@ def test_a_population_run_selects_the_population_recipe(own_recipe) -> None:  # 
     assert isinstance(choose_recipe(population)[1], PopulationRecipe)
     assert type(choose_recipe(single)[1]) is LLMRecipe
     with pytest.raises(ConfigError, match="set evolution.enabled=true"):
-        PopulationRecipe().run(RunInputs(single))  # refused in setup, before any loop
+        PopulationRecipe().run(RunInputs.of(single))  # refused in setup, before any loop
 
 
 def test_a_legacy_training_loop_still_runs_with_a_warning(

@@ -60,7 +60,7 @@ def test_weight_transport_selection() -> None:
 
 def test_a_single_process_run_never_imports_ray() -> None:
     code = (
-        "import sys, arena_core.runtime.llm_loop, arena_core.runtime.process_runtime, "
+        "import sys, arena_core.recipes.llm, arena_core.runtime.process_runtime, "
         "arena_core.distributed; assert 'ray' not in sys.modules, 'ray imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -6,11 +6,9 @@ from __future__ import annotations
 import csv
 import json
 import os
-import random
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,59 +16,13 @@ import torch
 
 from arena_core.distributed.cluster import Layout, RayCluster
 from arena_core.distributed.weight_sync import WeightChecksumError, WeightPacket, state_checksums
-from arena_core.hookspecs import hookimpl
 from arena_core.models import load_policy
 from arena_core.pipeline.async_rollout import trainable_state
 from arena_core.plugins import get_plugins
 from arena_core.rollout.base import SamplingParams
-from arena_core.tasks import Example
+from tests.runtime.conftest import DIGIT_SHARE, DigitsPlugin
 
 MODEL = {"name_or_path": "arena:tiny-init", "lora": {"r": 0}}
-DIGIT_SHARE = """
-def reward(question, answer, completion):
-    return sum(ch.isdigit() for ch in completion) / max(1, len(completion))
-"""
-
-
-@pytest.fixture(scope="module")
-def ray_cluster() -> Iterator[object]:
-    ray = pytest.importorskip("ray")
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
-
-
-class _Digits:
-    """Repeat a digit: training prompts 5-9, held-out prompts 0-4 (never trained on)."""
-
-    name = "digits"
-
-    def __init__(self, reward: str) -> None:
-        self.reward = reward
-
-    def train_examples(self, seed: int) -> Iterator[Example]:
-        rng = random.Random(seed)
-        while True:
-            d = str(rng.randrange(5, 10))
-            yield Example(question=d, answer=d)
-
-    def eval_examples(self, n: int) -> list[Example]:
-        return [Example(question=str(i % 5), answer=str(i % 5)) for i in range(n)]
-
-    def messages(self, example: Example) -> list[dict[str, str]]:
-        return [{"role": "user", "content": f"Repeat {example.question}"}]
-
-
-class _Plugin:
-    def __init__(self, reward: str) -> None:
-        self.reward_file = reward
-
-    @hookimpl
-    def register_envs(self, register) -> None:
-        register("test-engine-digits", lambda cfg: _Digits(self.reward_file))
 
 
 def _parent(pid: int) -> int:
@@ -119,11 +71,11 @@ def _kill_an_engine_after_step(runs: Path, step: int, killed: list[int]) -> None
 def test_two_engine_actors_learn_and_a_killed_one_is_restarted(
     ray_cluster, tmp_path, one_torch_thread
 ) -> None:
-    from arena_core.runtime import run_training
+    from arena_core.recipes.llm import run_training
 
     reward = tmp_path / "digit_share.py"
     reward.write_text(DIGIT_SHARE)
-    get_plugins().add(_Plugin(str(reward)), "test-engine-digits-plugin")
+    get_plugins().add(DigitsPlugin(str(reward), "test-engine-digits"), "test-engine-digits-plugin")
     cfg = {
         "seed": 0,
         "model": MODEL,

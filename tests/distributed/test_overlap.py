@@ -19,28 +19,11 @@ import torch
 
 from arena_core.distributed.timeline import BusyClock, OverlapMeter, covered
 from arena_core.distributed.weight_sync import BackgroundPoster
-from arena_core.hookspecs import hookimpl
 from arena_core.plugins import get_plugins
 from arena_core.tasks import Example
+from tests.runtime.conftest import DIGIT_SHARE, DigitsPlugin
 
 STEPS = 4
-
-
-@pytest.fixture(scope="module")
-def ray_cluster() -> Iterator[object]:
-    ray = pytest.importorskip("ray")
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
-
-
-DIGIT_SHARE = """
-def reward(question, answer, completion):
-    return sum(ch.isdigit() for ch in completion) / max(1, len(completion))
-"""
 
 
 class _Digits:
@@ -67,15 +50,6 @@ class _Digits:
         return [{"role": "user", "content": f"Repeat {example.question}"}]
 
 
-class _Plugin:
-    def __init__(self, reward: str) -> None:
-        self.task = _Digits(reward)
-
-    @hookimpl
-    def register_envs(self, register) -> None:
-        register("test-overlap-digits", lambda cfg: self.task)
-
-
 def _engine_niceness(seen: list[int], stop: threading.Event) -> None:
     """Record the niceness of every engine actor process (`ray::EngineActor...`) while it runs."""
     while not stop.is_set():
@@ -94,7 +68,7 @@ def _run(
     mode: str, tmp_path: Path, niceness: list[int] | None = None, threads: int | None = 1
 ) -> tuple[list[dict[str, float]], _Digits]:
     """A short GRPO run with one engine actor split from the learner (the item-4 layout)."""
-    from arena_core.runtime import run_training
+    from arena_core.recipes.llm import run_training
 
     reward = tmp_path / "digit_share.py"
     reward.write_text(DIGIT_SHARE)
@@ -120,8 +94,10 @@ def _run(
         "reward": str(reward),
         "plan": {"trainer_devices": 1, "engines": 1, "colocate": False},
     }
-    plugin = _Plugin(str(reward))
-    get_plugins().add(plugin, "test-overlap-plugin")
+    task = _Digits(str(reward))
+    get_plugins().add(
+        DigitsPlugin(str(reward), "test-overlap-digits", lambda _: task), "test-overlap-plugin"
+    )
     stop = threading.Event()
     watcher = threading.Thread(
         target=_engine_niceness, args=(niceness if niceness is not None else [], stop), daemon=True
@@ -136,7 +112,7 @@ def _run(
     with open(run_dir / "metrics.csv") as fh:
         rows = [{k: float(v) for k, v in r.items() if v} for r in csv.DictReader(fh)]
     assert all(r["tokens/trained"] > 0 for r in rows)  # every step had an update to overlap
-    return rows, plugin.task
+    return rows, task
 
 
 def test_async_engine_generates_the_next_batch_while_the_learner_trains(

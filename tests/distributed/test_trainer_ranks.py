@@ -4,7 +4,6 @@ the run with a clear message."""
 from __future__ import annotations
 
 import copy
-import os
 
 import pytest
 import torch
@@ -24,14 +23,10 @@ LEARNER = {"micro_batch_tokens": 24, "norm_len": 6}  # several micro-batches: an
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    ray = pytest.importorskip("ray")
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+def cluster(ray_cluster, tmp_path_factory):
     layout = Layout(trainer_devices=2, engines=1, colocate="shared")
     with RayCluster(layout, run_dir=tmp_path_factory.mktemp("run")) as c:
         yield c
-    ray.shutdown()
 
 
 def _samples() -> list[Sample]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import random
 import threading
 import time
 from collections.abc import Iterator
@@ -27,47 +26,12 @@ import psutil
 import pytest
 
 from arena_core.errors import ArenaError
-from arena_core.hookspecs import hookimpl
 from arena_core.plugins import get_plugins
-from arena_core.tasks import Example
+from tests.runtime.conftest import DIGIT_SHARE, DigitsPlugin
 
 pytestmark = pytest.mark.slow
 
-DIGIT_SHARE = """
-def reward(question, answer, completion):
-    return sum(ch.isdigit() for ch in completion) / max(1, len(completion))
-"""
 OUR_ACTORS = ("ray::EngineActor", "ray::TrainerRank")
-
-
-class _Digits:
-    """Repeat a digit: training prompts 5-9, held-out prompts 0-4."""
-
-    name = "digits"
-
-    def __init__(self, reward: str) -> None:
-        self.reward = reward
-
-    def train_examples(self, seed: int) -> Iterator[Example]:
-        rng = random.Random(seed)
-        while True:
-            d = str(rng.randrange(5, 10))
-            yield Example(question=d, answer=d)
-
-    def eval_examples(self, n: int) -> list[Example]:
-        return [Example(question=str(i % 5), answer=str(i % 5)) for i in range(n)]
-
-    def messages(self, example: Example) -> list[dict[str, str]]:
-        return [{"role": "user", "content": f"Repeat {example.question}"}]
-
-
-class _Plugin:
-    def __init__(self, reward: str) -> None:
-        self.reward = reward
-
-    @hookimpl
-    def register_envs(self, register) -> None:
-        register("test-two-nodes-digits", lambda cfg: _Digits(self.reward))
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +50,7 @@ def nodes(tmp_path_factory) -> Iterator[Any]:
     reward = tmp_path_factory.mktemp("reward") / "digit_share.py"
     reward.write_text(DIGIT_SHARE)
     cluster.reward = str(reward)
-    get_plugins().add(_Plugin(str(reward)), "test-two-nodes-plugin")
+    get_plugins().add(DigitsPlugin(str(reward), "test-two-nodes-digits"), "test-two-nodes-plugin")
     try:
         yield cluster
     finally:
@@ -142,7 +106,7 @@ def _remove_after_step(nodes: Any, node: Any, runs: Path, step: int, done: list[
 
 def _run_losing(nodes: Any, node: Any, cfg: dict[str, Any], step: int) -> tuple[Any, list[str]]:
     """run_training(cfg) while `node` is removed after `step` steps: (run dir or error, removed)."""
-    from arena_core.runtime import run_training
+    from arena_core.recipes.llm import run_training
 
     removed: list[str] = []
     killer = threading.Thread(
@@ -238,7 +202,7 @@ def test_losing_the_trainers_node_stops_the_run_with_a_checkpoint_and_the_resume
 ) -> None:
     import ray
 
-    from arena_core.runtime import run_training
+    from arena_core.recipes.llm import run_training
 
     trainers = nodes.add_node(num_cpus=2)
     engine = nodes.add_node(num_cpus=1)

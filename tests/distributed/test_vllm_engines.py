@@ -10,8 +10,6 @@ logical GPUs (no GPU needed): the bundles and actor options a TP-2 vLLM engine g
 from __future__ import annotations
 
 import importlib.util
-import os
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -39,16 +37,11 @@ VLLM = {
 
 
 @pytest.fixture(scope="module")
-def ray_cluster() -> Iterator[object]:
-    """Two CPUs and four logical GPUs (Ray's resource accounting only: the TP placement test
-    reserves GPU bundles without a GPU; nothing here runs on one)."""
-    ray = pytest.importorskip("ray")
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(num_cpus=2, num_gpus=4, include_dashboard=False, log_to_driver=False)
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
+def ray_resources() -> dict[str, float]:
+    """`ray_cluster` (tests/conftest.py) with two CPUs and four logical GPUs (Ray's resource
+    accounting only: the TP placement test reserves GPU bundles without a GPU; nothing here runs
+    on one)."""
+    return {"num_cpus": 2, "num_gpus": 4}
 
 
 def test_a_tp2_engine_gets_two_gpu_bundles_and_vllm_places_its_workers_there(ray_cluster) -> None:

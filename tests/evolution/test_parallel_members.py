@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -50,17 +48,6 @@ def _overrides(runs: Path, steps: int, parallel: str, *extra: str) -> list[str]:
         "shrink_factor:0.5}",
         *extra,
     ]
-
-
-@pytest.fixture(scope="module")
-def ray_up() -> Iterator[object]:
-    ray = pytest.importorskip("ray")
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +90,7 @@ def _actors_gone(ray: object) -> None:
 
 
 def test_parallel_members_resume_and_select_as_interleaved_ones(
-    ray_up, interleaved: Path, tmp_path: Path
+    ray_cluster, interleaved: Path, tmp_path: Path
 ) -> None:
     """An interleaved population stopped after one selection, resumed with member actors to
     two: the same events, training rows and member weights as the interleaved run straight
@@ -136,16 +123,16 @@ def test_parallel_members_resume_and_select_as_interleaved_ones(
         for member, tensors in ref.items():
             for name, tensor in tensors.items():
                 torch.testing.assert_close(got[member][name], tensor, rtol=1e-4, atol=1e-5)
-    _actors_gone(ray_up)
+    _actors_gone(ray_cluster)
 
 
-def test_a_dead_member_actor_fails_its_members_and_the_run_goes_on(ray_up, tmp_path) -> None:
+def test_a_dead_member_actor_fails_its_members_and_the_run_goes_on(ray_cluster, tmp_path) -> None:
     """Killing one of two member actors before the first step: its member gets the worst
     fitness, is replaced at the selection (the actor is started again) and the run finishes."""
     from arena_core.config import compose_run_config
     from arena_core.config.schema import CoreConfig
-    from arena_core.evolution.loop import train_population
     from arena_core.pipeline.build import build_task, reward_path
+    from arena_core.recipes.population import train_population
 
     cfg = compose_run_config(_overrides(tmp_path / "runs", 2, "auto"))
     core = CoreConfig.model_validate(cfg)
@@ -159,7 +146,7 @@ def test_a_dead_member_actor_fails_its_members_and_the_run_goes_on(ray_up, tmp_p
         workers = trainer.workers
         assert workers is not None and len(workers.actors) == 2
         killed.append(workers.pids[1])
-        ray_up.kill(workers.actors[1], no_restart=True)
+        ray_cluster.kill(workers.actors[1], no_restart=True)
 
     train_population(
         core,
@@ -184,7 +171,7 @@ def test_a_dead_member_actor_fails_its_members_and_the_run_goes_on(ray_up, tmp_p
     assert rows[("1", "1")]["failed"] == "1" and rows[("1", "0")]["failed"] == "0"
     step2 = [r for (step, _), r in rows.items() if step == "2"]
     assert len(step2) == 2 and all(r["failed"] == "0" and r["loss"] != "" for r in step2)
-    _actors_gone(ray_up)
+    _actors_gone(ray_cluster)
 
 
 @pytest.mark.parametrize(

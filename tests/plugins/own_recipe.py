@@ -60,15 +60,14 @@ class BanditRecipe(Recipe):
     shared_preflight = False  # `arms` is neither a text task nor a Gymnasium env
 
     def setup(self, inputs: RunInputs) -> None:
-        from arena_core.config.schema import CoreConfig
         from arena_core.session import RunSession
 
         super().setup(inputs)
-        self.algo = MineBanditConfig.model_validate(self.cfg["algo"])
-        self.rewards = ArmsConfig.model_validate(self.cfg["env"]).rewards
-        core = CoreConfig.model_validate(self.cfg)
+        # the launcher validated the config once: the sections arrive as this plugin's schemas
+        self.algo: MineBanditConfig = inputs.algo
+        self.rewards = inputs.env.rewards
         self.session = RunSession.open(
-            core, self.cfg, f"{self.algo.name}-arms", validation=inputs.validation
+            inputs.core, self.cfg, f"{self.algo.name}-arms", validation=inputs.validation
         )
         self.run_dir = self.session.run_dir
         self.logits = [0.0] * len(self.rewards)
@@ -79,7 +78,7 @@ class BanditRecipe(Recipe):
         with self.session.scope():  # SIGTERM is Ctrl-C; a crash leaves a failed summary.json
             self.session.seed()
             loggers = self.session.open_loggers()
-            for step in range(1, int(self.cfg["train"]["max_steps"]) + 1):
+            for step in range(1, self.core.train.max_steps + 1):
                 probs = softmax(self.logits)
                 self.expected = sum(p * r for p, r in zip(probs, rewards, strict=True))
                 # d E[r] / d logit_i = p_i (r_i - E[r]): the exact policy gradient
@@ -111,7 +110,7 @@ class BanditRecipe(Recipe):
 def legacy_loop(cfg: dict[str, Any]) -> Path:
     """The contract before recipes: an algorithm named this function by module path."""
     recipe = BanditRecipe()
-    return recipe.run(RunInputs(cfg))
+    return recipe.run(RunInputs.of(cfg))
 
 
 class LegacyBandit:

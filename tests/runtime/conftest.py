@@ -7,7 +7,7 @@ with it. Tests do not depend on the built-in environments, only on the plugin co
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -20,9 +20,17 @@ REWARD = """
 def reward(question, answer, completion):
     return 1.0 if completion.strip().startswith(answer) else 0.0
 """
+# The share of digits in the completion: it varies within a group at temperature 1, so every step
+# trains (the distributed tests use it to see runs learn across processes).
+DIGIT_SHARE = """
+def reward(question, answer, completion):
+    return sum(ch.isdigit() for ch in completion) / max(1, len(completion))
+"""
 
 
 class DigitTask:
+    """Repeat a digit: training prompts 5-9, held-out prompts 0-4 (never trained on)."""
+
     name = "digits"
 
     def __init__(self, reward: str) -> None:
@@ -41,13 +49,20 @@ class DigitTask:
         return [{"role": "user", "content": f"Repeat {example.question}"}]
 
 
-class _Plugin:
-    def __init__(self, reward_path: str) -> None:
-        self.reward_path = reward_path
+class DigitsPlugin:
+    """A plugin that registers `env_name`: `make_task(reward_path)` (default a new DigitTask)."""
+
+    def __init__(
+        self,
+        reward_path: str,
+        env_name: str = "test-digits",
+        make_task: Callable[[str], object] = DigitTask,
+    ) -> None:
+        self.reward_path, self.env_name, self.make_task = reward_path, env_name, make_task
 
     @hookimpl
     def register_envs(self, register: Register) -> None:
-        register("test-digits", lambda cfg: DigitTask(self.reward_path))
+        register(self.env_name, lambda cfg: self.make_task(self.reward_path))
 
 
 @pytest.fixture
@@ -55,7 +70,7 @@ def digits_env(tmp_path: Path) -> Iterator[str]:
     reward = tmp_path / "digit_reward.py"
     reward.write_text(REWARD)
     plugins = get_plugins()
-    plugins.add(_Plugin(str(reward)), "test-digits-plugin")
+    plugins.add(DigitsPlugin(str(reward)), "test-digits-plugin")
     try:
         yield "test-digits"
     finally:

@@ -6,7 +6,7 @@ import csv
 
 import pytest
 
-from arena_core.runtime import run_training
+from arena_core.recipes.llm import run_training
 
 ASYNC_COLUMNS = {
     "tokens/generated",
@@ -66,8 +66,8 @@ def test_non_finite_loss_stops_the_run_and_keeps_good_weights(
     tmp_path, digits_env, run_config, monkeypatch
 ) -> None:
     from arena_core.learn.learner import NonFiniteLossError
-    from arena_core.runtime import llm_loop
-    from arena_core.runtime.llm_loop import RunFailed
+    from arena_core.recipes import llm as llm_loop
+    from arena_core.session import RunFailed
 
     real_step = llm_loop._Loop._train_step
 
@@ -91,7 +91,7 @@ def test_a_dying_generator_stops_the_run_with_a_clear_message(
     tmp_path, digits_env, run_config, monkeypatch
 ) -> None:
     from arena_core.pipeline.groups import GroupCollector
-    from arena_core.runtime.llm_loop import RunFailed
+    from arena_core.session import RunFailed
 
     real_collect = GroupCollector.collect
 

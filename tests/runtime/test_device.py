@@ -13,9 +13,9 @@ from arena_core.errors import ConfigError
 from arena_core.learn.learner import Learner
 from arena_core.learn.packing import Sample
 from arena_core.models import load_policy
+from arena_core.recipes.llm import run_training
 from arena_core.rollout.base import SamplingParams
 from arena_core.rollout.torch_backend import TorchBackend
-from arena_core.runtime import run_training
 
 
 def test_auto_resolves_to_the_cpu_here_and_to_cuda_when_a_gpu_is_seen() -> None:

@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import save_file
 
 from arena_core.models import load_policy
-from arena_core.runtime import run_training
+from arena_core.recipes.llm import run_training
 from arena_core.store.atomic import read_json
 from arena_core.store.checkpoints import (
     checkpoint_problems,

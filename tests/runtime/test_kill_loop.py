@@ -62,7 +62,7 @@ def test_a_run_killed_after_its_last_checkpoint_is_finished_by_the_resume(
     """What a SIGKILL between the final checkpoint and summary.json leaves (the kill loop found
     it): a resume trains no step, but writes the summary, and removes the half-deleted older
     checkpoint the kill left; before, it said "already finished" and left the run incomplete."""
-    from arena_core.runtime import run_training
+    from arena_core.recipes.llm import run_training
     from arena_core.store.checkpoints import checkpoint_problems
 
     cfg = run_config(tmp_path, max_steps=1)

@@ -38,7 +38,7 @@ def test_grpo_raises_the_held_out_reward(tmp_path, digits_env, run_config, one_t
 
 
 def run_training_quietly(cfg):
-    from arena_core.runtime import run_training
+    from arena_core.recipes.llm import run_training
 
     cfg["runtime"] = {**cfg["runtime"], "progress": "off"}
     return run_training(cfg)

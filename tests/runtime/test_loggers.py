@@ -13,7 +13,7 @@ from arena_core.config.validate import validate_config
 from arena_core.errors import ConfigError
 from arena_core.hookspecs import Register, hookimpl
 from arena_core.plugins import get_plugins
-from arena_core.runtime import run_training
+from arena_core.recipes.llm import run_training
 
 
 class RecordingLogger:

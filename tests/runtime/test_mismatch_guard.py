@@ -15,8 +15,8 @@ import torch
 
 from arena_core.hookspecs import Register, hookimpl
 from arena_core.plugins import get_plugins
+from arena_core.recipes.llm import run_training
 from arena_core.rollout.torch_backend import TorchBackend
-from arena_core.runtime import run_training
 from arena_core.runtime.mismatch_guard import GuardSettings, MismatchGuard
 from arena_core.serve.dashboard.pages import _charts
 from arena_core.store.kinds import LLM_RL

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from arena_core.cli.run import execute
-from arena_core.runtime import run_training
+from arena_core.recipes.llm import run_training
 
 
 def _rows(run_dir: Path) -> list[dict[str, str]]:

@@ -12,7 +12,7 @@ from arena_core.config import compose_config
 from arena_core.models import load_policy
 from arena_core.pipeline.build import build_task
 from arena_core.pipeline.groups import PromptEncoder
-from arena_core.runtime import run_training
+from arena_core.recipes.llm import run_training
 from arena_core.runtime.finish import plan_check
 
 

@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file
 
 from arena_core.errors import ConfigError
-from arena_core.runtime import run_training
+from arena_core.recipes.llm import run_training
 
 # A reward with signal in every group (distinct characters), so every step updates the weights:
 # with the digits task's 0/1 reward a random model never scores and nothing would be compared.

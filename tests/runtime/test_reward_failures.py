@@ -12,8 +12,8 @@ from arena_algorithms.grpo import GRPO
 from arena_core.learn.losses import group_advantages
 from arena_core.pipeline.groups import GroupCollector
 from arena_core.pipeline.scoring import RewardScorer
+from arena_core.recipes.llm import run_training
 from arena_core.rollout.base import Completion, SamplingParams
-from arena_core.runtime import run_training
 from arena_core.sandbox import RewardPool
 from arena_core.tasks import Example
 

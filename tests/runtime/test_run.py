@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from arena_core.pipeline.groups import GroupCollector
-from arena_core.runtime import RunInterrupted, run_training
+from arena_core.recipes.llm import run_training
+from arena_core.session import RunInterrupted
 
 REQUIRED_COLUMNS = {
     "step",

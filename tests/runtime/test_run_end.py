@@ -9,7 +9,7 @@ import pytest
 
 from arena_core.errors import ConfigError
 from arena_core.pipeline.groups import GroupCollector
-from arena_core.runtime import run_training
+from arena_core.recipes.llm import run_training
 from arena_core.store.curves import reward_curve_figure
 
 COMPONENT_REWARD = """

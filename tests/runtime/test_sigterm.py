@@ -130,7 +130,7 @@ def test_sigterm_stops_a_population_like_ctrl_c(tmp_runs: Path, capsys) -> None:
     import threading
 
     import arena
-    from arena_core.runtime import RunInterrupted
+    from arena_core.session import RunInterrupted
 
     def watch() -> None:
         deadline = time.monotonic() + 300

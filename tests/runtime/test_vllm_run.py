@@ -12,7 +12,7 @@ import importlib.util
 
 import pytest
 
-from arena_core.runtime import run_training
+from arena_core.recipes.llm import run_training
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("vllm") is None, reason="vLLM is not installed (arena-rl[vllm])"

@@ -67,7 +67,7 @@ def hostile_env(hostile) -> Iterator[str]:
 def test_hostile_training_run_finishes_with_exact_failures(
     tmp_path, hostile_env, monkeypatch, capfd
 ):
-    from arena_core.runtime import run_training
+    from arena_core.recipes.llm import run_training
 
     secret = "hunter2-" + secrets.token_hex(8)
     monkeypatch.setenv("ARENA_HOSTILE_SECRET_TOKEN", secret)

@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+
+from bench._arena_child import start_deploy
 
 API_KEY = "test-key-123"
 SHORT_RUN = [
@@ -85,53 +83,13 @@ def deploy_banner(quick_run) -> Iterator[str]:
     """`arena deploy RUN:best` in a child process, with a key and small limits, on its default
     torch threads (no OMP_NUM_THREADS: the default must be the steady one); yields the line it
     printed once serving."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "arena_core.cli.main",
-        "deploy",
-        f"{quick_run.path}:best",
-        "--port",
-        "0",
-        "--api-key",
-        API_KEY,
-        "--max-pending",
-        "4",
-        "--max-batch",
-        "8",
-        "--max-tokens",
-        "64",
-        "--max-request-bytes",
-        "20000",
-    ]
+    args = [f"{quick_run.path}:best", "--port", "0", "--api-key", API_KEY]
+    args += ["--max-pending", "4", "--max-batch", "8", "--max-tokens", "64"]
+    args += ["--max-request-bytes", "20000"]
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
-    )
-    url = banner = None
-    deadline = time.monotonic() + 60
-    lines = []
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        match = re.search(r"on (http://127\.0\.0\.1:\d+)/v1", line)
-        if match:
-            url, banner = match.group(1), line
-            break
-    if url is None:
-        proc.kill()
-        pytest.fail("arena deploy did not start:\n" + "".join(lines) + (proc.stdout.read() or ""))
-    # keep reading its output, so a chatty server can never block on a full pipe
-    threading.Thread(target=proc.stdout.read, daemon=True).start()
-    assert httpx.get(f"{url}/health", timeout=10).json()["status"] == "ok"
+    child = start_deploy(args, env=env, timeout=60)
+    assert httpx.get(f"{child.url}/health", timeout=10).json()["status"] == "ok"
     try:
-        yield banner
+        yield child.banner
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        child.stop(timeout=10)

@@ -7,10 +7,8 @@ stop it; traffic goes only to 127.0.0.1.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 
@@ -24,31 +22,16 @@ from arena_core import hookimpl
 from arena_core.hookspecs import Register
 from arena_core.plugins import get_plugins
 from arena_core.rollout.base import Completion, SamplingParams
+from bench._arena_child import start_deploy
 
 CHAT = [{"role": "user", "content": "What is 12+30?"}]
 GRACE_S = 3.0
 
 
 def _start(ref: str) -> tuple[subprocess.Popen, str]:
-    cmd = [sys.executable, "-m", "arena_core.cli.main", "deploy", ref, "--port", "0"]
-    cmd += ["--grace-s", str(GRACE_S), "--max-tokens", "1000"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
-    )
-    deadline = time.monotonic() + 90
-    lines = []
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        match = re.search(r"on (http://127\.0\.0\.1:\d+)/v1", line)
-        if match:
-            threading.Thread(target=proc.stdout.read, daemon=True).start()
-            return proc, match.group(1)
-    proc.kill()
-    pytest.fail("arena deploy did not start:\n" + "".join(lines))
+    args = [ref, "--port", "0", "--grace-s", str(GRACE_S), "--max-tokens", "1000"]
+    child = start_deploy(args, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=90)
+    return child.proc, child.url
 
 
 def _stream(url: str, max_tokens: int, out: dict, key: str, started: threading.Event) -> None:

@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import re
-import subprocess
-import sys
-import threading
-import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
+
+from bench._arena_child import start_deploy
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("vllm") is None,
@@ -29,36 +26,14 @@ KEY = "vllm-key"
 
 @pytest.fixture(scope="module")
 def vllm_url(quick_run) -> Iterator[str]:
-    cmd = [sys.executable, "-m", "arena_core.cli.main", "deploy", f"{quick_run.path}:best"]
-    cmd += ["--backend", "vllm", "--port", "0", "--api-key", KEY, "--max-tokens", "64"]
+    args = [f"{quick_run.path}:best", "--backend", "vllm", "--port", "0"]
+    args += ["--api-key", KEY, "--max-tokens", "64"]
     env = {**os.environ, "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
-    )
-    url, lines = None, []
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        match = re.search(r"on (http://127\.0\.0\.1:\d+)/v1", line)
-        if match:
-            url = match.group(1)
-            break
-    if url is None:
-        proc.kill()
-        pytest.fail("arena deploy --backend vllm did not start:\n" + "".join(lines[-60:]))
-    threading.Thread(target=proc.stdout.read, daemon=True).start()
+    child = start_deploy(args, env=env, timeout=240)
     try:
-        yield url
+        yield child.url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        child.stop(timeout=60)
 
 
 @pytest.fixture(scope="module")

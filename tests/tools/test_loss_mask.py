@@ -7,31 +7,16 @@ import math
 import torch
 from arena_algorithms.cispo import CISPO
 from arena_algorithms.grpo import GRPO
-from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from arena_core.learn.learner import Learner
 from arena_core.learn.packing import Sample, pack, pad_batches
+from tests.learn.conftest import tiny_qwen
 
 P, M1, T, M2 = [5, 6, 7], [8, 9, 10], [40, 41, 42, 43], [11, 12]
 
 
-def _model() -> Qwen2ForCausalLM:
-    torch.manual_seed(0)
-    cfg = Qwen2Config(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        tie_word_embeddings=True,
-    )
-    return Qwen2ForCausalLM(cfg).eval()
-
-
 def _grads(samples: list[Sample], algo_cls: type, batching: str) -> tuple[float, torch.Tensor]:
-    model = _model()
+    model = tiny_qwen()
     algo = algo_cls({"loss_agg_mode": "token-mean", "lr": 1e-3, "max_grad_norm": None})
     learner = Learner(model, algo, micro_batch_tokens=10**6, batching=batching)
     learner.optimizer.step = lambda: None  # keep the gradients to compare them

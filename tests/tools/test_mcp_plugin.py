@@ -13,21 +13,16 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import importlib
 import json
-import site
-import subprocess
 import sys
-from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 
 import psutil
 import pytest
 
-from arena_core import plugins as plugins_module
 from arena_core.hookspecs import Register, hookimpl
 from arena_core.plugins import get_plugins
-from arena_core.runtime.llm_loop import run_training
+from arena_core.recipes.llm import run_training
 
 from .conftest import ScriptedPolicy, text_ids
 
@@ -37,30 +32,10 @@ PLUGIN_DIR = Path(__file__).resolve().parents[2] / "plugins" / "arena-mcp-todo"
 
 
 @pytest.fixture(scope="session")
-def todo_installed() -> str:
-    """Install plugins/arena-mcp-todo (editable, no deps) unless this venv has it; its version."""
-    try:
-        return distribution("arena-mcp-todo").version
-    except PackageNotFoundError:
-        pass
-    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps"]
-    errors = []
-    for extra in (["--no-build-isolation"], []):
-        result = subprocess.run(
-            [*pip, *extra, "-e", str(PLUGIN_DIR)], capture_output=True, text=True, timeout=600
-        )
-        if result.returncode == 0:
-            break
-        errors.append(result.stderr[-2000:])
-    else:
-        pytest.fail("installing plugins/arena-mcp-todo failed:\n" + "\n".join(errors))
-    dist = distribution("arena-mcp-todo")
-    for file in dist.files or []:  # importable in this process, as `site` would at start-up
-        if file.name.endswith(".pth") and "/" not in str(file):
-            site.addpackage(str(Path(str(file.locate())).parent), file.name, set())
-    importlib.invalidate_caches()
-    plugins_module.reset_plugins()
-    return dist.version
+def todo_installed(install_local_plugin) -> str:
+    """plugins/arena-mcp-todo, installed (editable, no deps) unless this venv has it; its
+    version."""
+    return install_local_plugin("arena-mcp-todo")
 
 
 def test_the_plugin_registers_its_env_and_reward(todo_installed: str) -> None:

@@ -21,7 +21,7 @@ import pytest
 
 from arena_core.hookspecs import Register, hookimpl
 from arena_core.plugins import get_plugins
-from arena_core.runtime.llm_loop import run_training
+from arena_core.recipes.llm import run_training
 
 from .conftest import ScriptedPolicy, text_ids
 

@@ -1,11 +1,13 @@
-"""Population training: the LLM runtime's parts, driving P members that take turns on one model.
+"""The `population` recipe: the LLM run's parts, driving P members that take turns on one model.
 
-`arena-run` comes here (from arena_core.runtime.llm_loop) when `evolution.enabled`. The parts are
-the single run's: the policy from `load_policy`, one `Learner`, one generation backend, a
-`GroupCollector` and `SyncSource` per member (built as the single run builds its one), the
-sandboxed `RewardScorer`, `evaluate`, the loggers and checkpoints. Members (arena_core.evolution.members) differ only in their trainable tensors,
-optimizer and algorithm hyperparameters; before a member's learner step or evaluation its
-tensors are made the model's (no copy), so one engine and one learner serve all of them.
+The launcher picks it instead of `llm` when `evolution.enabled`. Read top to bottom:
+`PopulationRecipe` (set up as the single run: `recipes.llm.open_llm_run`), `train_population`
+(the parts, built once, and the member actors when parallel), then `PopulationTrainer`, the loop.
+The member pieces it drives stay in `arena_core.evolution` (members, fitness, selection,
+mutation, lineage, population checkpoints, member actors). The parts are the single run's (one
+policy, learner, generation backend and reward scorer); members (arena_core.evolution.members)
+differ only in their trainable tensors, optimizer and algorithm hyperparameters, made the model's
+(no copy) before a member's step or evaluation, so one engine and one learner serve all of them.
 
 Every learner step, each healthy member takes one step in turn (metrics.csv gets one row per
 member per step, with a `member` column). Every `evolution.evo_steps` steps (and at the end),
@@ -15,8 +17,9 @@ changes their children's hyperparameters (both drawn from `evolution.seed` only;
 evo_steps multiple before the last step: children made after it would never train), and the
 population is checkpointed with the elite of that evaluation on top. A run extended by
 `train.resume` from a checkpoint at an evo_steps multiple makes that selection first, so it
-selects as one straight run would. `train.max_steps` counts each member's learner steps. A member whose step fails (non-finite loss, an exception) stops training, gets the worst
-fitness and is replaced at the next selection; the run fails only when every member has.
+selects as one straight run would. `train.max_steps` counts each member's learner steps. A
+member whose step fails (non-finite loss, an exception) stops training, gets the worst fitness
+and is replaced at the next selection; the run fails only when every member has.
 
 Two ways to train, one code path per member (arena_core.evolution.member_step): interleaved, the
 members take turns in this process on one engine; parallel (`evolution.parallel`, see
@@ -51,7 +54,44 @@ from arena_core.evolution.selection import elite_index, tournament_select
 from arena_core.evolution.summary import population_summary, warn_full_copies
 from arena_core.pipeline.run_warnings import count_step, run_warnings
 from arena_core.pipeline.scoring import declared_max_reward
+from arena_core.recipes.base import RunInputs
+from arena_core.recipes.builtin import BUILTIN_RECIPES
+from arena_core.recipes.llm import LLMRecipe, open_llm_run
+from arena_core.runtime.threads import torch_threads
 from arena_core.session import RunFailed, RunSession
+
+
+class PopulationRecipe(LLMRecipe):
+    """A population of LLM-loop members with tournament selection and mutation."""
+
+    description = BUILTIN_RECIPES["population"][1]  # what `arena plugins` lists
+
+    def setup(self, inputs: RunInputs) -> None:
+        if not inputs.core.evolution.enabled:
+            raise ConfigError(
+                "recipe 'population' trains a population: set evolution.enabled=true "
+                "(or use an algorithm whose recipe is 'llm' for a single run)"
+            )
+        super().setup(inputs)
+
+    def train(self) -> Path:
+        inputs = self._inputs()
+        with torch_threads(inputs.core.runtime.threads):
+            opened = open_llm_run(inputs)
+            session = opened.session
+            if session.done:
+                return session.run_dir  # said so; nothing to train
+            with session.scope():  # a crash anywhere leaves a failed summary.json
+                session.seed()
+                return train_population(
+                    inputs.core,
+                    inputs.plan,
+                    session.run_dir,
+                    opened.task,
+                    opened.reward_file,
+                    session.resuming,
+                    session=session,
+                )
 
 
 def train_population(
@@ -67,8 +107,8 @@ def train_population(
 ) -> Path:
     """Train the population `core.evolution` describes into `run_dir`. `ready(trainer)` is called
     once the population exists, before the first step (tests use it to break a member).
-    `session`: the run's session (`arena_core.session`, opened and seeded by the LLM recipe);
-    without one, a session of `run_dir` is made and seeded here."""
+    `session`: the run's session (opened and seeded by `PopulationRecipe`); without one, a
+    session of `run_dir` is made and seeded here."""
     problems = evolution_problems(core.model_dump(mode="json"))
     if problems:
         raise ConfigError(problems)

@@ -1,19 +1,22 @@
-"""The synchronous LLM training loop behind `arena-run`: generate, score, learn, repeat.
+"""The `llm` recipe: generate, score, learn, repeat (GRPO, CISPO and every algorithm without
+`recipe`), sync or async, on the planner's device split.
 
-`run_training(cfg)` takes the resolved config dict, builds everything through the plugin
-registries, and writes a run directory: config.yaml, what the loggers of `logger.names` write
-(metrics.csv and TensorBoard events by default), a reward curve, checkpoints (resumable, exactly)
-and summary.json with the held-out figures before and after and the run's `status`; it ends by
-printing a closing summary. Ctrl-C or SIGTERM stops after saving a checkpoint and the summary (exit
-code 130 or 143 via RunInterrupted). The run directory, resume, seeds, loggers, checkpoints and the
-writing of summary.json are the run session's (`arena_core.session.RunSession`), as for every
-recipe; this module builds the summary's fields.
+Read top to bottom: `LLMRecipe` (what the launcher runs), `open_llm_run` (set up: the algorithm,
+the text task, the reward file and the run session; the `population` recipe opens its run the
+same way), `_train` (the parts of an LLM run, built once by `pipeline.parts.open_run_parts`, and
+the engines in processes when the plan splits devices), then `_Loop`, the loop itself: evaluate,
+then per step generate a batch, learn on it, log, evaluate and checkpoint when due, and finish
+with summary.json. The run directory, resume, seeds, loggers, checkpoints, Ctrl-C and SIGTERM
+(a checkpoint, then exit 130 or 143 via RunInterrupted) and the writing of summary.json are the
+run session's (`arena_core.session.RunSession`), as for every recipe; this module builds the
+summary's fields. The config arrives typed in `RunInputs` (validated once by the launcher).
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,19 +42,35 @@ from arena_core.pipeline.run_warnings import count_step, run_warnings
 from arena_core.pipeline.scoring import RewardScorer, declared_max_reward
 from arena_core.pipeline.step_row import rate, step_row
 from arena_core.planner.measured import record_measured
+from arena_core.recipes.base import Recipe, RunInputs
+from arena_core.recipes.builtin import BUILTIN_RECIPES
 from arena_core.runtime.finish import plan_check
 from arena_core.runtime.mismatch_guard import GuardHook
 from arena_core.runtime.progress import Progress
 from arena_core.runtime.threads import torch_threads
 from arena_core.session import RunSession
-from arena_core.session.ending import RunFailed, RunInterrupted
 from arena_core.store.best import save_reason
 from arena_core.store.checkpoints import best_checkpoint, latest_checkpoint
 from arena_core.store.curves import plot_reward_curve
 
-__all__ = ["RunFailed", "RunInterrupted", "run_training"]  # the errors' old home, re-exported
-
 PLAN_CHECK_STEPS = 3  # steps after the first (warm-up) that the plan's prediction is checked on
+
+
+class LLMRecipe(Recipe):
+    """Generate, score, learn, repeat (GRPO, CISPO and every algorithm without `recipe`)."""
+
+    description = BUILTIN_RECIPES["llm"][1]  # what `arena plugins` lists
+    planned = True  # the launcher plans the device split and micro-batch budget first
+
+    def train(self) -> Path:
+        inputs = self._inputs()
+        with torch_threads(inputs.core.runtime.threads):
+            opened = open_llm_run(inputs)
+            if opened.session.done:
+                return opened.session.run_dir  # said so; nothing to train
+            with opened.session.scope():  # a crash anywhere leaves a failed summary.json
+                opened.session.seed()
+                return _train(inputs.core, inputs.plan, opened)
 
 
 def run_training(
@@ -59,50 +78,45 @@ def run_training(
     plan: dict[str, Any] | None = None,
     validation: dict[str, Any] | None = None,
 ) -> Path:
-    """Train as `cfg` says; returns the run directory (see the module docstring).
+    """Train as `cfg` (a composed, validated config) says, without the launcher's checks: the
+    way tests and benchmarks drive an LLM run in-process. `plan` is the planner's result (saved
+    as plan.json; it supplies the micro-batch token budget when `train.micro_batch_tokens` is not
+    pinned), `validation` a pre-flight report (saved as validation.json). A config with
+    `evolution.enabled` runs the `population` recipe, as the launcher would choose."""
+    inputs = RunInputs.of(cfg, plan=plan, validation=validation)
+    if inputs.core.evolution.enabled:
+        from arena_core.recipes.population import PopulationRecipe
 
-    `plan` is the planner's result (`arena-run` passes it): it is saved as plan.json and supplies
-    the micro-batch token budget when `train.micro_batch_tokens` is not pinned. `validation` is
-    the pre-flight report `arena-run` checked (saved as validation.json for the dashboard).
-    """
-    core = CoreConfig.model_validate(cfg)
-    with torch_threads(core.runtime.threads):
-        return _run(core, cfg, plan, validation)
+        return PopulationRecipe().run(inputs)
+    return LLMRecipe().run(inputs)
 
 
-def _run(
-    core: CoreConfig,
-    cfg: dict[str, Any],
-    plan: dict[str, Any] | None,
-    validation: dict[str, Any] | None = None,
-) -> Path:
-    algorithm = build_algorithm(core.algo)
-    task = build_task(core.env)
+@dataclass(frozen=True)
+class OpenedRun:
+    """What `open_llm_run` built: the algorithm, the text task, the reward file, the session."""
+
+    algorithm: Any
+    task: Any
+    reward_file: str
+    session: RunSession
+
+
+def open_llm_run(inputs: RunInputs) -> OpenedRun:
+    """Set up an LLM run (single or population): the algorithm and the text task from the typed
+    sections, the reward file (its contract checked before any model loads), and the run session
+    (run directory or resume, config.yaml, validation.json)."""
+    core = inputs.core
+    algorithm = build_algorithm(core.algo, inputs.algo)
+    task = build_task(core.env, inputs.env)
     reward_file = reward_path(core.reward, task)  # fails fast, before any model loads
     name = f"{core.algo['name']}-{core.env['name']}"  # type: ignore[index]
-    session = RunSession.open(core, cfg, name, validation=validation)
-    if session.done:
-        return session.run_dir  # said so; nothing to train
-    with session.scope():  # a crash anywhere leaves a failed summary.json
-        session.seed()
-        if core.evolution.enabled:  # a population: the same parts, driven per member
-            from arena_core.evolution.loop import train_population
-
-            run_dir, resuming = session.run_dir, session.resuming
-            return train_population(
-                core, plan, run_dir, task, reward_file, resuming, session=session
-            )
-        return _train(core, plan, session, algorithm, task, reward_file)
+    session = RunSession.open(core, inputs.cfg, name, validation=inputs.validation)
+    return OpenedRun(algorithm, task, reward_file, session)
 
 
-def _train(
-    core: CoreConfig,
-    plan: dict[str, Any] | None,
-    session: RunSession,
-    algorithm: Any,
-    task: Any,
-    reward_file: Any,
-) -> Path:
+def _train(core: CoreConfig, plan: dict[str, Any] | None, opened: OpenedRun) -> Path:
+    session, algorithm, task = opened.session, opened.algorithm, opened.task
+    reward_file = opened.reward_file
     run_dir, resuming = session.run_dir, session.resuming
 
     from arena_core.pipeline.parts import open_run_parts

@@ -1,4 +1,4 @@
-"""The on-policy loop for Gymnasium environments (PPO), readable top to bottom.
+"""The `ppo` recipe: PPO on a Gymnasium environment, readable top to bottom.
 
     for step in 1..train.max_steps:            one step = one rollout + one PPO update
         rollout: algo.num_steps x env.num_envs transitions with the current policy
@@ -7,6 +7,9 @@
         every eval.every steps: eval.episodes deterministic episodes on separately seeded envs
         every train.checkpoint_every steps: a checkpoint (resumable with train.resume=RUN_DIR)
 
+`PPORecipe` is what the launcher runs (its `check` is a dry run's look at the env), `_run` sets up
+(envs, network, optimizer, the run and its restore), `_Loop.run` is the loop above. The pieces
+IPPO shares (envs, GAE, nets, the PPO update, evaluation, `GymRun`) stay in `arena_core.classic`.
 The run directory is the LLM loop's (config.yaml, metrics.csv, TensorBoard, checkpoints/,
 summary.json with eval_return_mean/std before and after and wall_seconds). Environments from a
 user's file step in sandboxed child processes (envs.py); NaN observations or rewards end the
@@ -23,10 +26,10 @@ import numpy as np
 import torch
 
 from arena_core.classic.envs import source_from_config
-from arena_core.classic.eval import evaluate
+from arena_core.classic.eval import EVAL_SEED_OFFSET, evaluate
 from arena_core.classic.gae import RewardScaler, gae
 from arena_core.classic.nets import ActorCritic, make_optimizer
-from arena_core.classic.run import GymRun, GymRunInterrupted  # noqa: F401 - its old home
+from arena_core.classic.run import GymRun
 from arena_core.classic.spaces import network_spec
 from arena_core.classic.update import annealed_lr, ppo_update
 from arena_core.classic.vec import EnvStepError, make_vec
@@ -34,38 +37,41 @@ from arena_core.config.schema import CoreConfig
 from arena_core.errors import ConfigError
 from arena_core.learn.learner import NonFiniteLossError
 from arena_core.pipeline.build import build_algorithm
+from arena_core.recipes.base import Recipe, RunInputs
+from arena_core.recipes.builtin import BUILTIN_RECIPES
 from arena_core.runtime.progress import Progress
 from arena_core.runtime.threads import torch_threads
 from arena_core.session import seed_everything
 from arena_core.store.kinds import network_label
 
-EVAL_SEED_OFFSET = 1_000_000  # evaluation envs never share seeds with training envs
 
+class PPORecipe(Recipe):
+    """PPO on a Gymnasium env: vector envs, GAE, clipped losses."""
 
-def run_gym_training(cfg: dict[str, Any], plan: dict[str, Any] | None = None) -> Path:
-    """Train a PPO-style algorithm as `cfg` says; returns the run directory."""
-    core = CoreConfig.model_validate(cfg)
-    algo = build_algorithm(core.algo)
-    with torch_threads(core.runtime.threads or algo.config.threads):
-        return _run(core, cfg, algo)
+    description = BUILTIN_RECIPES["ppo"][1]  # what `arena plugins` lists
 
+    def check(self, inputs: RunInputs) -> str | None:
+        """What a dry run checks: the env builds (sandboxed for a file) and PPO can take its
+        spaces (UnsupportedSpaceError otherwise); returns a one-line description."""
+        core = inputs.core
+        algo = build_algorithm(core.algo, inputs.algo)
+        source = source_from_config(core.env or {}, memory_mb=core.sandbox.memory_mb)
+        if source.kind != "gymnasium":
+            raise ConfigError(
+                f"env {source.target} is a PettingZoo parallel environment: use +algo=ippo"
+            )
+        envs = make_vec(source, 1, core.sandbox.model_dump())
+        try:
+            network_spec(source.target, envs.observation_space, envs.action_space, algo.config)
+            return f"env {source.target}: {envs.observation_space} -> {envs.action_space}"
+        finally:
+            envs.close()
 
-def preflight(cfg: dict[str, Any]) -> str:
-    """What a dry run checks: the env builds (sandboxed for a file) and PPO can take its spaces
-    (UnsupportedSpaceError otherwise); returns a one-line description."""
-    core = CoreConfig.model_validate(cfg)
-    algo = build_algorithm(core.algo)
-    source = source_from_config(core.env or {}, memory_mb=core.sandbox.memory_mb)
-    if source.kind != "gymnasium":
-        raise ConfigError(
-            f"env {source.target} is a PettingZoo parallel environment: use +algo=ippo"
-        )
-    envs = make_vec(source, 1, core.sandbox.model_dump())
-    try:
-        network_spec(source.target, envs.observation_space, envs.action_space, algo.config)
-        return f"env {source.target}: {envs.observation_space} -> {envs.action_space}"
-    finally:
-        envs.close()
+    def train(self) -> Path:
+        inputs = self._inputs()
+        algo = build_algorithm(inputs.core.algo, inputs.algo)
+        with torch_threads(inputs.core.runtime.threads or algo.config.threads):
+            return _run(inputs.core, inputs.cfg, algo)
 
 
 def _run(core: CoreConfig, cfg: dict[str, Any], algo: Any) -> Path:

@@ -1,4 +1,4 @@
-"""The on-policy loop for PettingZoo parallel environments (IPPO), readable top to bottom.
+"""The `ippo` recipe: independent PPO on a PettingZoo parallel environment, top to bottom.
 
     for step in 1..train.max_steps:
         rollout: algo.num_steps steps of each of env.num_envs parallel envs; every agent in
@@ -6,8 +6,11 @@
                  trajectory (an agent that dies stops it, one that joins starts one)
         advantages: GAE along each agent's trajectory
         update: PPO on each network with the transitions of the agents that use it
-        evaluation (deterministic, separately seeded env) and checkpoints as in loop.py
+        evaluation (deterministic, separately seeded env) and checkpoints as in ppo.py
 
+`IPPORecipe` is what the launcher runs (its `check` builds the env and the networks for a dry
+run), `_run` sets up, `_Loop.run` is the loop above; the PPO pieces it shares with the `ppo`
+recipe stay in `arena_core.classic`.
 Metrics: `reward/mean` is the agent-averaged episode return; `return/<agent>` each agent's.
 A NaN observation or reward ends that env's episode (counted in `nan/*`), never the run.
 """
@@ -22,7 +25,7 @@ import numpy as np
 import torch
 
 from arena_core.classic.envs import source_from_config
-from arena_core.classic.loop import EVAL_SEED_OFFSET
+from arena_core.classic.eval import EVAL_SEED_OFFSET
 from arena_core.classic.marl_policies import PolicySet, agent_groups
 from arena_core.classic.nets import make_optimizer
 from arena_core.classic.run import GymRun
@@ -31,6 +34,8 @@ from arena_core.config.schema import CoreConfig
 from arena_core.errors import ConfigError
 from arena_core.learn.learner import NonFiniteLossError
 from arena_core.pipeline.build import build_algorithm
+from arena_core.recipes.base import Recipe, RunInputs
+from arena_core.recipes.builtin import BUILTIN_RECIPES
 from arena_core.runtime.progress import Progress
 from arena_core.runtime.threads import torch_threads
 from arena_core.session import seed_everything
@@ -39,29 +44,32 @@ from arena_core.store.kinds import network_label
 MAX_EVAL_STEPS = 100_000
 
 
-def run_marl_training(cfg: dict[str, Any], plan: dict[str, Any] | None = None) -> Path:
-    """Train IPPO as `cfg` says; returns the run directory."""
-    core = CoreConfig.model_validate(cfg)
-    algo = build_algorithm(core.algo)
-    with torch_threads(core.runtime.threads or algo.config.threads):
-        return _run(core, cfg, algo)
+class IPPORecipe(Recipe):
+    """Independent PPO on a PettingZoo parallel env."""
 
+    description = BUILTIN_RECIPES["ippo"][1]  # what `arena plugins` lists
 
-def preflight(cfg: dict[str, Any]) -> str:
-    """What a dry run checks: the parallel env builds and IPPO can take every agent's spaces;
-    returns a one-line description of the networks."""
-    core = CoreConfig.model_validate(cfg)
-    algo = build_algorithm(core.algo)
-    source = source_from_config(core.env or {}, memory_mb=core.sandbox.memory_mb)
-    if source.kind != "parallel":
-        raise ConfigError(f"env {source.target} is a single-agent Gymnasium env: use +algo=ppo")
-    env = source.make()
-    try:
-        groups = agent_groups(source.target, env, algo.config.group_by)
-        policies = PolicySet.build(source.target, env, groups, algo.config)
-        return f"env {source.target}: agents {policies.key_of} (network per key)"
-    finally:
-        env.close()
+    def check(self, inputs: RunInputs) -> str | None:
+        """What a dry run checks: the parallel env builds and IPPO can take every agent's
+        spaces; returns a one-line description of the networks."""
+        core = inputs.core
+        algo = build_algorithm(core.algo, inputs.algo)
+        source = source_from_config(core.env or {}, memory_mb=core.sandbox.memory_mb)
+        if source.kind != "parallel":
+            raise ConfigError(f"env {source.target} is a single-agent Gymnasium env: use +algo=ppo")
+        env = source.make()
+        try:
+            groups = agent_groups(source.target, env, algo.config.group_by)
+            policies = PolicySet.build(source.target, env, groups, algo.config)
+            return f"env {source.target}: agents {policies.key_of} (network per key)"
+        finally:
+            env.close()
+
+    def train(self) -> Path:
+        inputs = self._inputs()
+        algo = build_algorithm(inputs.core.algo, inputs.algo)
+        with torch_threads(inputs.core.runtime.threads or algo.config.threads):
+            return _run(inputs.core, inputs.cfg, algo)
 
 
 def _run(core: CoreConfig, cfg: dict[str, Any], algo: Any) -> Path:

@@ -1,6 +1,8 @@
-"""The offline training loop behind `arena-run +algo=sft|dpo`: read data, learn, evaluate, repeat.
+"""The `offline` recipe behind `arena-run +algo=sft|dpo`: read data, learn, evaluate, repeat.
 
-Algorithms choose it with `recipe = "offline"`. It shares the LLM loop's parts: the policy loader
+Algorithms choose it with `recipe = "offline"`. Read top to bottom: `OfflineRecipe` (set up: the
+algorithm, the dataset env and its category, the run session), then `_OfflineRun`, the loop; the
+data, encoding and evaluation pieces stay in `arena_core.offline`. It shares the LLM loop's parts: the policy loader
 (with `model.init_from`), the `Learner` (token-budget micro-batches, the fused logprob head),
 the run session (`arena_core.session`: run directory, resume, seeds, loggers, checkpoints,
 Ctrl-C, summary.json) and, when the env has a reward,
@@ -28,6 +30,8 @@ from arena_core.learn.settings import DEFAULT_MICRO_BATCH_TOKENS
 from arena_core.offline.data import Encoder, OfflineData, mismatch, task_category
 from arena_core.offline.eval import Evaluator
 from arena_core.pipeline.build import build_algorithm, make_env
+from arena_core.recipes.base import Recipe
+from arena_core.recipes.builtin import BUILTIN_RECIPES
 from arena_core.runtime.threads import torch_threads
 from arena_core.session import RunSession
 from arena_core.store.best import save_reason
@@ -38,27 +42,31 @@ from arena_core.store.kinds import PREFERENCE, SFT
 _SUMMARY_NAMES = {"eval/reward_mean": "eval_reward"}  # the LLM loop's summary names
 
 
-def run_offline_training(cfg: dict[str, Any]) -> Path:
-    """Train an offline algorithm (SFT, DPO) as `cfg` says; returns the run directory."""
-    core = CoreConfig.model_validate(cfg)
-    with torch_threads(core.runtime.threads):
-        return _run(core, cfg)
+class OfflineRecipe(Recipe):
+    """SFT and DPO on datasets, no generation."""
 
+    description = BUILTIN_RECIPES["offline"][1]  # what `arena plugins` lists
 
-def _run(core: CoreConfig, cfg: dict[str, Any]) -> Path:
-    algorithm = build_algorithm(core.algo)
-    task = make_env(core.env)
-    category = task_category(task)
-    algo_name = str((core.algo or {})["name"])
-    if category not in algorithm.data_categories:
-        raise ConfigError(mismatch(algo_name, algorithm.data_categories, core.env or {}, category))
-    session = RunSession.open(core, cfg, f"{algo_name}-{core.env['name']}")  # type: ignore[index]
-    if session.done:
-        return session.run_dir  # said so; nothing to train
-    with session.scope():  # a crash anywhere leaves a failed summary.json
-        session.seed()
-        _OfflineRun(core, session, algorithm, task).run()
-    return session.run_dir
+    def train(self) -> Path:
+        inputs = self._inputs()
+        core = inputs.core
+        with torch_threads(core.runtime.threads):
+            algorithm = build_algorithm(core.algo, inputs.algo)
+            task = make_env(core.env, inputs.env)
+            category = task_category(task)
+            algo_name = str((core.algo or {})["name"])
+            if category not in algorithm.data_categories:
+                raise ConfigError(
+                    mismatch(algo_name, algorithm.data_categories, core.env or {}, category)
+                )
+            name = f"{algo_name}-{core.env['name']}"  # type: ignore[index]
+            session = RunSession.open(core, inputs.cfg, name)
+            if session.done:
+                return session.run_dir  # said so; nothing to train
+            with session.scope():  # a crash anywhere leaves a failed summary.json
+                session.seed()
+                _OfflineRun(core, session, algorithm, task).run()
+            return session.run_dir
 
 
 class _OfflineRun:
