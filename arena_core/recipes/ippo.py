@@ -10,7 +10,8 @@
 
 `IPPORecipe` is what the launcher runs (its `check` builds the env and the networks for a dry
 run), `_run` sets up, `_Loop.run` is the loop above; the PPO pieces it shares with the `ppo`
-recipe stay in `arena_core.classic`.
+recipe stay in `arena_core.classic`, and the step loop with its endings is
+`recipes/_classic_loop.py`'s.
 Metrics: `reward/mean` is the agent-averaged episode return; `return/<agent>` each agent's.
 A NaN observation or reward ends that env's episode (counted in `nan/*`), never the run.
 """
@@ -32,11 +33,10 @@ from arena_core.classic.run import GymRun
 from arena_core.classic.update import annealed_lr, ppo_update
 from arena_core.config.schema import CoreConfig
 from arena_core.errors import ConfigError
-from arena_core.learn.learner import NonFiniteLossError
 from arena_core.pipeline.build import build_algorithm
+from arena_core.recipes._classic_loop import ClassicLoop
 from arena_core.recipes.base import Recipe, RunInputs
 from arena_core.recipes.builtin import BUILTIN_RECIPES
-from arena_core.runtime.progress import Progress
 from arena_core.runtime.threads import torch_threads
 from arena_core.session import seed_everything
 from arena_core.store.kinds import network_label
@@ -126,75 +126,39 @@ def _finite(x: Any) -> bool:
     return not (np.issubdtype(arr.dtype, np.floating) and not np.isfinite(arr).all())
 
 
-class _Loop:
-    """The state of one IPPO run; `run()` is the loop of the module docstring."""
+class _Loop(ClassicLoop):
+    """One IPPO run: the steps of the module docstring inside `ClassicLoop.run`."""
 
     def __init__(self, core, algo, policies, optimizer, envs, eval_env, run) -> None:  # noqa: ANN001
-        self.core, self.algo, self.c = core, algo, algo.config
+        super().__init__(core, algo, run)
         self.policies, self.optimizer = policies, optimizer
-        self.envs, self.eval_env, self.run_ = envs, eval_env, run
-        self.step = run.step
-        self.env_steps = int(run.state.get("env_steps", 0))
-        self.env_steps_done = self.env_steps  # of the completed steps: what a checkpoint counts
+        self.envs, self.eval_env = envs, eval_env
         self.agents = list(envs[0].possible_agents)
 
-    def run(self) -> None:
-        core, total, run = self.core, self.core.train.max_steps, self.run_
-        progress = Progress(
-            total, start=self.step, mode=core.runtime.progress, every=core.train.log_every
-        )
-        seed = core.seed + 7919 * self.step
+    def start_episodes(self, seed: int) -> None:
         self.obs = [env.reset(seed=seed + i)[0] for i, env in enumerate(self.envs)]
         self.ep_ret = [dict.fromkeys(self.agents, 0.0) for _ in self.envs]
-        try:
-            with progress:
-                if not run.evals:
-                    progress.note(self._evaluate())
-                while self.step < total:
-                    t0 = time.perf_counter()
-                    batches, info = self._rollout()
-                    t1 = time.perf_counter()
-                    lr = annealed_lr(self.c, self.step, total)
-                    learn: dict[str, float] = {}
-                    for key, batch in batches.items():
-                        stats = ppo_update(self.algo, self.policies[key], self.optimizer, batch, lr)
-                        learn.update({f"{k}/{key}": v for k, v in stats.items() if k != "lr"})
-                    self.step += 1
-                    self.env_steps_done = self.env_steps
-                    t2 = time.perf_counter()
-                    row = self._row(info, learn, lr, t1 - t0, t2 - t1)
-                    run.end_step(
-                        self.step,
-                        row,
-                        t2 - t0,
-                        evaluate=self._evaluate,
-                        checkpoint=self._checkpoint,
-                        progress=progress,
-                    )
-                if run.evals[-1]["step"] != self.step:
-                    progress.note(self._evaluate())
-        except NonFiniteLossError as exc:  # blown-up weights: not saved (the last checkpoint is)
-            raise run.failed_update(self.step, exc, {"env_steps": self.env_steps}) from None
-        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (arena_core.interrupts)
-            self.env_steps = self.env_steps_done  # a cut-off rollout was never trained on
-            raise run.interrupted(self.step, self._checkpoint(), self.env_steps) from None
-        ckpt = self._checkpoint()
-        totals = run.totals
-        run.finish(
-            self.step,
-            ckpt,
-            "finished",
-            {
-                "env_steps": self.env_steps,
-                "nan_observations": int(totals.get("nan_observations", 0)),
-                "nan_rewards": int(totals.get("nan_rewards", 0)),
-                "eval_agent_returns_final": run.evals[-1].get("agents", {}),
-            },
-        )
+
+    def update(self, rolled: tuple[dict[str, dict[str, torch.Tensor]], dict[str, Any]]) -> Any:
+        lr = annealed_lr(self.c, self.step, self.core.train.max_steps)
+        learn: dict[str, float] = {}
+        for key, batch in rolled[0].items():
+            stats = ppo_update(self.algo, self.policies[key], self.optimizer, batch, lr)
+            learn.update({f"{k}/{key}": v for k, v in stats.items() if k != "lr"})
+        return learn, lr
+
+    def row(self, rolled: Any, learned: Any, t_roll: float, t_learn: float) -> dict[str, Any]:
+        return self._row(rolled[1], learned[0], learned[1], t_roll, t_learn)
+
+    def final_totals(self) -> dict[str, Any]:
+        return {
+            **super().final_totals(),
+            "eval_agent_returns_final": self.run_.evals[-1].get("agents", {}),
+        }
 
     # -- rollout -------------------------------------------------------------------------------
     @torch.no_grad()  # not inference_mode: the update's autograd reads these tensors
-    def _rollout(self) -> tuple[dict[str, dict[str, torch.Tensor]], dict[str, Any]]:
+    def rollout(self) -> tuple[dict[str, dict[str, torch.Tensor]], dict[str, Any]]:
         c, pol = self.c, self.policies
         trajs: dict[tuple[int, str], list[tuple]] = {}
         finished: list[dict[str, float]] = []
@@ -288,7 +252,7 @@ class _Loop:
         return row
 
     @torch.inference_mode()
-    def _evaluate(self) -> str:
+    def evaluate(self) -> str:
         t0 = time.perf_counter()
         per_agent: dict[str, list[float]] = {a: [] for a in self.agents}
         team: list[float] = []
@@ -320,7 +284,7 @@ class _Loop:
             f"{self.core.eval.episodes} episodes"
         )
 
-    def _checkpoint(self, best_only: bool = False) -> Path:
+    def checkpoint(self, best_only: bool = False) -> Path:
         return self.run_.checkpoint(
             self.step,
             self.policies,

@@ -9,7 +9,8 @@
 
 `PPORecipe` is what the launcher runs (its `check` is a dry run's look at the env), `_run` sets up
 (envs, network, optimizer, the run and its restore), `_Loop.run` is the loop above. The pieces
-IPPO shares (envs, GAE, nets, the PPO update, evaluation, `GymRun`) stay in `arena_core.classic`.
+IPPO shares (envs, GAE, nets, the PPO update, evaluation, `GymRun`) stay in `arena_core.classic`;
+the step loop itself (endings included) is `recipes/_classic_loop.py`'s, shared with IPPO.
 The run directory is the LLM loop's (config.yaml, metrics.csv, TensorBoard, checkpoints/,
 summary.json with eval_return_mean/std before and after and wall_seconds). Environments from a
 user's file step in sandboxed child processes (envs.py); NaN observations or rewards end the
@@ -32,14 +33,13 @@ from arena_core.classic.nets import ActorCritic, make_optimizer
 from arena_core.classic.run import GymRun
 from arena_core.classic.spaces import network_spec
 from arena_core.classic.update import annealed_lr, ppo_update
-from arena_core.classic.vec import EnvStepError, make_vec
+from arena_core.classic.vec import make_vec
 from arena_core.config.schema import CoreConfig
 from arena_core.errors import ConfigError
-from arena_core.learn.learner import NonFiniteLossError
 from arena_core.pipeline.build import build_algorithm
+from arena_core.recipes._classic_loop import ClassicLoop
 from arena_core.recipes.base import Recipe, RunInputs
 from arena_core.recipes.builtin import BUILTIN_RECIPES
-from arena_core.runtime.progress import Progress
 from arena_core.runtime.threads import torch_threads
 from arena_core.session import seed_everything
 from arena_core.store.kinds import network_label
@@ -125,68 +125,23 @@ def _label(target: str) -> str:
     return target.rpartition(":")[2] or target
 
 
-class _Loop:
-    """The state of one PPO run; `run()` is the loop of the module docstring."""
+class _Loop(ClassicLoop):
+    """One PPO run: the steps of the module docstring inside `ClassicLoop.run`."""
 
     def __init__(self, core, algo, net, optimizer, envs, eval_envs, run, scaler) -> None:  # noqa: ANN001
-        self.core, self.algo, self.c = core, algo, algo.config
+        super().__init__(core, algo, run)
         self.net, self.optimizer, self.envs, self.eval_envs = net, optimizer, envs, eval_envs
-        self.run_, self.scaler = run, scaler
-        self.step = run.step
-        self.env_steps = int(run.state.get("env_steps", 0))
-        self.env_steps_done = self.env_steps  # of the completed steps: what a checkpoint counts
+        self.scaler = scaler
 
-    def run(self) -> None:
-        core, total = self.core, self.core.train.max_steps
-        run = self.run_
-        progress = Progress(
-            total, start=self.step, mode=core.runtime.progress, every=core.train.log_every
-        )
-        # new episodes from a seed that moves with the step, so a resumed run does not replay
-        obs = self.envs.reset(core.seed + 7919 * self.step)
-        done = np.zeros(self.envs.num_envs, dtype=np.float32)
-        try:
-            with progress:
-                if not run.evals:
-                    progress.note(self._evaluate())
-                while self.step < total:
-                    t0 = time.perf_counter()
-                    rollout, obs, done = self._rollout(obs, done)
-                    t1 = time.perf_counter()
-                    learn = self._update(rollout)
-                    self.step += 1
-                    self.env_steps_done = self.env_steps
-                    t2 = time.perf_counter()
-                    row = _row(rollout, learn, self.env_steps, t1 - t0, t2 - t1)
-                    run.end_step(
-                        self.step,
-                        row,
-                        t2 - t0,
-                        evaluate=self._evaluate,
-                        checkpoint=self._checkpoint,
-                        progress=progress,
-                    )
-                if run.evals[-1]["step"] != self.step:
-                    progress.note(self._evaluate())
-        except NonFiniteLossError as exc:  # blown-up weights: not saved (the last checkpoint is)
-            raise run.failed_update(self.step, exc, {"env_steps": self.env_steps}) from None
-        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (arena_core.interrupts)
-            self.env_steps = self.env_steps_done  # a cut-off rollout was never trained on
-            raise run.interrupted(self.step, self._checkpoint(), self.env_steps) from None
-        except EnvStepError as exc:  # the env raised or hung: keep the last good weights
-            ckpt = self._checkpoint()
-            run.finish(self.step, ckpt, "failed", {"env_steps": self.env_steps, "error": str(exc)})
-            raise EnvStepError(
-                f"{exc}\nThe run stopped at step {self.step}; weights in {ckpt}, summary in "
-                f"{run.dir / 'summary.json'}"
-            ) from exc
-        ckpt = self._checkpoint()
-        run.finish(self.step, ckpt, "finished", {"env_steps": self.env_steps, **self._nan_totals()})
+    def start_episodes(self, seed: int) -> None:
+        self.obs = self.envs.reset(seed)
+        self.done = np.zeros(self.envs.num_envs, dtype=np.float32)
 
     # -- rollout -------------------------------------------------------------------------------
     @torch.no_grad()  # not inference_mode: the update's autograd reads these tensors
-    def _rollout(self, obs: np.ndarray, done: np.ndarray) -> tuple[dict, np.ndarray, np.ndarray]:
+    def rollout(self) -> dict[str, Any]:
         c, net, envs = self.c, self.net, self.envs
+        obs, done = self.obs, self.done
         T, N = c.num_steps, envs.num_envs
         xs, acts, logps, values = [], [], [], []
         rewards = np.zeros((T, N), dtype=np.float32)
@@ -239,15 +194,16 @@ class _Loop:
         }
         self.run_.totals["nan_observations"] = self.run_.totals.get("nan_observations", 0) + nan_obs
         self.run_.totals["nan_rewards"] = self.run_.totals.get("nan_rewards", 0) + nan_rew
-        return rollout, obs, done
+        self.obs, self.done = obs, done
+        return rollout
 
     # -- update --------------------------------------------------------------------------------
-    def _update(self, b: dict[str, Any]) -> dict[str, float]:
+    def update(self, b: dict[str, Any]) -> dict[str, float]:
         lr = annealed_lr(self.c, self.step, self.core.train.max_steps)
         return ppo_update(self.algo, self.net, self.optimizer, b, lr)
 
     # -- evaluation and checkpoints ---------------------------------------------------------------
-    def _evaluate(self) -> str:
+    def evaluate(self) -> str:
         t0, c0 = time.perf_counter(), time.process_time()
         episodes = self.core.eval.episodes
         returns = evaluate(self.net, self.eval_envs, episodes, self.core.seed + EVAL_SEED_OFFSET)
@@ -258,18 +214,14 @@ class _Loop:
             f"{rec['eval/return_mean']:.2f} +- {rec['eval/return_std']:.2f} over {episodes} episodes"
         )
 
-    def _checkpoint(self, best_only: bool = False) -> Path:
+    def checkpoint(self, best_only: bool = False) -> Path:
         extra: dict[str, Any] = {"env_steps": self.env_steps}
         if self.scaler is not None:
             extra["reward_scaler"] = self.scaler.state()
         return self.run_.checkpoint(self.step, self.net, self.optimizer, extra, best_only=best_only)
 
-    def _nan_totals(self) -> dict[str, int]:
-        t = self.run_.totals
-        return {
-            "nan_observations": int(t.get("nan_observations", 0)),
-            "nan_rewards": int(t.get("nan_rewards", 0)),
-        }
+    def row(self, b: dict[str, Any], learn: dict[str, float], t_roll: float, t_learn: float):  # noqa: ANN201
+        return _row(b, learn, self.env_steps, t_roll, t_learn)
 
 
 def _row(b: dict[str, Any], learn: dict[str, float], env_steps: int, t_roll: float, t_learn: float):  # noqa: ANN202

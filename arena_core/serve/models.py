@@ -170,8 +170,10 @@ def load_models(
             from peft import PeftModel
 
             plain = load_policy({"name_or_path": base_name, "lora": {"r": 0}}, device=device)
+            # a chained run's base is the adapter it started from: folded in, never PEFT in PEFT
+            start = plain.model.merge_and_unload() if plain.is_lora else plain.model
             model = PeftModel.from_pretrained(
-                plain.model, str(ckpt.weights_dir), adapter_name=_safe(name)
+                start, str(ckpt.weights_dir), adapter_name=_safe(name)
             )
             model.requires_grad_(False)
             model.eval()

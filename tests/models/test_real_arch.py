@@ -168,3 +168,54 @@ def test_export_points_a_catalog_base_at_its_cache_entry(llama_dir, model_cache,
         json.dumps({"base_model_name_or_path": "arena:tiny"})
     )
     assert resolve_adapter_base(adapter) == "arena:tiny"  # only Arena builds embedded bases
+
+
+def test_a_lora_run_chained_on_a_lora_run_is_served_with_its_whole_chain(
+    llama_lora_run, tmp_path
+) -> None:
+    """GRPO from an SFT-style LoRA start (model.init_from, adapter merged): what the second run
+    saves must load as start + its own adapter, never as the original model + its adapter (that
+    served the SmolLM2 tutorial's checkpoint without its cold start: format 0 where the run
+    measured 1.0). The second run learns next to nothing (lr 1e-12: its adapter stays ~0), so its checkpoint
+    must give exactly the first run's logits."""
+    import arena
+
+    run, work = llama_lora_run
+    first = run.latest()
+    overrides = [
+        "+algo=grpo",
+        "+env=arithmetic",
+        "model.name_or_path=./model",
+        "model.dtype=float32",
+        f"model.init_from={run.path}",
+        "model.lora.r=4",
+        "model.lora.alpha=8",
+        "env.reward=./reward.py",
+        "train.max_steps=1",
+        "train.prompts_per_step=1",
+        "algo.group_size=4",
+        "generation.max_new_tokens=8",
+        "eval.num_prompts=1",
+        "sandbox.workers=1",
+        "runtime.progress=off",
+        f"paths.runs={tmp_path / 'runs'}",
+        "algo.lr=1e-12",
+        "run_name=chained",
+    ]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(work)
+        second = arena.train(overrides, check=False).latest()
+    saved = json.loads((second.path / "adapter_config.json").read_text())
+    assert saved["base_model_name_or_path"] != str((work / "model").resolve())
+    served = load_policy({"name_or_path": str(second.path), "lora": {"r": 0}})
+    start = load_policy({"name_or_path": str(first.path), "lora": {"r": 0}})
+    base = load_policy({"name_or_path": str(work / "model"), "lora": {"r": 0}})
+    ids = start.tokenizer.encode("What is 12 + 7?")
+    assert torch.allclose(_logits(served.model, ids), _logits(start.model, ids), atol=1e-4)
+    assert not torch.allclose(_logits(base.model, ids), _logits(start.model, ids), atol=1e-4)
+    from arena_core.serve.models import load_models  # what `arena deploy` serves
+
+    deployed = load_models([f"{second.path.parents[2]}:latest"], runs=tmp_path / "runs")[0]
+    with deployed.active():
+        logits = _logits(deployed.module, ids)
+    assert torch.allclose(logits, _logits(start.model, ids), atol=1e-4)
