@@ -114,7 +114,8 @@ class LineWalkers(ParallelEnv):
 
     @functools.cache  # noqa: B019 - spaces are constant per agent
     def observation_space(self, agent):
-        return spaces.Box(-3.0, 3.0, (3,), np.float32)
+        # in 16 steps of 0.25: |pos| <= 4 and |target - pos| <= 5, whatever the actions
+        return spaces.Box(-5.0, 5.0, (3,), np.float32)
 
     @functools.cache  # noqa: B019
     def action_space(self, agent):
