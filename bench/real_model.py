@@ -9,10 +9,15 @@ Then the learner trains one GRPO step on the torch engine's completions (LoRA r1
 the tutorial does; every group given a signal so none is skipped).
 
 Reported per engine: generated tokens, wall and CPU seconds, tokens/s, and `matmul_frac`: the
-FLOP rate its work implies (2 x parameters per distinct prompt token and per generated token)
-over this machine's fp32 matmul rate, measured in the same run with the same threads (a large
-GEMM, best of 5). For learning: trained tokens/s and its fraction (forward 2N plus backward 2N
-per token for a LoRA learner: the frozen base needs input gradients only, not weight gradients).
+FLOP rate its work implies (2 x parameters per distinct prompt token and per generated token;
+attention's own FLOPs are not counted) over this machine's fp32 matmul rate, measured in the
+same run with the same threads (a 2048 x 2048 GEMM, best of 5, before the engines and again
+after the learn step; the higher of the two is used, since other work on the machine only lowers
+it). For learning: trained tokens/s and its fraction, counting the matmul work the step really
+does per trained token (`learn.flops_per_token`, in units of N parameters): the reference
+policy's forward when the KL term is on (GRPO's `beta` > 0: 2N, no grad), the policy's forward
+(2N) and its backward (2N for a LoRA learner: the frozen base needs input gradients only, not
+weight gradients; 4N for a full fine-tune). Padding is not counted.
 Ratios: `torch_vs_hf`, `torch_vs_vllm`.
 
 Usage: ``python bench/real_model.py [--model smollm2-135m-instruct] [--prompts 8] [--group 8]
@@ -137,7 +142,10 @@ def learn_step(policy, completions, group: int):
     learner = Learner(policy.model, algorithm, micro_batch_tokens=4096)
     _, wall, cpu = _timed(lambda: learner.step(samples))
     trained = sum(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
-    return wall, cpu, trained
+    lora = hasattr(policy.model, "peft_config")
+    per_token = {"reference_forward": 2 if algorithm.beta > 0 else 0, "forward": 2}
+    per_token["backward"] = 2 if lora else 4
+    return wall, cpu, trained, per_token
 
 
 def main() -> None:
@@ -183,7 +191,8 @@ def main() -> None:
             "wall_s": round(wall, 2),
             "cpu_s": round(cpu, 2),
             "tok_s": round(tokens / wall, 1),
-            "matmul_frac": round(flops / wall / rate, 3),
+            "matmul_frac": round(flops / wall / rate, 3),  # updated against the final rate
+            "flops": flops,
         }
 
     completions = None
@@ -199,14 +208,25 @@ def main() -> None:
         model_dir = str(policy.model.get_base_model().config._name_or_path)
         result["vllm"] = run_vllm(model_dir, prompts, args.group, params, args.threads)
         print("vllm", result["vllm"], flush=True)
+    learned = None
     if completions is not None:
-        wall, cpu, trained = learn_step(policy, completions, args.group)
-        flops = 4 * n_params * trained
+        learned = learn_step(policy, completions, args.group)
+    rate = max(rate, matmul_rate(args.threads))  # the machine's best seen in this run
+    result["matmul_gflops"] = round(rate / 1e9, 1)
+    for name in ("torch", "hf"):  # fractions against the final rate
+        if name in result:
+            result[name]["matmul_frac"] = round(
+                result[name]["flops"] / result[name]["wall_s"] / rate, 3
+            )
+    if learned is not None:
+        wall, cpu, trained, per_token = learned
+        flops = sum(per_token.values()) * n_params * trained
         result["learn"] = {
             "trained_tokens": trained,
             "wall_s": round(wall, 2),
             "cpu_s": round(cpu, 2),
             "tok_s": round(trained / wall, 1),
+            "flops_per_token": {k: f"{v}N" for k, v in per_token.items()},
             "matmul_frac": round(flops / wall / rate, 3),
         }
     t, h, v = result.get("torch"), result.get("hf"), result.get("vllm", {})
@@ -214,6 +234,8 @@ def main() -> None:
         result["torch_vs_hf"] = round(t["tok_s"] / h["tok_s"], 2)
     if t and v.get("tok_s"):
         result["torch_vs_vllm"] = round(t["tok_s"] / v["tok_s"], 2)
+    for name in ("torch", "hf"):
+        result.get(name, {}).pop("flops", None)
     print(json.dumps(result))
 
 

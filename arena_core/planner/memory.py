@@ -250,8 +250,10 @@ def engine_fixed_memory(
     weights = b * sz.total / tp + b * m.lora_params(plan.lora_rank)
     runtime = runtime_overhead(hw)
     if wl.engine_shares_module and plan.colocate != "none" and plan.trainer_devices == 1:
-        # the torch backend generates with the trainer's own (unsharded) module, in its process
-        weights, runtime = 0.0, 0.0
+        # the torch backend generates with the trainer's own (unsharded) module, in its process;
+        # on a CPU a LoRA model decodes through merged copies of the adapted weights
+        merged = hw.kind != "gpu" and plan.lora_rank > 0
+        weights, runtime = (b * m.adapted_weights() if merged else 0.0), 0.0
     chunk = ENGINE_PREFILL_CHUNK if hw.kind == "gpu" else _cpu_prefill_tokens(plan, wl)
     acts = chunk * sz.infer_elems * b / tp
     seqs = min(ENGINE_MAX_SEQS, math.ceil(wl.completions / plan.engines))

@@ -200,6 +200,21 @@ class ModelSpec(BaseModel):
             total += 3 * rank * (h + inter) * (self.num_layers - self.num_moe_layers)
         return total
 
+    def adapted_weights(self, targets: tuple[str, ...] = ("q", "k", "v", "o")) -> int:
+        """Base weights under the LoRA targets (`lora_params`' projections): what the torch
+        engine's merged decode copies hold (`arena_core.rollout.merged_lora`)."""
+        h = self.hidden_size
+        shapes = {
+            "q": h * self.q_dim,
+            "k": h * self.kv_dim,
+            "v": h * self.kv_dim,
+            "o": h * self.q_dim,
+        }
+        total = sum(n for t, n in shapes.items() if t in targets) * self.num_layers
+        if "mlp" in targets:
+            total += 3 * h * self.intermediate_size * (self.num_layers - self.num_moe_layers)
+        return total
+
     def summary(self) -> str:
         kind = (
             f"MoE {self.num_experts}x{self.experts_per_token}"

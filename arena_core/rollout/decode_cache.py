@@ -12,6 +12,8 @@ Why each piece exists (measured on SmolLM2-135M, 30 layers, 9 query / 3 KV heads
   attention mask, which a left-padded batch always has: another full copy of K and V per layer per
   step, 3x the cache for a 9/3 GQA model. `gqa_attention` asks SDPA for grouped-query attention
   with the mask instead (`enable_gqa=True`, torch >= 2.5), the same numbers without the copy.
+- A decode step's attention (one query position) is two batched matmuls, not SDPA's kernel
+  (`decode_step_attention`: ~1.4x faster at that shape).
 - Prefix sharing: the rows of a GRPO group share one prompt, so the engine prefills each distinct
   prompt once and `expand_rows` copies its cache into the group's rows (see
   `TorchBackend._generate_batch`).
@@ -123,10 +125,18 @@ def gqa_attention(
     is_causal: bool | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
-    """SDPA with grouped-query attention done by the kernel, mask or not (see the module doc)."""
+    """SDPA with grouped-query attention done by the kernel, mask or not (see the module doc);
+    a one-token decode step without autograd takes `decode_step_attention` instead."""
     groups = getattr(module, "num_key_value_groups", 1)
     if attention_mask is not None and attention_mask.dim() == 4:
         attention_mask = attention_mask[:, :, :, : key.shape[-2]]
+    if (
+        query.shape[2] == 1
+        and not torch.is_grad_enabled()
+        and query.shape[1] == key.shape[1] * groups
+        and (attention_mask is None or attention_mask.shape[1] == 1)
+    ):
+        return decode_step_attention(query, key, value, attention_mask, scaling), None
     causal = bool(
         query.shape[2] > 1
         and attention_mask is None
@@ -144,6 +154,39 @@ def gqa_attention(
         enable_gqa=groups > 1,
     )
     return out.transpose(1, 2).contiguous(), None
+
+
+def decode_step_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None,
+) -> torch.Tensor:
+    """Attention of one new position per row, [batch, 1, heads, dim], as two batched matmuls.
+
+    Why: SDPA's CPU kernel is built for many query positions; for one it ran ~1.4x slower than
+    `bmm` (64 rows, 280 positions, SmolLM2's 9/3 heads: 4.2 vs 3.0 ms per layer, most of it
+    reading the cache). The query heads that share a KV head are stacked as rows of one matmul
+    against that head's keys (GQA without repeating K or V), and the mask (boolean: True attends,
+    or additive) is applied to the scores in place.
+    """
+    rows, heads, _, dim = query.shape
+    kv_heads, length = key.shape[1], key.shape[2]
+    groups = heads // kv_heads
+    q = query.reshape(rows * kv_heads, groups, dim)
+    scores = torch.bmm(q, key.reshape(rows * kv_heads, length, dim).transpose(1, 2))
+    scores.mul_(dim**-0.5 if scaling is None else scaling)
+    if attention_mask is not None:
+        mask = attention_mask[:, 0, -1:, :length]  # [rows, 1, length]: broadcast over heads
+        flat = scores.view(rows, heads, length)
+        if mask.dtype == torch.bool:
+            flat.masked_fill_(~mask, float("-inf"))
+        else:
+            flat.add_(mask)
+    probs = torch.softmax(scores, dim=-1)
+    out = torch.bmm(probs, value.reshape(rows * kv_heads, length, value.shape[-1]))
+    return out.view(rows, 1, heads, value.shape[-1])
 
 
 def _register() -> bool:

@@ -1,11 +1,13 @@
 """Decode-time linear layers through oneDNN on CPU: the same fp32 product, a faster kernel.
 
 Why: torch's fp32 `F.linear` on CPU calls MKL's sgemm, which on AMD CPUs runs a narrower code
-path. On this project's machine (AMD EPYC, AVX-512) oneDNN's fp32 inner product is ~1.9x faster at
-32 rows (~190 vs ~100 GFLOPS on one thread) and ~1.3x at 4-8 rows; at 1-2 rows or on tiny
-matrices its per-call overhead makes it slower, so those stay on `F.linear` (`MIN_ROWS`,
-`MIN_WEIGHT`). Measured on bench/population.py's 50M model: a 32-row decode batch 1.7x faster,
-8 four-row batches 1.4x. The results are the same product in another summation order (relative
+path. On an AMD EPYC (AVX-512) oneDNN's fp32 inner product was ~1.9x faster at 32 rows (~190 vs
+~100 GFLOPS on one thread) and ~1.3x at 4-8 rows; at 1-2 rows or on tiny matrices its per-call
+overhead makes it slower, so those stay on `F.linear` (`MIN_ROWS`, `MIN_WEIGHT`). Measured on
+bench/population.py's 50M model: a 32-row decode batch 1.7x faster, 8 four-row batches 1.4x.
+On Intel CPUs MKL takes its best path and wins instead (a Xeon with AVX-512, SmolLM2's shapes
+at 64 rows, two threads: MKL 126-139 GFLOPS against oneDNN's 93-115), so the switch is on only
+for AMD (`ENABLED`). The results are the same product in another summation order (relative
 differences ~1e-6, as between any two BLAS builds).
 
 Only inside `onednn_linears(model)` and only in the thread that entered it, without autograd
@@ -17,8 +19,6 @@ the same module meanwhile always gets `F.linear`, so its numbers never depend on
 
 from __future__ import annotations
 
-import threading
-import types
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,6 +27,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from arena_core.rollout.thread_forwards import ThreadForwards
 
 MIN_ROWS = 4  # fewer rows: oneDNN's per-call overhead outweighs its faster kernel
 MIN_WEIGHT = 1 << 18  # smaller weights (in x out, e.g. 256 x 768): no faster, so F.linear
@@ -41,10 +43,21 @@ def _kernel() -> Any:
         return None
 
 
+def _cpu_vendor() -> str:
+    """The CPU's vendor id (`AuthenticAMD`, `GenuineIntel`, ...), or "" where it cannot be read."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
 _LINEAR = _kernel()
-_local = threading.local()  # depth: how many onednn_linears blocks this thread is inside
-_lock = threading.Lock()
-_installed: dict[int, list[Any]] = {}  # id(model) -> [users, patched modules]
+# oneDNN's kernel only where MKL's sgemm is the slower one (see the module doc)
+ENABLED = _LINEAR is not None and _cpu_vendor() == "AuthenticAMD"
 # model -> (MIN_WEIGHT, its large plain nn.Linear modules)
 _targets: weakref.WeakKeyDictionary[nn.Module, tuple[int, list[nn.Linear]]] = (
     weakref.WeakKeyDictionary()
@@ -54,8 +67,8 @@ _targets: weakref.WeakKeyDictionary[nn.Module, tuple[int, list[nn.Linear]]] = (
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """`F.linear(x, weight, bias)`, through oneDNN when it is the faster kernel (see module doc)."""
     if (
-        _LINEAR is not None
-        and getattr(_local, "depth", 0)
+        ENABLED
+        and _FORWARDS.active()
         and x.dtype is torch.float32
         and weight.dtype is torch.float32
         and x.device.type == "cpu"
@@ -75,45 +88,25 @@ def _forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     return linear(x, self.weight, self.bias)
 
 
+_FORWARDS = ThreadForwards(_forward)
+
+
 @contextmanager
 def onednn_linears(model: nn.Module) -> Iterator[None]:
     """Route `model`'s large plain `nn.Linear` layers through `linear` in this thread.
 
-    Re-entrant and safe with several threads: the forwards are patched on the modules while at
-    least one thread is inside a block for this model, and each thread's own flag decides. The
-    large linears are found at the model's first block (a decode step calls this every step); a
-    linear added to the model later keeps `F.linear`, which is slower, never wrong.
+    Re-entrant and safe with several threads (`ThreadForwards`). The large linears are found at
+    the model's first block (a decode step calls this every step); a linear added to the model
+    later keeps `F.linear`, which is slower, never wrong.
     """
-    if _LINEAR is None or not torch.backends.mkldnn.enabled:
+    if not ENABLED or not torch.backends.mkldnn.enabled:
         yield
         return
-    key = id(model)
-    with _lock:
-        entry = _installed.get(key)
-        if entry is None:
-            found = _targets.get(model)
-            if found is None or found[0] != MIN_WEIGHT:  # walked once per model: the walk costs
-                found = _targets[model] = (  # more than a decode step's matmuls on small models
-                    MIN_WEIGHT,
-                    [
-                        m
-                        for m in model.modules()
-                        if type(m) is nn.Linear and m.weight.numel() >= MIN_WEIGHT
-                    ],
-                )
-            mods = [m for m in found[1] if "forward" not in m.__dict__]  # keep others' overrides
-            for m in mods:
-                m.__dict__["forward"] = types.MethodType(_forward, m)
-            entry = _installed[key] = [0, mods]
-        entry[0] += 1
-    _local.depth = getattr(_local, "depth", 0) + 1
-    try:
+    found = _targets.get(model)
+    if found is None or found[0] != MIN_WEIGHT:  # walked once per model: the walk costs more
+        found = _targets[model] = (  # than a decode step's matmuls on small models
+            MIN_WEIGHT,
+            [m for m in model.modules() if type(m) is nn.Linear and m.weight.numel() >= MIN_WEIGHT],
+        )
+    with _FORWARDS.block(model, found[1]):
         yield
-    finally:
-        _local.depth -= 1
-        with _lock:
-            entry[0] -= 1
-            if entry[0] == 0:
-                for m in entry[1]:
-                    m.__dict__.pop("forward", None)
-                del _installed[key]

@@ -9,6 +9,7 @@ a GRPO batch costs what it must on a real model (see `decode_cache` for the figu
 - grouped-query attention without repeating the KV heads;
 - finished rows stop being sampled at once and leave the batch (and cache) in bulk;
 - one uniform per row to sample (no per-vocabulary-entry random numbers), one `tolist` per step.
+- a LoRA adapter decodes through merged weights, one product per linear (see `merged_lora`).
 On CUDA the cache is static instead (`kv_cache="auto"`, see `arena_core.runtime.device`):
 preallocated with fixed shapes, finished rows stay in the batch and their tokens are dropped.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -27,6 +29,7 @@ from transformers import DynamicCache, StaticCache
 from arena_core.rollout.backend_configs import TorchBackendConfig
 from arena_core.rollout.base import Completion, DecodeControl, SamplingParams
 from arena_core.rollout.decode_cache import decode_attention, expand_rows, growing_cache
+from arena_core.rollout.merged_lora import merged_lora_linears
 from arena_core.rollout.multi_lora import RowAdapters, check_row_adapters, row_lora
 from arena_core.rollout.onednn_linear import onednn_linears
 from arena_core.rollout.sampling import sample_next
@@ -400,8 +403,10 @@ class TorchBackend:
         rows: Sequence[int] = (),
     ) -> torch.Tensor:
         kwargs = {"logits_to_keep": logits_to_keep} if logits_to_keep else {}
-        # per-row LoRA adapters (multi_lora); CPU fp32 linears through oneDNN (onednn_linear)
-        with row_lora(lora, rows) as extra, onednn_linears(self.model):
+        # one adapter on every row, dynamic cache: LoRA linears merged (merged_lora); per-row
+        # LoRA adapters (multi_lora); CPU fp32 linears through oneDNN (onednn_linear)
+        merged = merged_lora_linears(self.model) if lora is None else nullcontext()
+        with row_lora(lora, rows) as extra, onednn_linears(self.model), merged:
             out = self.model(
                 input_ids=ids,
                 attention_mask=mask,

@@ -66,7 +66,9 @@ def test_teacher_logprobs_line_up_with_each_micro_batchs_tokens(make_model) -> N
         assert m["opd/reverse_kl"] == pytest.approx(sum(want) / len(want), rel=1e-4)
         params.append(torch.cat([p.detach().flatten() for p in student.parameters()]))
     assert m["micro_batches"] > 1
-    assert torch.allclose(params[0], params[1], atol=1e-5)
+    # Adam's first step is lr * g / |g|: a gradient near zero that two summation orders round
+    # differently moves by up to ~2e-5 here (an Intel CPU's MKL); a misaligned teacher by ~lr
+    assert torch.allclose(params[0], params[1], atol=1e-4)
 
 
 def test_student_moves_toward_a_frozen_teacher(make_model) -> None:

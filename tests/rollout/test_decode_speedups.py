@@ -12,8 +12,8 @@ import torch
 
 from arena_core.models import load_policy
 from arena_core.rollout.base import SamplingParams
-from arena_core.rollout.decode_cache import GrowingLayer, growing_cache
-from arena_core.rollout.sampling import draw
+from arena_core.rollout.decode_cache import GrowingLayer, decode_step_attention, growing_cache
+from arena_core.rollout.sampling import BLOCK, draw, sample_next
 from arena_core.rollout.torch_backend import TorchBackend
 
 
@@ -121,12 +121,63 @@ def test_cache_is_sized_to_the_batch_not_the_model(policy) -> None:
 
 def test_draw_follows_the_distribution_and_never_picks_a_filtered_token() -> None:
     logits = torch.tensor([[0.0, 1.0, float("-inf"), 2.0, -1.0]]).repeat(40_000, 1)
-    logp = torch.log_softmax(logits, dim=-1)
-    tokens = draw(logp, torch.Generator().manual_seed(0))
+    weights = torch.softmax(logits, dim=-1) * 7.0  # not normalised: draw normalises itself
+    tokens, total = draw(weights, torch.Generator().manual_seed(0))
     freq = torch.bincount(tokens, minlength=5).double() / len(tokens)
     assert freq[2] == 0
-    assert torch.allclose(freq, logp[0].exp().double(), atol=0.01)
-    again = draw(logp[:50], torch.Generator().manual_seed(0))
+    assert torch.allclose(freq, torch.softmax(logits[0], -1).double(), atol=0.01)
+    assert torch.allclose(total, torch.full_like(total, 7.0))
+    again, _ = draw(weights[:50], torch.Generator().manual_seed(0))
     assert torch.equal(again, tokens[:50])  # one uniform per row: seeded and batch-stable
     with pytest.raises(RuntimeError, match="inf"):
         draw(torch.full((1, 3), float("nan")), None)
+
+
+def test_draw_over_a_real_vocabulary_crosses_blocks_exactly() -> None:
+    """A vocabulary that is not a multiple of the block, most of it filtered out: every kept
+    token is drawn at its rate, no filtered one ever, the last partial block included."""
+    vocab = 3 * BLOCK + 77
+    kept = torch.tensor([0, BLOCK - 1, BLOCK, 2 * BLOCK + 5, vocab - 1])
+    weights = torch.zeros(60_000, vocab)
+    weights[:, kept] = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0])
+    tokens, _ = draw(weights, torch.Generator().manual_seed(1))
+    assert set(tokens.unique().tolist()) == set(kept.tolist())
+    freq = torch.bincount(tokens, minlength=vocab)[kept].double() / len(tokens)
+    assert torch.allclose(freq, torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0]).double() / 15, atol=0.01)
+
+
+def test_sampled_logprobs_are_the_log_softmax_of_what_was_sampled() -> None:
+    logits = torch.randn(16, 1000) * 4
+    for temperature in (1.0, 0.7):
+        params = SamplingParams(max_new_tokens=1, temperature=temperature)
+        tokens, logp = sample_next(logits, params, torch.Generator().manual_seed(0))
+        expected = torch.log_softmax(logits / temperature, -1).gather(-1, tokens[:, None])
+        assert torch.allclose(logp, expected.squeeze(-1), atol=1e-5)
+
+
+@pytest.mark.parametrize("mask_kind", ["none", "bool", "additive"])
+def test_a_decode_step_attention_equals_sdpa_with_repeated_kv_heads(mask_kind) -> None:
+    """Left-padded rows (their first positions masked), 6 query heads over 2 KV heads, the KV
+    cache a view into a larger buffer as the growing cache hands it over."""
+    torch.manual_seed(0)
+    rows, heads, kv_heads, dim, length = 5, 6, 2, 8, 11
+    buffer = torch.randn(2, rows, kv_heads, length + 7, dim)
+    key, value = buffer[0, :, :, :length], buffer[1, :, :, :length]
+    query = torch.randn(rows, 1, heads, dim).transpose(1, 2)  # as the model hands it over
+    attend = torch.ones(rows, 1, 1, length, dtype=torch.bool)
+    attend[0, ..., :4] = False
+    attend[3, ..., :1] = False
+    mask = {
+        "none": None,
+        "bool": attend,
+        "additive": torch.zeros(rows, 1, 1, length).masked_fill(~attend, float("-inf")),
+    }[mask_kind]
+    out = decode_step_attention(query, key, value, mask, None)
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        query,
+        key.repeat_interleave(heads // kv_heads, dim=1),
+        value.repeat_interleave(heads // kv_heads, dim=1),
+        attn_mask=None if mask is None else mask,
+    )
+    assert out.shape == (rows, 1, heads, dim)
+    torch.testing.assert_close(out, expected.transpose(1, 2), rtol=1e-5, atol=1e-5)

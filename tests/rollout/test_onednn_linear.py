@@ -25,8 +25,19 @@ OP = "mkldnn::_linear_pointwise"
 
 
 @pytest.fixture(autouse=True)
-def _one_thread(one_torch_thread):
+def _one_thread(one_torch_thread, monkeypatch):
+    monkeypatch.setattr(onednn_linear, "ENABLED", True)  # on by vendor (AMD); the path, tested
     yield
+
+
+def test_the_kernel_is_chosen_by_cpu_vendor(monkeypatch) -> None:
+    monkeypatch.setattr(onednn_linear, "ENABLED", False)  # an Intel CPU: MKL's F.linear wins
+    monkeypatch.setattr(onednn_linear, "MIN_ROWS", 1)
+    monkeypatch.setattr(onednn_linear, "MIN_WEIGHT", 0)
+    layer = torch.nn.Linear(64, 32)
+    with onednn_linears(layer), torch.no_grad(), profile() as prof:
+        layer(torch.randn(8, 64))
+    assert not _ops(prof) and "forward" not in layer.__dict__
 
 
 @pytest.fixture(scope="module")
