@@ -171,15 +171,27 @@ def _coefficients_now(
 
     if hw.kind != "cpu" or hw.name != "cpu" or count != 1 or not live.probe_enabled():
         return None, None, ""
-    from arena_core.planner.calibrate import coefficients_for
+    from arena_core.planner import machine_rates
+    from arena_core.planner.calibrate import coefficients_for, load_calibration
 
+    coef = coefficients_for(hw)
+    machine_note = ""
+    if load_calibration(hw.name) is None:  # shipped efficiencies on this machine's own rates
+        rates, probed = machine_rates.machine_rates()
+        hw, coef = machine_rates.on_this_machine(hw, coef, rates)
+        machine_note = (
+            f"; this machine's rates ({'probed now' if probed else 'probed once'}, "
+            f"{machine_rates.rates_path()}): matmul {rates['matmul_tflops'] * 1e3:.3g} GFLOP/s, "
+            f"decode read {rates['decode_read_gbs']:.3g} GB/s ('arena plan --calibrate' fits "
+            "all coefficients here)"
+        )
     threads = lookup(cfg, "runtime.threads", None) or hw.cores or 1
     now = live.rates_now(hw, int(threads))
-    pair = live.at_current_rates(hw, coefficients_for(hw), now)
+    pair = live.at_current_rates(hw, coef, now)
     note = (
         f"priced at the load now: load average {now['load_average']:.1f} on {hw.cores} cores, so "
         f"{int(threads)} torch thread(s) get {now['share']:.0%} of their idle speed "
         f"(matmul {now['matmul_tflops'] * 1e3:.3g} of {hw.bf16_tflops * 1e3:.3g} GFLOP/s); "
-        f"{live.PROBE_ENV}=0 plans on the idle machine's rates"
+        f"{live.PROBE_ENV}=0 plans on the idle machine's rates{machine_note}"
     )
     return pair, now["load_average"], note

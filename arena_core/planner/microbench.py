@@ -99,22 +99,36 @@ def measure_decode_read(mbytes: int = 192, rows: int = 1) -> float:
     so every step reads them from memory as a real model's decode does. One CPU core reads far
     slower than a two-core copy moves bytes, which is why decode is priced on this rate, not on
     the copy bandwidth."""
+    sec = measure_decode_passes(mbytes, (rows,))[rows]
+    n = max(1, mbytes * 2**20 // (576 * 1536 * 4))
+    return n * 576 * 1536 * 4 / sec / 1e9
+
+
+def measure_decode_passes(mbytes: int, rows: tuple[int, ...]) -> dict[int, float]:
+    """Seconds of one pass of ``rows`` rows through the stack of `measure_decode_read`, for each
+    row count (the stack is built once: its values do not change the time)."""
     import torch
 
     from arena_core.rollout.onednn_linear import onednn_linears
 
-    torch.manual_seed(0)
     n = max(1, mbytes * 2**20 // (576 * 1536 * 4))
-    stack = torch.nn.Sequential(*[torch.nn.Linear(576, 1536, bias=False) for _ in range(n)])
-    x = torch.randn(rows, 576)
+    with torch.no_grad():
+        stack = torch.nn.Sequential(
+            *[torch.nn.Linear(576, 1536, bias=False, device="meta") for _ in range(n)]
+        ).to_empty(device="cpu")
+        for layer in stack:
+            layer.weight.fill_(0.01)
+    out = {}
+    for r in rows:
+        x = torch.full((r, 576), 0.5)
 
-    def read() -> None:
-        with torch.no_grad(), onednn_linears(stack):
-            for layer in stack:
-                layer(x)
+        def read(x: torch.Tensor = x) -> None:
+            with torch.no_grad(), onednn_linears(stack):
+                for layer in stack:
+                    layer(x)
 
-    sec = _timed(read, repeats=3)
-    return n * 576 * 1536 * 4 / sec / 1e9
+        out[r] = _timed(read, repeats=3)
+    return out
 
 
 def measure_learn(layers: int, tokens: int, seq: int = 64) -> tuple[float, float]:

@@ -151,6 +151,13 @@ def test_a_cpu_plan_from_a_config_is_priced_at_the_load_now(monkeypatch):
     idle = plan_from_config(cfg, prompt_tokens=42)
     assert idle.calibration == "shipped" and idle.priced_at_load is None
     monkeypatch.setenv("ARENA_PLAN_PROBE", "1")
+    local = cpu_profile()  # the shipped calibration's rates
+    shipped = {"matmul_tflops": local.bf16_tflops, "mem_bandwidth_gbs": local.mem_bandwidth_gbs}
+    read = local.mem_bandwidth_gbs * coefficients_for(local).decode_bw_efficiency
+    # this machine probed as fast as the shipped calibration's: only the load changes the plan
+    monkeypatch.setattr(
+        "arena_core.planner.machine_rates.probe", lambda: {**shipped, "decode_read_gbs": read}
+    )
     monkeypatch.setattr("os.getloadavg", lambda: (9.0, 9.0, 9.0))
     busy = plan_from_config(cfg, prompt_tokens=42)
     assert busy.calibration == "shipped" and busy.priced_at_load == 9.0
