@@ -16,8 +16,8 @@ Everything else (a learner thread, autograd, disabled or several active adapters
 variants, a bias on B, per-row adapters) takes peft's own forward. The merged product is the
 same sum in another order (relative differences ~1e-6).
 
-Memory: one extra copy of each adapted weight (q, k, v, o of SmolLM2: ~106 MB in fp32), freed
-when the model is.
+Memory: one extra copy of each adapted weight (q, k, v, o of SmolLM2: ~106 MB in fp32, half in
+a bf16 decode, `decode_dtype`, which keeps only the bf16 copy), freed when the model is.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from arena_core.rollout import decode_dtype
 from arena_core.rollout.onednn_linear import linear
 from arena_core.rollout.thread_forwards import ThreadForwards
 
@@ -89,10 +90,29 @@ def merged_weight(layer: Any, name: str) -> torch.Tensor:
     return weight
 
 
+def low_precision_merged(layer: Any, name: str, dtype: torch.dtype) -> torch.Tensor:
+    """The merged weight in `dtype` (a bf16 decode, `decode_dtype`): only that copy is kept."""
+    base = layer.base_layer.weight
+    a, b = layer.lora_A[name].weight, layer.lora_B[name].weight
+    key = (name, float(layer.scaling[name]), dtype)
+    key += tuple((t._version, t.data_ptr(), t.device) for t in (base, a, b))
+    cached = layer.__dict__.get("_arena_merged_lowp")
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    with torch.no_grad():
+        weight = (base + layer.get_delta_weight(name).to(base.dtype)).to(dtype).contiguous()
+    layer.__dict__["_arena_merged_lowp"] = (key, weight)
+    return weight
+
+
 def _forward(self: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
     if _FORWARDS.active() and not torch.is_grad_enabled() and not args and not kwargs:
         name = _single_adapter(self) if x.dtype is self.base_layer.weight.dtype else None
         if name is not None:
+            dtype = decode_dtype.current()
+            if dtype is not None and dtype is not x.dtype:
+                weight = low_precision_merged(self, name, dtype)
+                return decode_dtype.low_precision_linear(x, weight, self.base_layer.bias, dtype)
             return linear(x, merged_weight(self, name), self.base_layer.bias)
     return type(self).forward(self, x, *args, **kwargs)
 

@@ -9,7 +9,9 @@ a GRPO batch costs what it must on a real model (see `decode_cache` for the figu
 - grouped-query attention without repeating the KV heads;
 - finished rows stop being sampled at once and leave the batch (and cache) in bulk;
 - one uniform per row to sample (no per-vocabulary-entry random numbers), one `tolist` per step.
-- a LoRA adapter decodes through merged weights, one product per linear (see `merged_lora`).
+- a LoRA adapter decodes through merged weights, one product per linear (see `merged_lora`);
+- optionally (`decode_dtype="bfloat16"`) the CPU decode multiplies by bf16 copies of the weights
+  (see `decode_dtype`).
 On CUDA the cache is static instead (`kv_cache="auto"`, see `arena_core.runtime.device`):
 preallocated with fixed shapes, finished rows stay in the batch and their tokens are dropped.
 """
@@ -29,6 +31,7 @@ from transformers import DynamicCache, StaticCache
 from arena_core.rollout.backend_configs import TorchBackendConfig
 from arena_core.rollout.base import Completion, DecodeControl, SamplingParams
 from arena_core.rollout.decode_cache import decode_attention, expand_rows, growing_cache
+from arena_core.rollout.decode_dtype import DTYPES, decode_dtype_linears
 from arena_core.rollout.merged_lora import merged_lora_linears
 from arena_core.rollout.multi_lora import RowAdapters, check_row_adapters, row_lora
 from arena_core.rollout.onednn_linear import onednn_linears
@@ -103,6 +106,7 @@ class TorchBackend:
         decode_delay_s: float = 0.0,
         kv_cache: str = "auto",
         cuda_graphs: str = "auto",
+        decode_dtype: str = "float32",
     ) -> None:
         from arena_core.device import kv_cache_kind, module_device
 
@@ -117,6 +121,10 @@ class TorchBackend:
         # static cache: fixed-shape decode steps (static_decode), captured as CUDA graphs on CUDA
         self.cuda_graphs = resolve_cuda_graphs(cuda_graphs, self.device, self.kv_cache)
         self.decoders = DecoderCache(model, self.device, capture=self.cuda_graphs)
+        if decode_dtype not in DTYPES:
+            raise ValueError(f"decode_dtype must be one of {sorted(DTYPES)}, got {decode_dtype!r}")
+        # bf16 copies of the linears for the CPU decode (decode_dtype.py); fp32: the module itself
+        self.decode_dtype = DTYPES[decode_dtype] if self.device.type == "cpu" else None
         self.max_batch_size = max_batch_size
         self.decode_delay_s = decode_delay_s
         self.policy_version = 0
@@ -406,7 +414,12 @@ class TorchBackend:
         # one adapter on every row, dynamic cache: LoRA linears merged (merged_lora); per-row
         # LoRA adapters (multi_lora); CPU fp32 linears through oneDNN (onednn_linear)
         merged = merged_lora_linears(self.model) if lora is None else nullcontext()
-        with row_lora(lora, rows) as extra, onednn_linears(self.model), merged:
+        linears = (
+            onednn_linears(self.model)
+            if self.decode_dtype is None
+            else decode_dtype_linears(self.model, self.decode_dtype)
+        )
+        with row_lora(lora, rows) as extra, linears, merged:
             out = self.model(
                 input_ids=ids,
                 attention_mask=mask,
@@ -456,6 +469,7 @@ def _factory(policy: Any, cfg: Mapping[str, Any] | BaseModel) -> TorchBackend:
         decode_delay_s=conf.decode_delay_s,
         kv_cache=conf.kv_cache,
         cuda_graphs=conf.cuda_graphs,
+        decode_dtype=conf.decode_dtype,
     )
 
 
