@@ -20,7 +20,7 @@ what the cost model is worth once the load's drift between plan time and the ste
 Goal (issue 22 item 4): step within 30%, memory within 20%, for at least two SmolLM2 settings,
 and the tiny quickstart no worse than bench/planner_calibration.py's figure.
 
-    python bench/plan_accuracy.py [--steps 4] [--only tiny,smollm2-lora,smollm2-full]
+    python bench/plan_accuracy.py [--steps 4] [--only tiny,smollm2-lora,smollm2-full,smollm2-lora-bf16]
 """
 
 from __future__ import annotations
@@ -54,6 +54,8 @@ SETTINGS = {
     "tiny": [],  # the quickstart as shipped (8 prompts x 8, 48 new tokens, full fine-tuning)
     "smollm2-lora": SMOL,  # LoRA r16 on q,k,v,o: the model config's default
     "smollm2-full": [*SMOL, "model.lora.r=0"],
+    # the bf16 CPU decode, priced as the fp32 one (an upper bound): the ratio says how far off
+    "smollm2-lora-bf16": [*SMOL, "backend.decode_dtype=bfloat16"],
 }
 
 

@@ -67,6 +67,9 @@ def workload_from_config(cfg: dict[str, Any], prompt_tokens: int | None = None) 
         kl_ref=bool(beta and float(beta) > 0),
         overlap=mode != "sync",
         engine_shares_module=backend == "torch",
+        engine_copy_bytes=2
+        if backend == "torch" and lookup(cfg, "backend.decode_dtype", None) == "bfloat16"
+        else 0,
         **values,
     )
 
@@ -153,6 +156,12 @@ def plan_from_config(
     if now is not None:
         result.priced_at_load = now_load
         result.notes.append(probe_note)
+    if backend == "torch" and lookup(cfg, "backend.decode_dtype", None) == "bfloat16":
+        result.notes.append(
+            "backend.decode_dtype=bfloat16: generation priced as the fp32 decode, an upper bound "
+            "(SmolLM2 at batch 8 decoded in 0.67x the fp32 time, bench/plan_accuracy.py); the "
+            "engine's memory holds its bf16 copy of the linears"
+        )
     if prompt_tokens and lookup(cfg, "env.max_prompt_tokens", None) is None:
         result.notes.append(
             f"prompt length: {prompt_tokens} tokens, the mean of the env's own prompts rendered "

@@ -99,3 +99,19 @@ def test_the_real_probe_measures_positive_rates_quickly(monkeypatch):
     assert rates["matmul_tflops"] > 0.001  # at least a GFLOP/s
     assert 0 < rates["decode_read_gbs"] and 0 < rates["mem_bandwidth_gbs"]
     assert rates["load_average"] == 0.0
+
+
+def test_a_bf16_decode_counts_its_copy_and_is_priced_as_fp32(probes):
+    """backend.decode_dtype=bfloat16: the engine's memory holds one bf16 copy of every
+    multiplying parameter; its time is the fp32 decode's (an upper bound), and the plan says so."""
+    fp32 = plan_from_config(CFG, prompt_tokens=42)
+    cfg = {**CFG, "backend": {"name": "torch", "decode_dtype": "bfloat16"}}
+    bf16 = plan_from_config(cfg, prompt_tokens=42)
+    assert bf16.prediction.total_s == pytest.approx(fp32.prediction.total_s)
+    assert any(n.startswith("backend.decode_dtype=bfloat16") for n in bf16.notes)
+    assert not any(n.startswith("backend.decode_dtype") for n in fp32.notes)
+    from arena_core.planner import ModelSpec
+
+    spec = ModelSpec.from_hf_config(CFG["model"]["name_or_path"])
+    assert bf16.prediction.engine_memory["weights"] == pytest.approx(2 * spec.flop_params)
+    assert fp32.prediction.engine_memory["weights"] == 0.0  # full fine-tune: the module itself
