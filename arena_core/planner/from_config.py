@@ -159,7 +159,7 @@ def plan_from_config(
     if backend == "torch" and lookup(cfg, "backend.decode_dtype", None) == "bfloat16":
         result.notes.append(
             "backend.decode_dtype=bfloat16: generation priced as the fp32 decode, an upper bound "
-            "(SmolLM2 at batch 8 decoded in 0.67x the fp32 time, bench/plan_accuracy.py); the "
+            "(SmolLM2 at batch 8 decoded in 0.5-0.67x the fp32 time, bench/plan_accuracy.py); the "
             "engine's memory holds its bf16 copy of the linears"
         )
     if prompt_tokens and lookup(cfg, "env.max_prompt_tokens", None) is None:
