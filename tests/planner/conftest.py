@@ -15,6 +15,17 @@ def spec(name: str) -> ModelSpec:
     return ModelSpec.from_hf_config(CONFIGS / name)
 
 
+# the run config arena-run plans for bench/plan_accuracy.py's SmolLM2 step (2 x 4 x 32 tokens)
+SMOLLM2_STEP = {
+    "model": {"name_or_path": str(CONFIGS / "smollm2-135m")},
+    "hardware": {"name": "cpu", "count": 1},
+    "train": {"prompts_per_step": 2},
+    "algo": {"group_size": 4},
+    "generation": {"max_new_tokens": 32},
+    "runtime": {"mode": "sync", "threads": 1},
+}
+
+
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path, monkeypatch):
     """No test reads or writes the user's calibration cache, and plans are priced on the stored

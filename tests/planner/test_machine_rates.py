@@ -9,22 +9,14 @@ calibration of this machine (`arena plan --calibrate`) makes the probe unnecessa
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from arena_core.planner import machine_rates, plan_from_config
 from arena_core.planner.calibrate import calibration_path, save_calibration, shipped_calibration
 
-ROOT = Path(__file__).resolve().parents[2]
-CFG = {
-    "model": {"name_or_path": str(ROOT / "arena_core/planner/known_configs/smollm2-135m")},
-    "hardware": {"name": "cpu", "count": 1},
-    "train": {"prompts_per_step": 2},
-    "algo": {"group_size": 4},
-    "generation": {"max_new_tokens": 32},
-    "runtime": {"mode": "sync", "threads": 1},
-}
+from .conftest import SMOLLM2_STEP as CFG
+
 SHIPPED = {"matmul_tflops": 0.111, "mem_bandwidth_gbs": 63.0, "decode_read_gbs": 27.0}
 
 

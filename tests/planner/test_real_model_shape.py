@@ -22,7 +22,7 @@ from arena_core.planner.live import at_current_rates, fair_share
 from arena_core.planner.plan import Workload
 from arena_core.planner.search import evaluate
 
-from .conftest import spec
+from .conftest import SMOLLM2_STEP, spec
 
 ROOT = Path(__file__).resolve().parents[2]
 HW = cpu_profile(cores=2, memory_gb=16, matmul_tflops=0.111, mem_bandwidth_gbs=63.0)
@@ -140,14 +140,7 @@ def test_a_cpu_plan_from_a_config_is_priced_at_the_load_now(monkeypatch):
     share the run gets, and the plan says so; ARENA_PLAN_PROBE=0 prices the idle machine."""
     from arena_core.planner import plan_from_config
 
-    cfg = {
-        "model": {"name_or_path": str(ROOT / "arena_core/planner/known_configs/smollm2-135m")},
-        "hardware": {"name": "cpu", "count": 1},
-        "train": {"prompts_per_step": 2},
-        "algo": {"group_size": 4},
-        "generation": {"max_new_tokens": 32},
-        "runtime": {"mode": "sync", "threads": 1},
-    }
+    cfg = SMOLLM2_STEP
     idle = plan_from_config(cfg, prompt_tokens=42)
     assert idle.calibration == "shipped" and idle.priced_at_load is None
     monkeypatch.setenv("ARENA_PLAN_PROBE", "1")
