@@ -134,14 +134,28 @@ def ray_cluster(ray_resources: dict[str, float]) -> Iterator[object]:
         ray.shutdown()
 
 
+_IMPORTABLE_HERE: set[str] = set()
+
+
 def _install_local_plugin(name: str) -> str:
     """`pip install -e plugins/NAME` (no deps) unless this venv has the distribution NAME, made
     importable in this process as `site` would at start-up, the plugins reloaded on next use;
-    returns its version."""
+    returns its version.
+
+    Under pytest-xdist another worker may have installed it after this process started: found,
+    but not importable here yet, nor in this process's plugins. So the second half runs once per
+    process whoever installed it."""
     try:
-        return distribution(name).version
+        distribution(name)
     except PackageNotFoundError:
-        pass
+        _pip_install_editable(name)
+    if name not in _IMPORTABLE_HERE:
+        _make_importable(name)
+        _IMPORTABLE_HERE.add(name)
+    return distribution(name).version
+
+
+def _pip_install_editable(name: str) -> None:
     folder = PLUGINS_DIR / name
     # Without build isolation first: offline and fast. A fresh venv's own setuptools may be too
     # old to build it (Python 3.11's bundled 65.x lacks `wheel`), so then let pip fetch one.
@@ -156,6 +170,10 @@ def _install_local_plugin(name: str) -> str:
         errors.append(f"$ pip install {' '.join(extra)} -e {folder}\n{result.stderr[-2000:]}")
     else:
         pytest.fail(f"installing plugins/{name} failed:\n" + "\n".join(errors))
+
+
+def _make_importable(name: str) -> None:
+    """The distribution's .pth read as `site` would at start-up; the plugins reloaded."""
     from arena_core import plugins as plugins_module
 
     dist = distribution(name)
@@ -164,7 +182,6 @@ def _install_local_plugin(name: str) -> str:
             site.addpackage(str(Path(str(file.locate())).parent), file.name, set())
     importlib.invalidate_caches()
     plugins_module.reset_plugins()
-    return dist.version
 
 
 @pytest.fixture(scope="session")

@@ -106,26 +106,22 @@ def measure_decode_read(mbytes: int = 192, rows: int = 1) -> float:
 
 def measure_decode_passes(mbytes: int, rows: tuple[int, ...]) -> dict[int, float]:
     """Seconds of one pass of ``rows`` rows through the stack of `measure_decode_read`, for each
-    row count (the stack is built once: its values do not change the time)."""
+    row count, through the kernel the engine's decode uses (`onednn_linear.decode_kernel`). Plain
+    tensors, no module: planning a dry run builds no model (its values do not change the time)."""
     import torch
 
-    from arena_core.rollout.onednn_linear import onednn_linears
+    from arena_core.rollout.onednn_linear import decode_kernel
 
     n = max(1, mbytes * 2**20 // (576 * 1536 * 4))
-    with torch.no_grad():
-        stack = torch.nn.Sequential(
-            *[torch.nn.Linear(576, 1536, bias=False, device="meta") for _ in range(n)]
-        ).to_empty(device="cpu")
-        for layer in stack:
-            layer.weight.fill_(0.01)
+    weights = [torch.full((1536, 576), 0.01) for _ in range(n)]
     out = {}
     for r in rows:
         x = torch.full((r, 576), 0.5)
 
         def read(x: torch.Tensor = x) -> None:
-            with torch.no_grad(), onednn_linears(stack):
-                for layer in stack:
-                    layer(x)
+            with torch.no_grad():
+                for weight in weights:
+                    decode_kernel(x, weight)
 
         out[r] = _timed(read, repeats=3)
     return out

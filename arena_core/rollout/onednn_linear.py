@@ -75,10 +75,22 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> 
         and not torch.is_grad_enabled()
         and type(x) is torch.Tensor
         and x.dim() >= 2
+        and (bias is None or bias.dtype is torch.float32)
+    ):
+        return decode_kernel(x, weight, bias)
+    return F.linear(x, weight, bias)
+
+
+def decode_kernel(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The kernel a decode-thread fp32 linear of these shapes runs on this CPU, with no block
+    needed: what `planner.microbench` times, without building a module."""
+    if (
+        ENABLED
         and x.numel() >= MIN_ROWS * x.shape[-1]
         and weight.numel() >= MIN_WEIGHT
         and weight.is_contiguous()
-        and (bias is None or bias.dtype is torch.float32)
     ):
         return _LINEAR(x, weight, bias, "none", [], "")
     return F.linear(x, weight, bias)

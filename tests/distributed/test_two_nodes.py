@@ -134,8 +134,19 @@ def _rows(run_dir: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
-def _our_actor_processes() -> list[psutil.Process]:
-    """Live engine and trainer-rank actor processes (every raylet here is this process's child)."""
+def _our_actor_processes(wait_s: float = 20.0) -> list[psutil.Process]:
+    """Engine and trainer-rank actor processes still alive after up to `wait_s` (every raylet
+    here is this process's child). A killed actor's process exits asynchronously: on a loaded
+    machine it can outlive the run's return by a few seconds, which is not a leak."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        live = _live_actor_processes()
+        if not live or time.monotonic() > deadline:
+            return live
+        time.sleep(0.5)
+
+
+def _live_actor_processes() -> list[psutil.Process]:
     out = []
     for proc in psutil.Process().children(recursive=True):
         try:
