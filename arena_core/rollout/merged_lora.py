@@ -73,35 +73,23 @@ def _single_adapter(layer: Any) -> str | None:
     return name
 
 
-def merged_weight(layer: Any, name: str) -> torch.Tensor:
-    """`W + scale * B @ A` of `layer`'s adapter `name`, rebuilt only when an input changed."""
+def merged_weight(layer: Any, name: str, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """`W + scale * B @ A` of `layer`'s adapter `name` (cast to `dtype` for a bf16 decode,
+    `decode_dtype`: only that copy is kept), rebuilt only when an input changed."""
     base = layer.base_layer.weight
     a, b = layer.lora_A[name].weight, layer.lora_B[name].weight
     # in-place updates bump _version; a replaced or moved tensor (`.data =`, `.to()`) has
     # another address
-    key = (name, float(layer.scaling[name]))
-    key += tuple((t._version, t.data_ptr(), t.device) for t in (base, a, b))
-    cached = layer.__dict__.get("_arena_merged")
-    if cached is not None and cached[0] == key:
-        return cached[1]
-    with torch.no_grad():
-        weight = (base + layer.get_delta_weight(name).to(base.dtype)).contiguous()
-    layer.__dict__["_arena_merged"] = (key, weight)
-    return weight
-
-
-def low_precision_merged(layer: Any, name: str, dtype: torch.dtype) -> torch.Tensor:
-    """The merged weight in `dtype` (a bf16 decode, `decode_dtype`): only that copy is kept."""
-    base = layer.base_layer.weight
-    a, b = layer.lora_A[name].weight, layer.lora_B[name].weight
     key = (name, float(layer.scaling[name]), dtype)
     key += tuple((t._version, t.data_ptr(), t.device) for t in (base, a, b))
-    cached = layer.__dict__.get("_arena_merged_lowp")
+    slot = "_arena_merged" if dtype is None else "_arena_merged_lowp"
+    cached = layer.__dict__.get(slot)
     if cached is not None and cached[0] == key:
         return cached[1]
     with torch.no_grad():
-        weight = (base + layer.get_delta_weight(name).to(base.dtype)).to(dtype).contiguous()
-    layer.__dict__["_arena_merged_lowp"] = (key, weight)
+        weight = base + layer.get_delta_weight(name).to(base.dtype)
+        weight = (weight if dtype is None else weight.to(dtype)).contiguous()
+    layer.__dict__[slot] = (key, weight)
     return weight
 
 
@@ -111,7 +99,7 @@ def _forward(self: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Ten
         if name is not None:
             dtype = decode_dtype.current()
             if dtype is not None and dtype is not x.dtype:
-                weight = low_precision_merged(self, name, dtype)
+                weight = merged_weight(self, name, dtype)
                 return decode_dtype.low_precision_linear(x, weight, self.base_layer.bias, dtype)
             return linear(x, merged_weight(self, name), self.base_layer.bias)
     return type(self).forward(self, x, *args, **kwargs)
