@@ -38,6 +38,13 @@ class TorchBackendConfig(BaseModel):
         "bfloat16 (bf16 copies of the linears: ~2x faster decode on a CPU with AMX or AVX-512 "
         "bf16; the learner's importance weight corrects the small logprob mismatch).",
     )
+    decode_step: Literal["auto", "modules"] = Field(
+        "auto",
+        description="CPU decode steps: auto = a Llama-family model (llama, qwen2, mistral) runs "
+        "Arena's own step over the same tensors (the same results with far fewer ops, "
+        "rollout/llama_decode.py), other models their modules; modules = always transformers' "
+        "modules.",
+    )
     decode_delay_s: float = Field(
         0.0,
         ge=0,

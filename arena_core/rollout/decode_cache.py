@@ -176,7 +176,9 @@ def decode_step_attention(
     groups = heads // kv_heads
     q = query.reshape(rows * kv_heads, groups, dim)
     scores = torch.bmm(q, key.reshape(rows * kv_heads, length, dim).transpose(1, 2))
-    scores.mul_(dim**-0.5 if scaling is None else scaling)
+    scale = dim**-0.5 if scaling is None else scaling
+    if scale != 1.0:  # 1.0: the caller scaled the query (fewer multiplies)
+        scores.mul_(scale)
     if attention_mask is not None:
         mask = attention_mask[:, 0, -1:, :length]  # [rows, 1, length]: broadcast over heads
         flat = scores.view(rows, heads, length)

@@ -32,6 +32,7 @@ from arena_core.rollout.backend_configs import TorchBackendConfig
 from arena_core.rollout.base import Completion, DecodeControl, SamplingParams
 from arena_core.rollout.decode_cache import decode_attention, expand_rows, growing_cache
 from arena_core.rollout.decode_dtype import DTYPES, decode_dtype_linears
+from arena_core.rollout.llama_decode import LlamaDecodeStep
 from arena_core.rollout.merged_lora import merged_lora_linears
 from arena_core.rollout.multi_lora import RowAdapters, check_row_adapters, row_lora
 from arena_core.rollout.onednn_linear import onednn_linears
@@ -107,6 +108,7 @@ class TorchBackend:
         kv_cache: str = "auto",
         cuda_graphs: str = "auto",
         decode_dtype: str = "float32",
+        decode_step: str = "auto",
     ) -> None:
         from arena_core.device import kv_cache_kind, module_device
 
@@ -125,6 +127,14 @@ class TorchBackend:
             raise ValueError(f"decode_dtype must be one of {sorted(DTYPES)}, got {decode_dtype!r}")
         # bf16 copies of the linears for the CPU decode (decode_dtype.py); fp32: the module itself
         self.decode_dtype = DTYPES[decode_dtype] if self.device.type == "cpu" else None
+        if decode_step not in ("auto", "modules"):
+            raise ValueError(f"decode_step must be auto or modules, got {decode_step!r}")
+        # a Llama-family model's CPU decode steps skip transformers' modules (llama_decode.py)
+        self.fast_step = (
+            LlamaDecodeStep.for_model(model)
+            if decode_step == "auto" and self.device.type == "cpu"
+            else None
+        )
         self.max_batch_size = max_batch_size
         self.decode_delay_s = decode_delay_s
         self.policy_version = 0
@@ -325,9 +335,13 @@ class TorchBackend:
                 batch = [batch[j] for j in live]
                 live = list(range(len(batch)))
             mask = torch.cat([mask, mask.new_ones((len(batch), 1))], dim=-1)
-            logits = self._forward(
-                step_tokens[:, None], mask, next_pos[:, None], cache, lora=lora, rows=batch
-            )
+            logits = None
+            if lora is None and self.fast_step is not None:
+                logits = self.fast_step.step(step_tokens, next_pos, mask, cache, self.decode_dtype)
+            if logits is None:  # per-row adapters, or a layer the fast step does not run
+                logits = self._forward(
+                    step_tokens[:, None], mask, next_pos[:, None], cache, lora=lora, rows=batch
+                )
             logits_version = self.policy_version
             if self.decode_delay_s:
                 time.sleep(self.decode_delay_s)  # releases the GIL, like waiting on a device
@@ -470,6 +484,7 @@ def _factory(policy: Any, cfg: Mapping[str, Any] | BaseModel) -> TorchBackend:
         kv_cache=conf.kv_cache,
         cuda_graphs=conf.cuda_graphs,
         decode_dtype=conf.decode_dtype,
+        decode_step=conf.decode_step,
     )
 
 

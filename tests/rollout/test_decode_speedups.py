@@ -27,9 +27,11 @@ def policy():
     return load_policy({"name_or_path": "arena:tiny-init", "lora": {"r": 0}})
 
 
-@pytest.fixture()
-def backend(policy):
-    return TorchBackend(policy.model, policy.tokenizer)
+@pytest.fixture(params=["auto", "modules"])
+def backend(policy, request):
+    """The engine with Arena's own decode step (`llama_decode`, arena:tiny is a Qwen2) and with
+    transformers' modules: every speed-up must hold on both."""
+    return TorchBackend(policy.model, policy.tokenizer, decode_step=request.param)
 
 
 def _prompt(backend: TorchBackend, text: str) -> list[int]:
@@ -37,11 +39,21 @@ def _prompt(backend: TorchBackend, text: str) -> list[int]:
 
 
 class _BatchSizes:
-    """Records the batch size and token count of every forward of a module."""
+    """Records the batch size and token count of every forward of a module, and of every decode
+    step the engine runs without the modules (`llama_decode`, one token per row)."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: torch.nn.Module, backend: TorchBackend | None = None) -> None:
         self.calls: list[tuple[int, int]] = []
         self._handle = model.register_forward_pre_hook(self._hook, with_kwargs=True)
+        self._step = None if backend is None else backend.fast_step
+        if self._step is not None:
+            run = self._step.step
+
+            def recorded(tokens, *args, **kwargs):
+                self.calls.append((int(tokens.shape[0]), 1))
+                return run(tokens, *args, **kwargs)
+
+            self._step.step = recorded
 
     def _hook(self, module, args, kwargs):
         ids = kwargs.get("input_ids", args[0] if args else None)
@@ -49,13 +61,15 @@ class _BatchSizes:
 
     def close(self) -> None:
         self._handle.remove()
+        if self._step is not None:
+            del self._step.step
 
 
 def test_a_group_prefills_its_prompt_once(policy, backend) -> None:
     a, b = _prompt(backend, "add 12 and 7"), _prompt(backend, "add 345 and 6789")
     greedy = SamplingParams(max_new_tokens=8, temperature=0)
     alone = backend.generate([a, b], greedy)
-    sizes = _BatchSizes(policy.model)
+    sizes = _BatchSizes(policy.model, backend)
     try:
         grouped = backend.generate([a, a, a, b, b, b], greedy)
     finally:
@@ -87,7 +101,7 @@ def test_finished_rows_leave_the_batch_in_bulk(policy, backend) -> None:
         return len(ended[row]) >= row + 1 if not ended[row].append(token) else False
 
     ended: list[list[int]] = [[] for _ in prompts]
-    sizes = _BatchSizes(policy.model)
+    sizes = _BatchSizes(policy.model, backend)
     try:
         out = backend.generate(prompts, greedy, on_token=end_row)
     finally:

@@ -1,0 +1,261 @@
+"""One CPU decode step of a Llama-family model without transformers' module graph.
+
+Why: on a real model the decode step's matmuls are only part of its time. A SmolLM2-135M step
+of 64 rows through transformers' modules ran ~2,000 small torch ops and ~200 hooked linear
+forwards (peft's LoRA wrappers, the merged and bf16 copies, `ThreadForwards`), each with its own
+Python, dispatch and casts: with a bf16 decode ~40% of the step's wall time went to that glue
+(profile of 8 prompts x 8 x 128 tokens, 2 threads; `bench/real_model.py` reruns the whole
+engine). This step computes the same function with the tensors those modules hold, ~20 ops a
+layer:
+- RMSNorm as one `F.rms_norm`;
+- the query and key heads rotated together (one rotary for both);
+- K and V appended to the layer's cache through its own `update` (`GrowingLayer`: in place);
+- attention of the one new position as two batched matmuls, GQA without repeating
+  (`decode_step_attention`);
+- each linear multiplies by the weight the decode would use anyway: a LoRA layer's merged weight
+  (`merged_lora.merged_weight`) and, in a bf16 decode, the cached bf16 copy (`decode_dtype`). The
+  activations are cast once per product, the residual stream, norms, rotary and attention stay
+  fp32, as in the module path.
+
+Which models: `model_type` llama, qwen2 or mistral (Qwen2's q/k/v biases included) with SiLU
+MLPs, full attention in every layer, plain `nn.Linear` projections or peft LoRA layers with one
+plain adapter, and a dynamic cache. Anything else (Qwen3's q/k norms, sliding windows, DoRA,
+several adapters, a quantized linear, per-row adapters) makes `LlamaDecodeStep.for_model` or
+`step` answer None, and the engine runs the module path: slower, never wrong. Prefill always
+runs the modules. Results equal the module path's to float rounding (the tests compare logits,
+greedy tokens and sampled logprobs, fp32 and bf16, LoRA and not).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from arena_core.rollout import decode_dtype as lowp
+from arena_core.rollout.decode_cache import decode_step_attention
+from arena_core.rollout.merged_lora import _single_adapter, merged_weight
+from arena_core.rollout.onednn_linear import decode_kernel
+
+SUPPORTED = ("llama", "qwen2", "mistral")
+
+
+def _lora_class() -> type | None:
+    try:
+        from peft.tuners.lora.layer import Linear as LoraLinear
+    except ImportError:
+        return None
+    return LoraLinear
+
+
+def _unsupported(config: Any) -> str | None:
+    """Why this config's decode step cannot run here, or None when it can."""
+    kind = getattr(config, "model_type", None)
+    if kind not in SUPPORTED:
+        return f"model_type {kind!r} (supported: {', '.join(SUPPORTED)})"
+    if getattr(config, "hidden_act", "silu") != "silu":
+        return f"hidden_act {config.hidden_act!r}"
+    if getattr(config, "pretraining_tp", 1) not in (None, 1):
+        return "pretraining_tp > 1"
+    if getattr(config, "sliding_window", None) is not None and (
+        kind == "mistral" or getattr(config, "use_sliding_window", False)
+    ):
+        return "a sliding attention window"
+    types = getattr(config, "layer_types", None)
+    if types and any(t != "full_attention" for t in types):
+        return "layers that are not full attention"
+    return None
+
+
+class LlamaDecodeStep:
+    """The decode step of one model (see the module doc); build with `for_model`."""
+
+    def __init__(self, base: nn.Module) -> None:
+        inner = base.model
+        self.config = base.config
+        self.embed = inner.embed_tokens
+        self.layers = list(inner.layers)
+        self.norm = inner.norm
+        self.rotary = inner.rotary_emb
+        self.lm_head = base.lm_head
+        attn = self.layers[0].self_attn
+        self.head_dim = int(attn.head_dim)
+        self.heads = int(self.config.num_attention_heads)
+        self.kv_heads = int(self.config.num_key_value_heads)
+        self.scaling = float(attn.scaling)
+        self.lora = _lora_class()
+
+    @classmethod
+    def for_model(cls, model: nn.Module) -> LlamaDecodeStep | None:
+        """The step for `model` (a transformers causal LM or a peft wrapper of one), or None."""
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        config = getattr(base, "config", None)
+        if config is None or _unsupported(config) is not None:
+            return None
+        inner = getattr(base, "model", None)
+        needed = ("embed_tokens", "layers", "norm", "rotary_emb")
+        if inner is None or not all(hasattr(inner, n) for n in needed):
+            return None
+        if not hasattr(base, "lm_head") or type(inner.embed_tokens) is not nn.Embedding:
+            return None
+        for layer in inner.layers:
+            attn = getattr(layer, "self_attn", None)
+            if attn is None or hasattr(attn, "q_norm") or not hasattr(layer, "mlp"):
+                return None
+        return cls(base)
+
+    def _weight(self, module: nn.Module, dtype: torch.dtype | None) -> tuple[Any, ...] | None:
+        """(weight, bias, where the weight is cached) this decode multiplies by for `module`:
+        `(module, slot)` for a cached copy, None for the parameter itself; None for a kind the
+        step skips."""
+        if type(module) is nn.Linear:
+            if dtype is None:
+                return module.weight, module.bias, None
+            slot = "_arena_decode_weight"
+            return lowp.cast_copy(module, slot, module.weight, dtype), module.bias, (module, slot)
+        if self.lora is not None and type(module) is self.lora:
+            if type(module.base_layer) is not nn.Linear:
+                return None
+            name = _single_adapter(module)
+            if name is None:
+                return None
+            weight = merged_weight(module, name, dtype)
+            slot = "_arena_merged" if dtype is None else "_arena_merged_lowp"
+            return weight, module.base_layer.bias, (module, slot)
+        return None
+
+    def _fused(self, mods: tuple[nn.Module, ...], dtype: torch.dtype | None) -> list[Any] | None:
+        """The products of `mods` (which share their input) as one matmul where their weights
+        are cached copies anyway: one [sum of outputs, in] weight whose row blocks become those
+        caches (views, so the fused weight costs no memory and the module path, e.g. the
+        prefill, reads the same storage). Separate products where a weight is the parameter
+        itself (an fp32 decode of an unadapted linear: fusing would copy it)."""
+        parts = [self._weight(m, dtype) for m in mods]
+        if any(p is None for p in parts):
+            return None
+        if any(p[2] is None for p in parts):
+            return [(p[0], p[1]) for p in parts]
+        owner = mods[0].__dict__
+        ptrs = tuple(p[0].data_ptr() for p in parts)
+        cached = owner.get("_arena_fused")
+        if cached is None or cached[0] != ptrs or cached[1].dtype != parts[0][0].dtype:
+            fused = torch.cat([p[0] for p in parts])
+            start = 0
+            for weight, _, (holder, slot) in parts:  # the caches become views of `fused`
+                end = start + weight.shape[0]
+                key = holder.__dict__[slot][0]
+                holder.__dict__[slot] = (key, fused[start:end])
+                start = end
+            ptrs = tuple(holder.__dict__[slot][1].data_ptr() for (_, _, (holder, slot)) in parts)
+            cached = owner["_arena_fused"] = (ptrs, fused)
+        biases = [p[1] for p in parts]
+        bias = None
+        if any(b is not None for b in biases):
+            bias = torch.cat(
+                [
+                    b if b is not None else p[0].new_zeros(p[0].shape[0], dtype=torch.float32)
+                    for b, p in zip(biases, parts, strict=True)
+                ]
+            )
+        return [(cached[1], bias)]
+
+    def weights(self, dtype: torch.dtype | None) -> list[Any] | None:
+        """Per layer: ([q, k, v] products, o, [gate, up] products, down), each product a
+        (weight, bias) and a fused group a list of one; then the LM head. None when a layer is
+        of a kind this step does not run (the caller takes the module path)."""
+        out: list[Any] = []
+        for layer in self.layers:
+            a, m = layer.self_attn, layer.mlp
+            qkv = self._fused((a.q_proj, a.k_proj, a.v_proj), dtype)
+            gate_up = self._fused((m.gate_proj, m.up_proj), dtype)
+            o, down = self._weight(a.o_proj, dtype), self._weight(m.down_proj, dtype)
+            if qkv is None or gate_up is None or o is None or down is None:
+                return None
+            out.append((qkv, o[:2], gate_up, down[:2]))
+        head = self._weight(self.lm_head, dtype)
+        if head is None:
+            return None
+        out.append(head[:2])
+        return out
+
+    @torch.no_grad()
+    def step(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor,
+        cache: Any,
+        dtype: torch.dtype | None,
+    ) -> torch.Tensor | None:
+        """Logits ([rows, vocab], fp32) of one new token per row, its K/V appended to `cache`.
+
+        `tokens` and `positions` are [rows]; `mask` is the [rows, length] attention mask after
+        this token (1 = attend). None when this model's layers are of a kind the step skips.
+        """
+        weights = self.weights(dtype)
+        if weights is None:
+            return None
+        rows, d, heads, kv = tokens.shape[0], self.head_dim, self.heads, self.kv_heads
+        eps = [
+            (
+                layer.input_layernorm.variance_epsilon,
+                layer.post_attention_layernorm.variance_epsilon,
+            )
+            for layer in self.layers
+        ]
+        h = self.embed(tokens)  # [rows, hidden]
+        cos, sin = self.rotary(h[:, None], positions[:, None])  # [rows, 1, d]
+        cos, sin = cos[:, :, None, :], sin[:, :, None, :]  # broadcast over the heads
+        # the mask as one additive [rows, 1, 1, length] bias for every layer (None: no padding)
+        bias = None
+        if not bool(mask.all()):
+            bias = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
+            bias.masked_fill_(mask == 0, float("-inf"))
+            bias = bias[:, None, None, :]
+        q_end, k_end = heads * d, (heads + kv) * d
+        width = h.shape[-1]
+        for i, layer in enumerate(self.layers):
+            w_qkv, wo, w_gate_up, wd = weights[i]
+            x = F.rms_norm(h, (width,), layer.input_layernorm.weight, eps[i][0])
+            xl = x if dtype is None else x.to(dtype)
+            qkv = _products(xl, w_qkv, dtype)
+            qk = qkv[:, :k_end].view(rows, 1, heads + kv, d)
+            qk = qk * cos + _rotate_half(qk) * sin
+            q = (qk[:, :, :heads] * self.scaling).transpose(1, 2)  # [rows, heads, 1, d], scaled
+            k = qk[:, :, heads:].transpose(1, 2)
+            v = qkv[:, k_end:].view(rows, kv, 1, d)
+            keys, values = cache.layers[i].update(k, v)
+            att = decode_step_attention(q, keys, values, bias, 1.0)
+            att = att.reshape(rows, q_end)
+            h = h + _mm(att if dtype is None else att.to(dtype), wo, dtype)
+            x = F.rms_norm(h, (width,), layer.post_attention_layernorm.weight, eps[i][1])
+            xl = x if dtype is None else x.to(dtype)
+            gate_up = _products(xl, w_gate_up, dtype)
+            half = gate_up.shape[-1] // 2
+            act = F.silu(gate_up[:, :half]).mul_(gate_up[:, half:])
+            h = h + _mm(act if dtype is None else act.to(dtype), wd, dtype)
+        x = F.rms_norm(h, (width,), self.norm.weight, self.norm.variance_epsilon)
+        return _mm(x if dtype is None else x.to(dtype), weights[-1], dtype)
+
+
+def _products(x: torch.Tensor, group: list[Any], dtype: torch.dtype | None) -> torch.Tensor:
+    """The products of a fused group side by side: one matmul, or one per separate weight."""
+    if len(group) == 1:
+        return _mm(x, group[0], dtype)
+    return torch.cat([_mm(x, w, dtype) for w in group], dim=-1)
+
+
+def _mm(x: torch.Tensor, weight_bias: tuple[Any, Any], dtype: torch.dtype | None) -> torch.Tensor:
+    """`x @ W^T + b` in fp32: the fp32 decode kernel, or the `dtype` product cast back."""
+    weight, bias = weight_bias
+    if dtype is None:
+        return decode_kernel(x, weight, bias)
+    out = F.linear(x, weight, None if bias is None else bias.to(dtype))
+    return out.float()
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)

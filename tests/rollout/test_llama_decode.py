@@ -1,0 +1,142 @@
+"""Arena's own decode step for Llama-family models (rollout/llama_decode.py): on a random Llama
+and Qwen2 with a real BPE tokenizer (tests/models/real_arch.py), with and without a LoRA adapter,
+in fp32 and bf16, the engine gives the tokens and logprobs it gives through transformers'
+modules; it really runs (and skips the modules); an in-place optimizer step is decoded at once;
+its fused weights share the per-linear caches' storage; other models take the module path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from pydantic import ValidationError
+
+from arena_core.rollout.backend_configs import TorchBackendConfig
+from arena_core.rollout.base import SamplingParams
+from arena_core.rollout.llama_decode import LlamaDecodeStep, _unsupported
+from arena_core.rollout.torch_backend import TorchBackend
+from tests.models import real_arch
+
+
+@pytest.fixture(autouse=True)
+def _one_thread(one_torch_thread):
+    yield
+
+
+def _model(arch: str, lora: bool):
+    model, tok = real_arch.build(arch, seed=0)
+    if lora:
+        from peft import LoraConfig, get_peft_model
+
+        target = ["q_proj", "k_proj", "v_proj", "o_proj", "up_proj"]
+        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=target))
+        torch.manual_seed(1)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0, 0.2)  # zero at init would hide a missing adapter
+    return model, tok
+
+
+def _prompts(tok) -> list[list[int]]:
+    texts = ["How many clips did Natalia sell?", "The capital of France is", "12 + 7 ="]
+    ids = [tok.encode(t, add_special_tokens=False) for t in texts]
+    return [ids[0], ids[0], ids[1], ids[2], ids[2], ids[2]]  # groups, and left padding
+
+
+class _Counted:
+    """Counts the decode steps the engine ran through `LlamaDecodeStep`."""
+
+    def __init__(self, backend: TorchBackend) -> None:
+        self.calls = 0
+        step = backend.fast_step
+        assert step is not None
+        run = step.step
+
+        def counted(*args, **kwargs):
+            self.calls += 1
+            return run(*args, **kwargs)
+
+        step.step = counted
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("lora", [False, True])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_step_decodes_what_the_modules_decode(arch, lora, dtype) -> None:
+    model, tok = _model(arch, lora)
+    fast = TorchBackend(model, tok, device="cpu", decode_dtype=dtype)
+    slow = TorchBackend(model, tok, device="cpu", decode_dtype=dtype, decode_step="modules")
+    assert slow.fast_step is None
+    counted = _Counted(fast)
+    params = SamplingParams(max_new_tokens=20, temperature=1.0, seed=3)
+    got = fast.generate(_prompts(tok), params)
+    want = slow.generate(_prompts(tok), params)
+    assert counted.calls >= 19  # every decode step after the prefill, none through the modules
+    tol = 1e-5 if dtype == "float32" else 2e-3  # same weights; float rounding of fused ops only
+    for g, w in zip(got, want, strict=True):
+        assert g.token_ids == w.token_ids
+        assert g.logprobs == pytest.approx(w.logprobs, abs=tol)
+        assert g.finish_reason == w.finish_reason
+    assert len({tuple(c.token_ids) for c in got}) > 2  # sampled, not degenerate
+
+
+def test_an_optimizer_step_is_decoded_at_once() -> None:
+    model, tok = _model("llama", lora=True)
+    fast = TorchBackend(model, tok, device="cpu", decode_dtype="bfloat16")
+    slow = TorchBackend(model, tok, device="cpu", decode_dtype="bfloat16", decode_step="modules")
+    greedy = SamplingParams(max_new_tokens=12, temperature=0)
+    before = fast.generate(_prompts(tok), greedy)
+    torch.manual_seed(2)
+    with torch.no_grad():  # in place, as an optimizer step: adapters and a base weight
+        for name, p in model.named_parameters():
+            if "lora_" in name or "gate_proj" in name:
+                p.add_(torch.randn_like(p) * 0.3)
+    after = fast.generate(_prompts(tok), greedy)
+    want = slow.generate(_prompts(tok), greedy)
+    assert [c.token_ids for c in after] == [c.token_ids for c in want]
+    for a, w in zip(after, want, strict=True):
+        assert a.logprobs == pytest.approx(w.logprobs, abs=2e-3)
+    assert [c.logprobs for c in after] != [c.logprobs for c in before]
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_fused_weights_are_the_per_linear_caches(lora) -> None:
+    """A bf16 decode fuses q/k/v and gate/up into one product each without a second copy:
+    the per-linear bf16 caches the module path (the prefill) reads are views of the fused one."""
+    model, tok = _model("qwen2", lora)
+    fast = TorchBackend(model, tok, device="cpu", decode_dtype="bfloat16")
+    fast.generate(_prompts(tok), SamplingParams(max_new_tokens=4, temperature=0))
+    base = model.get_base_model() if lora else model
+    for layer in base.model.layers:
+        a, m = layer.self_attn, layer.mlp
+        for group in ((a.q_proj, a.k_proj, a.v_proj), (m.gate_proj, m.up_proj)):
+            fused = group[0].__dict__["_arena_fused"][1]
+            assert fused.dtype is torch.bfloat16
+            for mod in group:
+                slot = "_arena_merged_lowp" if "_arena_merged_lowp" in mod.__dict__ else None
+                copy = mod.__dict__[slot or "_arena_decode_weight"][1]
+                assert copy.untyped_storage().data_ptr() == fused.untyped_storage().data_ptr()
+
+
+def test_other_models_take_the_module_path() -> None:
+    from transformers import MistralConfig, Qwen3Config, Qwen3ForCausalLM
+
+    assert "sliding" in _unsupported(MistralConfig(sliding_window=64))
+    assert _unsupported(MistralConfig(sliding_window=None)) is None
+    shape = {k: v for k, v in real_arch.SHAPE.items()}
+    qwen3 = Qwen3ForCausalLM(Qwen3Config(vocab_size=400, **shape)).eval()  # q/k norms
+    _, tok = real_arch.build("llama")
+    assert LlamaDecodeStep.for_model(qwen3) is None
+    engine = TorchBackend(qwen3, tok, device="cpu")
+    assert engine.fast_step is None
+    out = engine.generate(_prompts(tok)[:2], SamplingParams(max_new_tokens=5, temperature=0))
+    assert all(len(c.token_ids) == 5 or c.finish_reason == "stop" for c in out)
+
+
+def test_the_setting_is_checked() -> None:
+    assert TorchBackendConfig().decode_step == "auto"
+    with pytest.raises(ValidationError, match="decode_step"):
+        TorchBackendConfig(decode_step="fast")
+    model, tok = _model("llama", lora=False)
+    with pytest.raises(ValueError, match="auto or modules"):
+        TorchBackend(model, tok, device="cpu", decode_step="fast")
