@@ -21,10 +21,14 @@ does per trained token (`learn.flops_per_token`, in units of N parameters): the 
 policy's forward when the KL term is on (GRPO's `beta` > 0: 2N, no grad), the policy's forward
 (2N) and its backward (2N for a LoRA learner: the frozen base needs input gradients only, not
 weight gradients; 4N for a full fine-tune). Padding is not counted.
-Ratios: `torch_vs_hf`, `torch_vs_vllm`, `torch_bf16_vs_torch`, `torch_bf16_vs_vllm`.
+Ratios: `torch_vs_hf`, `torch_vs_vllm`, `torch_bf16_vs_torch`, `torch_bf16_vs_vllm`, and with
+the optional engines `torch_modules` / `torch_bf16_modules` (the same engine decoding through
+transformers' modules, `backend.decode_step=modules`, each run right after its twin)
+`torch_vs_modules` / `torch_bf16_vs_modules`: what `rollout/llama_decode.py`'s step gains.
 
 Usage: ``python bench/real_model.py [--model smollm2-135m-instruct] [--prompts 8] [--group 8]
-[--new-tokens 256] [--threads 2] [--engines torch,torch_bf16,hf,vllm] [--data PATH]``. The model name is one
+[--new-tokens 256] [--threads 2] [--engines torch,torch_bf16,hf,vllm] [--data PATH]``
+(`--engines` may add torch_modules,torch_bf16_modules). The model name is one
 Arena fetches and caches (`arena models pull`), a local directory or a .gguf file.
 """
 
@@ -81,8 +85,10 @@ def _timed(fn):
     return out, time.perf_counter() - wall, time.process_time() - cpu
 
 
-def run_torch(policy, prompts, group, params, decode_dtype: str = "float32"):
-    backend = TorchBackend(policy.model, policy.tokenizer, decode_dtype=decode_dtype)
+def run_torch(policy, prompts, group, params, decode_dtype="float32", decode_step="auto"):
+    backend = TorchBackend(
+        policy.model, policy.tokenizer, decode_dtype=decode_dtype, decode_step=decode_step
+    )
     backend.generate(prompts[:1], SamplingParams(max_new_tokens=2, temperature=1.0))  # warm-up
     flat = [p for p in prompts for _ in range(group)]
     out, wall, cpu = _timed(lambda: backend.generate(flat, params))
@@ -214,15 +220,22 @@ def main() -> None:
         }
 
     completions = None
-    if "torch" in engines:
-        completions, wall, cpu, tokens = run_torch(policy, prompts, args.group, params)
-        result["torch"] = figures(tokens, wall, cpu)
-        print("torch", result["torch"], flush=True)
-    if "torch_bf16" in engines:
-        out, wall, cpu, tokens = run_torch(policy, prompts, args.group, params, "bfloat16")
-        result["torch_bf16"] = figures(tokens, wall, cpu)
-        result["torch_bf16"]["logprob_gap_vs_learner"] = logprob_gap(policy, out)
-        print("torch_bf16", result["torch_bf16"], flush=True)
+    runs = (  # each engine next to its module-path twin, so drift on the machine hits both
+        ("torch", "float32", "auto"),
+        ("torch_modules", "float32", "modules"),
+        ("torch_bf16", "bfloat16", "auto"),
+        ("torch_bf16_modules", "bfloat16", "modules"),
+    )
+    for name, dtype, step in runs:
+        if name not in engines:
+            continue
+        out, wall, cpu, tokens = run_torch(policy, prompts, args.group, params, dtype, step)
+        result[name] = figures(tokens, wall, cpu)
+        if name == "torch":
+            completions = out
+        if name == "torch_bf16":
+            result[name]["logprob_gap_vs_learner"] = logprob_gap(policy, out)
+        print(name, result[name], flush=True)
     if "hf" in engines:
         wall, cpu, tokens = run_hf(policy, prompts, args.group, params)
         result["hf"] = figures(tokens, wall, cpu)
@@ -236,7 +249,7 @@ def main() -> None:
         learned = learn_step(policy, completions, args.group)
     rate = max(rate, matmul_rate(args.threads))  # the machine's best seen in this run
     result["matmul_gflops"] = round(rate / 1e9, 1)
-    for name in ("torch", "torch_bf16", "hf"):  # fractions against the final rate
+    for name in ("torch", "torch_bf16", "torch_modules", "torch_bf16_modules", "hf"):
         if name in result:
             result[name]["matmul_frac"] = round(
                 result[name]["flops"] / result[name]["wall_s"] / rate, 3
@@ -267,8 +280,12 @@ def main() -> None:
         result["torch_bf16_vs_torch"] = round(b["tok_s"] / t["tok_s"], 2)
     if b and v.get("tok_s"):
         result["torch_bf16_vs_vllm"] = round(b["tok_s"] / v["tok_s"], 2)
-    for name in ("torch", "torch_bf16", "hf"):
+    for name, twin in (("torch", "torch_modules"), ("torch_bf16", "torch_bf16_modules")):
+        if name in result and twin in result:  # llama_decode's step against the modules'
+            result[f"{name}_vs_modules"] = round(result[name]["tok_s"] / result[twin]["tok_s"], 2)
+    for name, _, _ in runs:
         result.get(name, {}).pop("flops", None)
+    result.get("hf", {}).pop("flops", None)
     print(json.dumps(result))
 
 

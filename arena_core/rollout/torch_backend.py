@@ -11,7 +11,8 @@ a GRPO batch costs what it must on a real model (see `decode_cache` for the figu
 - one uniform per row to sample (no per-vocabulary-entry random numbers), one `tolist` per step.
 - a LoRA adapter decodes through merged weights, one product per linear (see `merged_lora`);
 - optionally (`decode_dtype="bfloat16"`) the CPU decode multiplies by bf16 copies of the weights
-  (see `decode_dtype`).
+  (see `decode_dtype`);
+- a Llama-family model's CPU decode steps run without transformers' modules (`llama_decode`).
 On CUDA the cache is static instead (`kv_cache="auto"`, see `arena_core.runtime.device`):
 preallocated with fixed shapes, finished rows stay in the batch and their tokens are dropped.
 """
@@ -130,11 +131,8 @@ class TorchBackend:
         if decode_step not in ("auto", "modules"):
             raise ValueError(f"decode_step must be auto or modules, got {decode_step!r}")
         # a Llama-family model's CPU decode steps skip transformers' modules (llama_decode.py)
-        self.fast_step = (
-            LlamaDecodeStep.for_model(model)
-            if decode_step == "auto" and self.device.type == "cpu"
-            else None
-        )
+        cpu_auto = decode_step == "auto" and self.device.type == "cpu"
+        self.fast_step = LlamaDecodeStep.for_model(model) if cpu_auto else None
         self.max_batch_size = max_batch_size
         self.decode_delay_s = decode_delay_s
         self.policy_version = 0
