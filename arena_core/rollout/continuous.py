@@ -169,8 +169,8 @@ class ContinuousBatch:
             self._trim()
         mask = torch.cat([self._mask, self._mask.new_ones((len(keep), 1))], dim=-1)
         with decode_attention(self.model):
-            self._logits = self.backend._forward(
-                self._tokens[:, None].to(mask.device), mask, self._pos[:, None], self._cache
+            self._logits = self.backend._decode_step(
+                self._tokens.to(mask.device), mask, self._pos, self._cache
             )
         self._mask, self._pos = mask, self._pos + 1
 

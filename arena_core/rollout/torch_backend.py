@@ -20,7 +20,7 @@ preallocated with fixed shapes, finished rows stay in the batch and their tokens
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from typing import Any
 
@@ -31,6 +31,7 @@ from transformers import DynamicCache, StaticCache
 
 from arena_core.rollout.backend_configs import TorchBackendConfig
 from arena_core.rollout.base import Completion, DecodeControl, SamplingParams
+from arena_core.rollout.batch_rows import BatchRows, TokenCallback
 from arena_core.rollout.decode_cache import decode_attention, expand_rows, growing_cache
 from arena_core.rollout.decode_dtype import DTYPES, decode_dtype_linears
 from arena_core.rollout.llama_decode import LlamaDecodeStep
@@ -39,58 +40,6 @@ from arena_core.rollout.multi_lora import RowAdapters, check_row_adapters, row_l
 from arena_core.rollout.onednn_linear import onednn_linears
 from arena_core.rollout.sampling import sample_next
 from arena_core.rollout.static_decode import DecoderCache, resolve_cuda_graphs
-
-# on_token(row, token_id, finished) -> True to end the row now (see TorchBackend.generate)
-TokenCallback = Callable[[int, int, bool], bool]
-
-
-class _Rows:
-    """Per-row outputs of one batch (indexed by the row's position in the original prompt list)
-    and the per-call settings that decide when a row ends."""
-
-    def __init__(
-        self,
-        backend: TorchBackend,
-        n: int,
-        params: SamplingParams,
-        on_token: TokenCallback | None,
-        offset: int,
-    ) -> None:
-        self.tokens: list[list[int]] = [[] for _ in range(n)]
-        self.logprobs: list[list[float]] = [[] for _ in range(n)]
-        self.versions: list[list[int]] = [[] for _ in range(n)]
-        self.finish: list[str] = ["length"] * n
-        self.backend, self.params, self.on_token, self.offset = backend, params, on_token, offset
-        self.stop_window = max((len(s.encode()) for s in params.stop), default=0) + 2
-
-    def record(
-        self, tokens: list[int], logps: list[float], originals: list[int], version: int
-    ) -> list[int]:
-        """Append one sampled token to each live row; the indices (into `originals`) that go on."""
-        keep: list[int] = []
-        backend, stop, on_token = self.backend, self.params.stop, self.on_token
-        for j, r in enumerate(originals):
-            tok = tokens[j]
-            self.tokens[r].append(tok)
-            self.logprobs[r].append(logps[j])
-            self.versions[r].append(version)
-            done = tok in backend.eos_ids or backend._hit_stop(
-                self.tokens[r], stop, self.stop_window
-            )
-            if done:
-                self.finish[r] = "stop"
-            if on_token is not None and on_token(self.offset + r, tok, done) and not done:
-                done = True  # the caller ended this row (finish stays "length")
-            if not done:
-                keep.append(j)
-        return keep
-
-    def go_on(self, live: list[int], step: int, control: DecodeControl | None) -> bool:
-        """Whether another decode step runs; the async runtime may swap weights in between."""
-        last = step == self.params.max_new_tokens - 1
-        if live and control is not None and not last:
-            control.between_steps(self.backend)  # may load new weights: later tokens use them
-        return bool(live) and not last
 
 
 class TorchBackend:
@@ -313,7 +262,7 @@ class TorchBackend:
             logits, mask, positions = logits[share], mask[share], positions[share]
         logits_version = self.policy_version
         next_pos = positions[:, -1] + 1
-        rows = _Rows(self, n, params, on_token, offset)
+        rows = BatchRows(self, n, params, on_token, offset)
         batch = list(range(n))  # original row of each batch position (finished ones included)
         live = list(range(n))  # batch positions still decoding
         for step in range(params.max_new_tokens):
@@ -333,13 +282,7 @@ class TorchBackend:
                 batch = [batch[j] for j in live]
                 live = list(range(len(batch)))
             mask = torch.cat([mask, mask.new_ones((len(batch), 1))], dim=-1)
-            logits = None
-            if lora is None and self.fast_step is not None:
-                logits = self.fast_step.step(step_tokens, next_pos, mask, cache, self.decode_dtype)
-            if logits is None:  # per-row adapters, or a layer the fast step does not run
-                logits = self._forward(
-                    step_tokens[:, None], mask, next_pos[:, None], cache, lora=lora, rows=batch
-                )
+            logits = self._decode_step(step_tokens, mask, next_pos, cache, lora, batch)
             logits_version = self.policy_version
             if self.decode_delay_s:
                 time.sleep(self.decode_delay_s)  # releases the GIL, like waiting on a device
@@ -389,7 +332,7 @@ class TorchBackend:
             logits = self._forward(ids, mask, positions, cache, 1, lora=lora, rows=range(n))
         logits_version = self.policy_version
         next_pos = positions[:, -1] + 1
-        rows = _Rows(self, n, params, on_token, offset)
+        rows = BatchRows(self, n, params, on_token, offset)
         live = list(range(n))  # rows still decoding; finished ones keep decoding, unrecorded
         for step in range(params.max_new_tokens):
             tokens, logps = sample_next(logits, params, generator)
@@ -411,6 +354,24 @@ class TorchBackend:
                 time.sleep(self.decode_delay_s)
             next_pos = next_pos + 1
         return [self._completion(p, rows, i, params) for i, p in enumerate(prompts)]
+
+    def _decode_step(
+        self,
+        tokens: torch.Tensor,
+        mask: torch.Tensor,
+        positions: torch.Tensor,
+        cache: DynamicCache,
+        lora: RowAdapters | None = None,
+        rows: Sequence[int] = (),
+    ) -> torch.Tensor:
+        """Logits of one new token per row ([rows] tokens and positions) over a dynamic cache:
+        Arena's step where it runs (`llama_decode`), else the modules (per-row adapters, other
+        architectures)."""
+        if lora is None and self.fast_step is not None:
+            logits = self.fast_step.step(tokens, positions, mask, cache, self.decode_dtype)
+            if logits is not None:
+                return logits
+        return self._forward(tokens[:, None], mask, positions[:, None], cache, lora=lora, rows=rows)
 
     def _forward(
         self,
@@ -451,7 +412,7 @@ class TorchBackend:
         return any(s in tail for s in stop)
 
     def _completion(
-        self, prompt: list[int], rows: _Rows, i: int, params: SamplingParams
+        self, prompt: list[int], rows: BatchRows, i: int, params: SamplingParams
     ) -> Completion:
         tokens = rows.tokens[i]
         text = self.tokenizer.decode(tokens, skip_special_tokens=True)

@@ -19,10 +19,15 @@ def _one_thread(one_torch_thread):
     yield
 
 
-@pytest.fixture(scope="module")
-def backend() -> TorchBackend:
+@pytest.fixture(scope="module", params=["auto", "modules"])
+def backend(request) -> TorchBackend:
+    """Decode steps through Arena's own step (`llama_decode`: arena:tiny is a Qwen2) and through
+    transformers' modules."""
     policy = load_policy({"name_or_path": "arena:tiny-init", "lora": {"r": 0}}, device="cpu")
-    backend = TorchBackend(policy.model, policy.tokenizer, kv_cache="dynamic")
+    backend = TorchBackend(
+        policy.model, policy.tokenizer, kv_cache="dynamic", decode_step=request.param
+    )
+    assert (backend.fast_step is not None) == (request.param == "auto")
     backend.eos_ids = set()  # every row decodes its full length
     return backend
 
@@ -34,6 +39,10 @@ def test_rows_joining_and_leaving_decode_what_they_would_alone(backend: TorchBac
     lengths = [NEW, 4, NEW, 7]  # rows 1 and 3 leave early
     joins = {0: [0], 2: [1, 2], 5: [3]}  # step -> rows that join before it
     batch = ContinuousBatch(backend)
+    steps = []
+    if backend.fast_step is not None:  # the batch's decode steps really take Arena's step
+        run = backend.fast_step.step
+        backend.fast_step.step = lambda *a, **k: steps.append(1) or run(*a, **k)
     out: dict[int, list[int]] = {i: [] for i in range(len(PROMPTS))}
     widths, step = [], 0
     while step in joins or len(batch):
@@ -48,6 +57,9 @@ def test_rows_joining_and_leaving_decode_what_they_would_alone(backend: TorchBac
         batch.advance(keep)
         widths.append(batch.width)
         step += 1
+    if backend.fast_step is not None:
+        del backend.fast_step.step
+        assert len(steps) >= NEW - 1
     for row, length in enumerate(lengths):
         assert out[row] == alone[row][:length], f"row {row}"
     # the padding of rows that left is cut: the cache tracks the live rows, not the history
