@@ -86,6 +86,14 @@ class LlamaDecodeStep:
         self.kv_heads = int(self.config.num_key_value_heads)
         self.scaling = float(attn.scaling)
         self.lora = _lora_class()
+        # each layer's (input, post-attention) RMSNorm epsilon: fixed, so read once
+        self.eps = [
+            (
+                layer.input_layernorm.variance_epsilon,
+                layer.post_attention_layernorm.variance_epsilon,
+            )
+            for layer in self.layers
+        ]
 
     @classmethod
     def for_model(cls, model: nn.Module) -> LlamaDecodeStep | None:
@@ -198,13 +206,7 @@ class LlamaDecodeStep:
         if weights is None:
             return None
         rows, d, heads, kv = tokens.shape[0], self.head_dim, self.heads, self.kv_heads
-        eps = [
-            (
-                layer.input_layernorm.variance_epsilon,
-                layer.post_attention_layernorm.variance_epsilon,
-            )
-            for layer in self.layers
-        ]
+        eps = self.eps
         h = self.embed(tokens)  # [rows, hidden]
         cos, sin = self.rotary(h[:, None], positions[:, None])  # [rows, 1, d]
         cos, sin = cos[:, :, None, :], sin[:, :, None, :]  # broadcast over the heads
