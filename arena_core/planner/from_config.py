@@ -67,11 +67,21 @@ def workload_from_config(cfg: dict[str, Any], prompt_tokens: int | None = None) 
         kl_ref=bool(beta and float(beta) > 0),
         overlap=mode != "sync",
         engine_shares_module=backend == "torch",
-        engine_copy_bytes=2
+        engine_copy_bytes=bf16_copy_bytes()
         if backend == "torch" and lookup(cfg, "backend.decode_dtype", None) == "bfloat16"
         else 0,
         **values,
     )
+
+
+def bf16_copy_bytes() -> int:
+    """Bytes per multiplying parameter a CPU bf16 decode holds besides the trainer's weights:
+    the bf16 copy, and where oneDNN packs bf16 weights on this CPU the packed twin Arena's
+    decode step multiplies by (`rollout/packed_linear.py`; an upper bound for models that take
+    the module path)."""
+    from arena_core.rollout import packed_linear
+
+    return 4 if packed_linear.AVAILABLE else 2
 
 
 def hardware_from_config(cfg: dict[str, Any]) -> tuple[HardwareProfile, int]:
@@ -161,6 +171,7 @@ def plan_from_config(
             "backend.decode_dtype=bfloat16: generation priced as the fp32 decode, an upper bound "
             "(SmolLM2 at batch 8 decoded in 0.5-0.67x the fp32 time, bench/plan_accuracy.py); the "
             "engine's memory holds its bf16 copy of the linears"
+            + (" and the decode step's oneDNN-packed twin" if bf16_copy_bytes() > 2 else "")
         )
     if prompt_tokens and lookup(cfg, "env.max_prompt_tokens", None) is None:
         result.notes.append(

@@ -254,7 +254,7 @@ def engine_fixed_memory(
         # on a CPU a LoRA model decodes through merged copies of the adapted weights
         merged = hw.kind != "gpu" and plan.lora_rank > 0
         weights, runtime = (b * m.adapted_weights() if merged else 0.0), 0.0
-        if wl.engine_copy_bytes and hw.kind != "gpu":  # a bf16 decode: one copy of every linear
+        if wl.engine_copy_bytes and hw.kind != "gpu":  # a bf16 decode: its copies of every linear
             weights = wl.engine_copy_bytes * m.flop_params
     chunk = ENGINE_PREFILL_CHUNK if hw.kind == "gpu" else _cpu_prefill_tokens(plan, wl)
     acts = chunk * sz.infer_elems * b / tp

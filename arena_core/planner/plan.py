@@ -36,8 +36,9 @@ class Workload:
     # the engine runs in the trainer's process on the trainer's module (the torch backend): when
     # colocated, its weights and runtime are the trainer's, not a second copy
     engine_shares_module: bool = False
-    # bytes per multiplying parameter of a low-precision copy that engine decodes through
-    # (backend.decode_dtype=bfloat16: 2); 0: it decodes through the trainer's own weights
+    # bytes per multiplying parameter of the low-precision copies that engine decodes through
+    # (backend.decode_dtype=bfloat16: 2, 4 with the decode step's oneDNN-packed twin,
+    # `from_config.bf16_copy_bytes`); 0: it decodes through the trainer's own weights
     engine_copy_bytes: int = 0
 
     def __post_init__(self) -> None:

@@ -125,7 +125,7 @@ class ContinuousBatch:
             v[:n, :, width - old : width] = mine.values
             k[n:, :, width - new : width] = theirs.keys
             v[n:, :, width - new : width] = theirs.values
-            _set_buffers(mine, k, v, width)
+            mine.set_buffers(k, v, width)
         pad = width - old
         self._mask = torch.cat(
             [
@@ -183,14 +183,9 @@ class ContinuousBatch:
             return
         self._mask = self._mask[:, cut:]
         for layer in self._cache.layers:
-            _set_buffers(layer, layer._k[:, :, cut:], layer._v[:, :, cut:], layer.length - cut)
+            layer.drop_front(cut)
 
     def clear(self) -> None:
         """Drop every row (the cache is freed)."""
         self.owners, self._rules = [], []
         self._cache = self._mask = self._pos = self._logits = self._tokens = None
-
-
-def _set_buffers(layer: GrowingLayer, k: torch.Tensor, v: torch.Tensor, length: int) -> None:
-    layer._k, layer._v, layer.length = k, v, length
-    layer.keys, layer.values = k[:, :, :length], v[:, :, :length]

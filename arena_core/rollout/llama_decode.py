@@ -13,9 +13,11 @@ layer:
 - attention of the one new position as two batched matmuls, GQA without repeating
   (`decode_step_attention`);
 - each linear multiplies by the weight the decode would use anyway: a LoRA layer's merged weight
-  (`merged_lora.merged_weight`) and, in a bf16 decode, the cached bf16 copy (`decode_dtype`). The
-  activations are cast once per product, the residual stream, norms, rotary and attention stay
-  fp32, as in the module path.
+  (`merged_lora.merged_weight`) and, in a bf16 decode, the cached bf16 copy (`decode_dtype`),
+  packed once for oneDNN where this CPU has its bf16 kernels (`packed_linear`: 1.1-2.4x faster
+  products than `F.linear`, which re-lays-out the weight every call). The activations are cast
+  once per product, the residual stream, norms, rotary and attention stay fp32, as in the
+  module path.
 
 Which models: `model_type` llama, qwen2 or mistral (Qwen2's q/k/v biases included) with SiLU
 MLPs, full attention in every layer, plain `nn.Linear` projections or peft LoRA layers with one
@@ -35,6 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from arena_core.rollout import decode_dtype as lowp
+from arena_core.rollout import packed_linear
 from arena_core.rollout.decode_cache import decode_step_attention
 from arena_core.rollout.merged_lora import _single_adapter, merged_weight
 from arena_core.rollout.onednn_linear import decode_kernel
@@ -171,8 +174,9 @@ class LlamaDecodeStep:
 
     def weights(self, dtype: torch.dtype | None) -> list[Any] | None:
         """Per layer: ([q, k, v] products, o, [gate, up] products, down), each product a
-        (weight, bias) and a fused group a list of one; then the LM head. None when a layer is
-        of a kind this step does not run (the caller takes the module path)."""
+        (weight, bias, packed weight or None) and a fused group a list of one; then the LM
+        head. None when a layer is of a kind this step does not run (the caller takes the
+        module path)."""
         out: list[Any] = []
         for layer in self.layers:
             a, m = layer.self_attn, layer.mlp
@@ -181,11 +185,18 @@ class LlamaDecodeStep:
             o, down = self._weight(a.o_proj, dtype), self._weight(m.down_proj, dtype)
             if qkv is None or gate_up is None or o is None or down is None:
                 return None
-            out.append((qkv, o[:2], gate_up, down[:2]))
+            out.append(
+                (
+                    _packed(a.q_proj, qkv),
+                    _packed(a.o_proj, [o[:2]])[0],
+                    _packed(m.gate_proj, gate_up),
+                    _packed(m.down_proj, [down[:2]])[0],
+                )
+            )
         head = self._weight(self.lm_head, dtype)
         if head is None:
             return None
-        out.append(head[:2])
+        out.append(_packed(self.lm_head, [head[:2]])[0])
         return out
 
     @torch.no_grad()
@@ -249,13 +260,24 @@ def _products(x: torch.Tensor, group: list[Any], dtype: torch.dtype | None) -> t
     return torch.cat([_mm(x, w, dtype) for w in group], dim=-1)
 
 
-def _mm(x: torch.Tensor, weight_bias: tuple[Any, Any], dtype: torch.dtype | None) -> torch.Tensor:
+def _packed(owner: nn.Module, group: list[Any]) -> list[Any]:
+    """The products of `group` with their weight packed for oneDNN where a group is one bf16
+    product (`packed_linear`; the packing is cached on `owner`), else as they are."""
+    if len(group) != 1:
+        return [(w, b, None) for w, b in group]
+    weight, bias = group[0]
+    return [(weight, bias, packed_linear.packed_copy(owner, weight))]
+
+
+def _mm(x: torch.Tensor, product: tuple[Any, Any, Any], dtype: torch.dtype | None) -> torch.Tensor:
     """`x @ W^T + b` in fp32: the fp32 decode kernel, or the `dtype` product cast back."""
-    weight, bias = weight_bias
+    weight, bias, packed = product
     if dtype is None:
         return decode_kernel(x, weight, bias)
-    out = F.linear(x, weight, None if bias is None else bias.to(dtype))
-    return out.float()
+    bias = None if bias is None else bias.to(dtype)
+    if packed is not None:
+        return packed_linear.linear(x, packed, bias).float()
+    return F.linear(x, weight, bias).float()
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:

@@ -95,7 +95,7 @@ def test_the_real_probe_measures_positive_rates_quickly(monkeypatch):
 
 def test_a_bf16_decode_counts_its_copy_and_is_priced_as_fp32(probes):
     """backend.decode_dtype=bfloat16: the engine's memory holds one bf16 copy of every
-    multiplying parameter; its time is the fp32 decode's (an upper bound), and the plan says so."""
+    multiplying parameter (two where the decode step packs one for oneDNN); its time is the fp32 decode's (an upper bound), and the plan says so."""
     fp32 = plan_from_config(CFG, prompt_tokens=42)
     cfg = {**CFG, "backend": {"name": "torch", "decode_dtype": "bfloat16"}}
     bf16 = plan_from_config(cfg, prompt_tokens=42)
@@ -105,5 +105,8 @@ def test_a_bf16_decode_counts_its_copy_and_is_priced_as_fp32(probes):
     from arena_core.planner import ModelSpec
 
     spec = ModelSpec.from_hf_config(CFG["model"]["name_or_path"])
-    assert bf16.prediction.engine_memory["weights"] == pytest.approx(2 * spec.flop_params)
+    from arena_core.rollout import packed_linear
+
+    copies = 2 if packed_linear.AVAILABLE else 1  # + the decode step's packed twin (oneDNN)
+    assert bf16.prediction.engine_memory["weights"] == pytest.approx(2 * copies * spec.flop_params)
     assert fp32.prediction.engine_memory["weights"] == 0.0  # full fine-tune: the module itself

@@ -122,7 +122,7 @@ def test_cache_is_sized_to_the_batch_not_the_model(policy) -> None:
     assert isinstance(layer, GrowingLayer)
     k = torch.randn(3, 2, 5, 8)
     keys, _ = layer.update(k, k + 1)
-    assert layer._k.shape[-2] == 20 < policy.model.config.max_position_embeddings
+    assert layer.room == 20 < policy.model.config.max_position_embeddings
     steps = [torch.randn(3, 2, 1, 8) for _ in range(30)]  # past the capacity: grows, stays exact
     for s in steps:
         keys, values = layer.update(s, s + 1)
@@ -131,6 +131,16 @@ def test_cache_is_sized_to_the_batch_not_the_model(policy) -> None:
     assert layer.get_seq_length() == 35
     layer.batch_select_indices(torch.tensor([2, 0, 0]))
     assert torch.equal(layer.keys, expected[[2, 0, 0]])
+    # the keys are stored transposed: K^T of each row is row-major with the positions
+    # contiguous, the operand a decode step's `q @ K^T` reads fastest
+    assert layer.keys.transpose(-1, -2).stride(-1) == 1
+    layer.drop_front(4)  # left padding no row attends to any more
+    assert torch.equal(layer.keys, expected[[2, 0, 0], :, 4:]) and layer.get_seq_length() == 31
+    assert torch.equal(layer.values, expected[[2, 0, 0], :, 4:] + 1)
+    layer.set_buffers(expected.new_zeros(3, 2, 40, 8), expected.new_ones(3, 2, 40, 8), 10)
+    keys, _ = layer.update(k[:, :, :1], k[:, :, :1])
+    assert keys.shape == (3, 2, 11, 8) and torch.equal(keys[:, :, 10:], k[:, :, :1])
+    assert not keys[:, :, :10].any()
 
 
 def test_draw_follows_the_distribution_and_never_picks_a_filtered_token() -> None:

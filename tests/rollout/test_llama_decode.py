@@ -72,7 +72,10 @@ def test_the_step_decodes_what_the_modules_decode(arch, lora, dtype) -> None:
     got = fast.generate(_prompts(tok), params)
     want = slow.generate(_prompts(tok), params)
     assert counted.calls >= 19  # every decode step after the prefill, none through the modules
-    tol = 1e-5 if dtype == "float32" else 2e-3  # same weights; float rounding of fused ops only
+    # same weights, sums in another order (fused products, the group's prompt attention read
+    # apart from the row's own): ~1e-7 in fp32, which in a bf16 decode can flip the rounding
+    # of a bf16 activation (0.4% of it) and move a logprob by a few 1e-3
+    tol = 1e-5 if dtype == "float32" else 1e-2
     for g, w in zip(got, want, strict=True):
         assert g.token_ids == w.token_ids
         assert g.logprobs == pytest.approx(w.logprobs, abs=tol)
@@ -95,7 +98,7 @@ def test_an_optimizer_step_is_decoded_at_once() -> None:
     want = slow.generate(_prompts(tok), greedy)
     assert [c.token_ids for c in after] == [c.token_ids for c in want]
     for a, w in zip(after, want, strict=True):
-        assert a.logprobs == pytest.approx(w.logprobs, abs=2e-3)
+        assert a.logprobs == pytest.approx(w.logprobs, abs=1e-2)
     assert [c.logprobs for c in after] != [c.logprobs for c in before]
 
 
