@@ -207,11 +207,14 @@ class LlamaDecodeStep:
         mask: torch.Tensor,
         cache: Any,
         dtype: torch.dtype | None,
+        keep: torch.Tensor | None = None,
     ) -> torch.Tensor | None:
         """Logits ([rows, vocab], fp32) of one new token per row, its K/V appended to `cache`.
 
         `tokens` and `positions` are [rows]; `mask` is the [rows, length] attention mask after
-        this token (1 = attend). None when this model's layers are of a kind the step skips.
+        this token (1 = attend). With `keep` (row indices) only those rows' logits: the LM head,
+        a fifth of SmolLM2's products, skips rows that finished. None when this model's layers
+        are of a kind the step skips.
         """
         weights = self.weights(dtype)
         if weights is None:
@@ -249,6 +252,8 @@ class LlamaDecodeStep:
             half = gate_up.shape[-1] // 2
             act = F.silu(gate_up[:, :half]).mul_(gate_up[:, half:])
             h = h + _mm(act if dtype is None else act.to(dtype), wd, dtype)
+        if keep is not None:
+            h = h[keep]
         x = F.rms_norm(h, (width,), self.norm.weight, self.norm.variance_epsilon)
         return _mm(x if dtype is None else x.to(dtype), weights[-1], dtype)
 

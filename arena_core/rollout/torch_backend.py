@@ -266,8 +266,7 @@ class TorchBackend:
         batch = list(range(n))  # original row of each batch position (finished ones included)
         live = list(range(n))  # batch positions still decoding
         for step in range(params.max_new_tokens):
-            sampled = logits if len(live) == len(batch) else logits[live]
-            tokens, logps = sample_next(sampled, params, generator)
+            tokens, logps = sample_next(logits, params, generator)  # the live rows' logits
             originals = [batch[j] for j in live]
             keep = rows.record(tokens.tolist(), logps.tolist(), originals, logits_version)
             live = [live[j] for j in keep]
@@ -282,7 +281,8 @@ class TorchBackend:
                 batch = [batch[j] for j in live]
                 live = list(range(len(batch)))
             mask = torch.cat([mask, mask.new_ones((len(batch), 1))], dim=-1)
-            logits = self._decode_step(step_tokens, mask, next_pos, cache, lora, batch)
+            wanted = None if len(live) == len(batch) else live  # finished rows: no LM head
+            logits = self._decode_step(step_tokens, mask, next_pos, cache, lora, batch, wanted)
             logits_version = self.policy_version
             if self.decode_delay_s:
                 time.sleep(self.decode_delay_s)  # releases the GIL, like waiting on a device
@@ -363,15 +363,19 @@ class TorchBackend:
         cache: DynamicCache,
         lora: RowAdapters | None = None,
         rows: Sequence[int] = (),
+        wanted: list[int] | None = None,
     ) -> torch.Tensor:
         """Logits of one new token per row ([rows] tokens and positions) over a dynamic cache:
         Arena's step where it runs (`llama_decode`), else the modules (per-row adapters, other
-        architectures)."""
+        architectures). With `wanted` (batch positions), only those rows' logits: Arena's step
+        runs the LM head for them alone (finished rows waiting for the next compaction)."""
+        keep = None if wanted is None else torch.tensor(wanted, device=tokens.device)
         if lora is None and self.fast_step is not None:
-            logits = self.fast_step.step(tokens, positions, mask, cache, self.decode_dtype)
+            logits = self.fast_step.step(tokens, positions, mask, cache, self.decode_dtype, keep)
             if logits is not None:
                 return logits
-        return self._forward(tokens[:, None], mask, positions[:, None], cache, lora=lora, rows=rows)
+        out = self._forward(tokens[:, None], mask, positions[:, None], cache, lora=lora, rows=rows)
+        return out if keep is None else out[keep]
 
     def _forward(
         self,

@@ -44,17 +44,21 @@ def _prompts(tok) -> list[list[int]]:
 
 
 class _Counted:
-    """Counts the decode steps the engine ran through `LlamaDecodeStep`."""
+    """Counts the decode steps the engine ran through `LlamaDecodeStep` (and the rows of each
+    step whose logits it asked for: None = all)."""
 
     def __init__(self, backend: TorchBackend) -> None:
         self.calls = 0
+        self.kept: list[tuple[int, int | None]] = []
         step = backend.fast_step
         assert step is not None
         run = step.step
 
-        def counted(*args, **kwargs):
+        def counted(tokens, *args, **kwargs):
             self.calls += 1
-            return run(*args, **kwargs)
+            keep = args[4] if len(args) > 4 else kwargs.get("keep")
+            self.kept.append((len(tokens), None if keep is None else len(keep)))
+            return run(tokens, *args, **kwargs)
 
         step.step = counted
 
@@ -81,6 +85,34 @@ def test_the_step_decodes_what_the_modules_decode(arch, lora, dtype) -> None:
         assert g.logprobs == pytest.approx(w.logprobs, abs=tol)
         assert g.finish_reason == w.finish_reason
     assert len({tuple(c.token_ids) for c in got}) > 2  # sampled, not degenerate
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_finished_rows_skip_the_lm_head(dtype) -> None:
+    """Rows that ended wait in the batch until a quarter of it is done; meanwhile the step runs
+    the LM head for the live rows only, and every row still gets the module path's tokens."""
+    model, tok = _model("qwen2", lora=False)
+    prompts = _prompts(tok) * 2  # 12 rows that end one by one
+
+    def end_row(row: int, token: int, finished: bool) -> bool:
+        return len(ended[row]) >= row + 1 if not ended[row].append(token) else False
+
+    params = SamplingParams(max_new_tokens=14, temperature=1.0, seed=5)
+    runs, counted = [], None
+    for step in ("auto", "modules"):
+        ended: list[list[int]] = [[] for _ in prompts]
+        engine = TorchBackend(model, tok, device="cpu", decode_dtype=dtype, decode_step=step)
+        if step == "auto":
+            counted = _Counted(engine)
+        runs.append(engine.generate(prompts, params, on_token=end_row))
+    got, want = runs
+    assert [c.token_ids for c in got] == [c.token_ids for c in want]
+    tol = 1e-5 if dtype == "float32" else 1e-2
+    for g, w in zip(got, want, strict=True):
+        assert g.logprobs == pytest.approx(w.logprobs, abs=tol)
+    assert counted is not None
+    partial = [(rows, kept) for rows, kept in counted.kept if kept is not None]
+    assert partial and all(kept < rows for rows, kept in partial)
 
 
 def test_an_optimizer_step_is_decoded_at_once() -> None:
