@@ -35,8 +35,10 @@ class TorchBackendConfig(BaseModel):
     decode_dtype: Literal["float32", "bfloat16"] = Field(
         "float32",
         description="CPU decode: float32 (the trainer's weights, logprobs equal the learner's) or "
-        "bfloat16 (bf16 copies of the linears: ~2x faster decode on a CPU with AMX or AVX-512 "
-        "bf16; the learner's importance weight corrects the small logprob mismatch).",
+        "bfloat16 (bf16 copies of the linears and, for Llama-family models with 64- or "
+        "128-wide heads where a C compiler is present, a bf16 KV cache read by Arena's CPU "
+        "attention kernel in fp32: ~2x faster decode on a CPU with AMX or AVX-512 bf16; the "
+        "learner's importance weight corrects the small logprob mismatch).",
     )
     decode_step: Literal["auto", "modules"] = Field(
         "auto",

@@ -9,9 +9,10 @@ engine). This step computes the same function with the tensors those modules hol
 layer:
 - RMSNorm as one `F.rms_norm`;
 - the query and key heads rotated together (one rotary for both);
-- K and V appended to the layer's cache through its own `update` (`GrowingLayer`: in place);
+- K and V appended to the layer's cache in place (`GrowingLayer`);
 - attention of the one new position as two batched matmuls, GQA without repeating
-  (`decode_step_attention`);
+  (`decode_step_attention`), or, in a bf16 decode whose cache is stored in bf16, the CPU
+  kernel that reads it at half the bytes with fp32 math (`cpu_attention`);
 - each linear multiplies by the weight the decode would use anyway: a LoRA layer's merged weight
   (`merged_lora.merged_weight`) and, in a bf16 decode, the cached bf16 copy (`decode_dtype`),
   packed once for oneDNN where this CPU has its bf16 kernels (`packed_linear`: 1.1-2.4x faster
@@ -36,9 +37,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from arena_core.rollout import cpu_attention, packed_linear
 from arena_core.rollout import decode_dtype as lowp
-from arena_core.rollout import packed_linear
-from arena_core.rollout.decode_cache import decode_step_attention
+from arena_core.rollout.decode_cache import GrowingLayer, decode_step_attention
 from arena_core.rollout.merged_lora import _single_adapter, merged_weight
 from arena_core.rollout.onednn_linear import decode_kernel
 
@@ -242,9 +243,7 @@ class LlamaDecodeStep:
             q = (qk[:, :, :heads] * self.scaling).transpose(1, 2)  # [rows, heads, 1, d], scaled
             k = qk[:, :, heads:].transpose(1, 2)
             v = qkv[:, k_end:].view(rows, kv, 1, d)
-            keys, values = cache.layers[i].update(k, v)
-            att = decode_step_attention(q, keys, values, bias, 1.0)
-            att = att.reshape(rows, q_end)
+            att = _attend(cache.layers[i], q, k, v, bias).reshape(rows, q_end)
             h = h + _mm(att if dtype is None else att.to(dtype), wo, dtype)
             x = F.rms_norm(h, (width,), layer.post_attention_layernorm.weight, eps[i][1])
             xl = x if dtype is None else x.to(dtype)
@@ -256,6 +255,23 @@ class LlamaDecodeStep:
             h = h[keep]
         x = F.rms_norm(h, (width,), self.norm.weight, self.norm.variance_epsilon)
         return _mm(x if dtype is None else x.to(dtype), weights[-1], dtype)
+
+
+def _attend(
+    layer: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """Append this step's K/V to `layer` and attend `q` (pre-scaled) over its cache: the CPU
+    kernel over a bf16 cache (`cpu_attention`), torch's two matmuls over an fp32 one."""
+    if type(layer) is GrowingLayer and layer.store_dtype not in (None, k.dtype):
+        keys_t, staged, values = layer.decode_parts(k, v)
+        att = cpu_attention.attention(q, keys_t, values, bias, 1.0, staged)
+        if att is not None:
+            return att
+        keys, values = layer.positions()
+        keys, values = keys.to(k.dtype), values.to(v.dtype)
+    else:
+        keys, values = layer.update(k, v)
+    return decode_step_attention(q, keys, values, bias, 1.0)
 
 
 def _products(x: torch.Tensor, group: list[Any], dtype: torch.dtype | None) -> torch.Tensor:

@@ -29,6 +29,7 @@ from pydantic import BaseModel
 from torch import nn
 from transformers import DynamicCache, StaticCache
 
+from arena_core.rollout import cpu_attention
 from arena_core.rollout.backend_configs import TorchBackendConfig
 from arena_core.rollout.base import Completion, DecodeControl, SamplingParams
 from arena_core.rollout.batch_rows import BatchRows, TokenCallback
@@ -254,7 +255,11 @@ class TorchBackend:
         slot = {key: u for u, key in enumerate(first)}
         ids, mask, positions = self._left_padded([prompts[i] for i in owners])
         width = ids.shape[1]
-        cache = growing_cache(getattr(self.model, "config", None), width + params.max_new_tokens)
+        cache = growing_cache(
+            getattr(self.model, "config", None),
+            width + params.max_new_tokens,
+            self._kv_store_dtype(lora),
+        )
         logits = self._forward(ids, mask, positions, cache, 1, lora=lora, rows=owners)
         if len(owners) < n:  # share each prompt's prefill with the rows that repeat it
             share = torch.tensor([slot[k] for k in keys], device=self.device)
@@ -288,6 +293,18 @@ class TorchBackend:
                 time.sleep(self.decode_delay_s)  # releases the GIL, like waiting on a device
             next_pos = next_pos + 1
         return [self._completion(p, rows, i, params) for i, p in enumerate(prompts)]
+
+    def _kv_store_dtype(self, lora: RowAdapters | None) -> torch.dtype | None:
+        """bf16 KV buffers where a bf16 decode's steps run Arena's step with the CPU kernel
+        (`cpu_attention`: half the bytes a step reads, fp32 math); else the states' dtype."""
+        if (
+            self.decode_dtype == torch.bfloat16
+            and lora is None
+            and self.fast_step is not None
+            and cpu_attention.runs(self.fast_step.head_dim)
+        ):
+            return torch.bfloat16
+        return None
 
     def _left_padded(
         self, prompts: list[list[int]]

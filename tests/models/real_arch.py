@@ -75,8 +75,9 @@ def bpe_tokenizer(vocab_size: int = 400) -> Any:
     return fast
 
 
-def build(arch: str = "llama", seed: int = 0) -> tuple[Any, Any]:
-    """(model, tokenizer): a random `arch` ("llama" or "qwen2") model of SHAPE, float32."""
+def build(arch: str = "llama", seed: int = 0, **shape: Any) -> tuple[Any, Any]:
+    """(model, tokenizer): a random `arch` ("llama" or "qwen2") model of SHAPE (updated with
+    `shape`), float32."""
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     tokenizer = bpe_tokenizer()
@@ -84,7 +85,7 @@ def build(arch: str = "llama", seed: int = 0) -> tuple[Any, Any]:
         "llama": (LlamaConfig, LlamaForCausalLM),
         "qwen2": (Qwen2Config, Qwen2ForCausalLM),
     }[arch]
-    config = config_cls(vocab_size=len(tokenizer), **SHAPE)
+    config = config_cls(vocab_size=len(tokenizer), **{**SHAPE, **shape})
     torch.manual_seed(seed)
     model = model_cls(config).eval()
     with torch.no_grad():  # an untrained init has near-uniform logits: make them distinctive
