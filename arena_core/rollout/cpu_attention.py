@@ -6,105 +6,33 @@ than the bf16 weights). A bf16 cache halves them, but torch's CPU `bmm` is slowe
 in fp32 at these shapes (3 query heads against a few hundred positions), so through torch ops
 the smaller cache gained nothing. `csrc/decode_attention.c` reads each key and value once per
 KV head, widens bf16 to fp32 in registers and keeps scores, softmax and the weighted sum in
-fp32: at 64 rows x 300 positions ~1.5x the fp32 `bmm` attention, ~1.3x a whole bf16 decode at
-128 new tokens (`bench/real_model.py`, docs/real-models.md). Its OpenMP threads are torch's own
-(the library resolves to the libgomp torch loaded), so it never competes with torch's pool.
-
-The kernel is compiled once per machine with the host's C compiler (`cc -O3 -march=native
--fopenmp`, ~1 s) into `$ARENA_CACHE_DIR/kernels/` (keyed by the source, the flags, the compiler
-and the CPU) and loaded with ctypes. No compiler, a failed build, a non-x86/ARM CPU or
-`ARENA_CPU_KERNELS=0`: `available()` is False and the decode keeps its fp32 cache and torch's
-`bmm` path (`decode_cache.decode_step_attention`), slower, never wrong.
+fp32: at 64 rows x 300 positions ~1.5x the fp32 `bmm` attention, 1.24-1.27x a whole bf16
+decode of 256 new tokens (docs/real-models.md). Built and loaded by `cpu_kernels`; where it
+cannot run, `available()` is False and the decode keeps its fp32 cache and torch's `bmm` path
+(`decode_cache.decode_step_attention`), slower, never wrong.
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import logging
-import os
-import platform
-import shutil
-import subprocess
-import tempfile
-import threading
-from pathlib import Path
 
 import torch
 
-log = logging.getLogger(__name__)
+from arena_core.rollout import cpu_kernels
 
-SOURCE = Path(__file__).with_name("csrc") / "decode_attention.c"
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
 _DTYPES = {torch.float32: 0, torch.bfloat16: 1}
-_lock = threading.Lock()
-_lib: ctypes.CDLL | None = None
-_tried = False
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("model name", "flags", "Features")):
-                return line
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _compiler() -> str | None:
-    cc = os.environ.get("CC") or "cc"
-    return shutil.which(cc) or shutil.which("gcc")
-
-
-def _build(cc: str) -> Path:
-    """The kernel's shared library for this source, compiler and CPU; built once, atomically."""
-    version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
-    key = hashlib.sha256(
-        "\n".join([SOURCE.read_text(), " ".join(FLAGS), version, _cpu_name()]).encode()
-    ).hexdigest()[:16]
-    root = Path(os.environ.get("ARENA_CACHE_DIR") or Path.home() / ".cache" / "arena") / "kernels"
-    target = root / f"decode_attention-{key}.so"
-    if target.is_file():
-        return target
-    root.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=root) as tmp:
-        out = Path(tmp) / target.name
-        done = subprocess.run(
-            [cc, *FLAGS, "-o", str(out), str(SOURCE)], capture_output=True, text=True, timeout=120
-        )
-        if done.returncode != 0:
-            raise RuntimeError(done.stderr.strip()[-2000:] or f"{cc} exited {done.returncode}")
-        os.replace(out, target)
-    return target
 
 
 def _load() -> ctypes.CDLL | None:
-    global _lib, _tried
-    with _lock:
-        if _tried:
-            return _lib
-        _tried = True
-        if os.environ.get("ARENA_CPU_KERNELS", "1") == "0":
-            return None
-        if platform.machine().lower() not in ("x86_64", "amd64", "aarch64", "arm64"):
-            return None
-        cc = _compiler()
-        if cc is None:
-            log.info("no C compiler: the bf16 decode keeps an fp32 KV cache (torch's bmm)")
-            return None
-        try:
-            lib = ctypes.CDLL(str(_build(cc)))
-        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-            log.warning("the CPU decode-attention kernel did not build (%s); using torch's", exc)
-            return None
+    lib = cpu_kernels.library("decode_attention")
+    if lib is not None and not getattr(lib, "_arena_typed", False):
         fn = lib.arena_decode_attention
         i64, ptr = ctypes.c_int64, ctypes.c_void_p
         fn.argtypes = [ptr] * 5 + [i64] * 12 + [ptr] + [i64] * 4
         fn.argtypes += [ctypes.c_float, ctypes.c_int, ctypes.c_int]
         fn.restype = ctypes.c_int
-        _lib = lib
-        return _lib
+        lib._arena_typed = True
+    return lib
 
 
 def available() -> bool:

@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from arena_core.rollout import cpu_attention, packed_linear
+from arena_core.rollout import cpu_attention, decode_glue, packed_linear
 from arena_core.rollout import decode_dtype as lowp
 from arena_core.rollout.decode_cache import GrowingLayer, decode_step_attention
 from arena_core.rollout.merged_lora import _single_adapter, merged_weight
@@ -233,10 +233,16 @@ class LlamaDecodeStep:
             bias = bias[:, None, None, :]
         q_end, k_end = heads * d, (heads + kv) * d
         width = h.shape[-1]
+        inner = weights[0][2][0][0].shape[0] // 2 if len(weights[0][2]) == 1 else 0
+        glue = dtype == torch.bfloat16 and decode_glue.runs(width, inner)
+        pending = None  # glue: the last product's bf16 output, not yet added to h
         for i, layer in enumerate(self.layers):
             w_qkv, wo, w_gate_up, wd = weights[i]
-            x = F.rms_norm(h, (width,), layer.input_layernorm.weight, eps[i][0])
-            xl = x if dtype is None else x.to(dtype)
+            if glue:
+                xl = _add_norm(h, pending, layer.input_layernorm.weight, eps[i][0])
+            else:
+                x = F.rms_norm(h, (width,), layer.input_layernorm.weight, eps[i][0])
+                xl = x if dtype is None else x.to(dtype)
             qkv = _products(xl, w_qkv, dtype)
             qk = qkv[:, :k_end].view(rows, 1, heads + kv, d)
             qk = qk * cos + _rotate_half(qk) * sin
@@ -244,6 +250,11 @@ class LlamaDecodeStep:
             k = qk[:, :, heads:].transpose(1, 2)
             v = qkv[:, k_end:].view(rows, kv, 1, d)
             att = _attend(cache.layers[i], q, k, v, bias).reshape(rows, q_end)
+            if glue:  # bf16 products in and out; adds, norms, SiLU and casts fused
+                o = _product(att.to(dtype), wo)
+                xl = _add_norm(h, o, layer.post_attention_layernorm.weight, eps[i][1])
+                pending = _product(_silu_mul(_product(xl, w_gate_up[0])), wd)
+                continue
             h = h + _mm(att if dtype is None else att.to(dtype), wo, dtype)
             x = F.rms_norm(h, (width,), layer.post_attention_layernorm.weight, eps[i][1])
             xl = x if dtype is None else x.to(dtype)
@@ -251,10 +262,43 @@ class LlamaDecodeStep:
             half = gate_up.shape[-1] // 2
             act = F.silu(gate_up[:, :half]).mul_(gate_up[:, half:])
             h = h + _mm(act if dtype is None else act.to(dtype), wd, dtype)
+        if glue:
+            x = _add_norm(h, pending, self.norm.weight, self.norm.variance_epsilon)
+            return _mm(x if keep is None else x[keep], weights[-1], dtype)
         if keep is not None:
             h = h[keep]
         x = F.rms_norm(h, (width,), self.norm.weight, self.norm.variance_epsilon)
         return _mm(x if dtype is None else x.to(dtype), weights[-1], dtype)
+
+
+def _add_norm(
+    h: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tensor, eps: float
+) -> torch.Tensor:
+    """`h += delta`, then RMSNorm(h) * weight as bf16: the fused glue, or torch's ops."""
+    out = decode_glue.add_rms_norm(h, delta, weight, eps)
+    if out is not None:
+        return out
+    if delta is not None:
+        h += delta.float()
+    return F.rms_norm(h, (h.shape[-1],), weight, eps).to(torch.bfloat16)
+
+
+def _silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """SwiGLU of a bf16 [gate | up] product, computed in fp32, as bf16."""
+    out = decode_glue.silu_mul(gate_up)
+    if out is not None:
+        return out
+    half = gate_up.shape[-1] // 2
+    return (F.silu(gate_up[:, :half].float()) * gate_up[:, half:].float()).to(torch.bfloat16)
+
+
+def _product(x: torch.Tensor, product: tuple[Any, Any, Any]) -> torch.Tensor:
+    """`x @ W^T + b` of a bf16 decode, left in bf16 (the glue reads it)."""
+    weight, bias, packed = product
+    bias = None if bias is None else bias.to(x.dtype)
+    if packed is not None:
+        return packed_linear.linear(x, packed, bias)
+    return F.linear(x, weight, bias)
 
 
 def _attend(

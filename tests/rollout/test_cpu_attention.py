@@ -13,7 +13,7 @@ import shutil
 import pytest
 import torch
 
-from arena_core.rollout import cpu_attention
+from arena_core.rollout import cpu_attention, cpu_kernels
 from arena_core.rollout.base import SamplingParams
 from arena_core.rollout.decode_cache import GrowingLayer, decode_step_attention
 from arena_core.rollout.torch_backend import TorchBackend
@@ -154,9 +154,8 @@ def _wide_llama():
 
 
 def _generate(model, tok, monkeypatch, kernels: bool):
-    monkeypatch.setattr(cpu_attention, "_tried", False)
-    monkeypatch.setattr(cpu_attention, "_lib", None)
     monkeypatch.setenv("ARENA_CPU_KERNELS", "1" if kernels else "0")
+    cpu_kernels.forget()
     engine = TorchBackend(model, tok, device="cpu", decode_dtype="bfloat16")
     calls = {"ran": 0, "stores": []}
     attend, store = cpu_attention.attention, engine._kv_store_dtype
@@ -182,6 +181,8 @@ def test_a_bf16_decode_runs_the_kernel_over_a_bf16_cache(monkeypatch) -> None:
     with torch.no_grad():
         got, calls = _generate(model, tok, monkeypatch, kernels=True)
         want, off = _generate(model, tok, monkeypatch, kernels=False)
+    monkeypatch.delenv("ARENA_CPU_KERNELS")
+    cpu_kernels.forget()
     assert calls["stores"] == [torch.bfloat16] and off["stores"] == [None]
     layers = model.config.num_hidden_layers
     assert calls["ran"] >= 11 * layers  # every decode step of every layer, after the prefill
