@@ -18,7 +18,10 @@ layer:
   packed once for oneDNN where this CPU has its bf16 kernels (`packed_linear`: 1.1-2.4x faster
   products than `F.linear`, which re-lays-out the weight every call). The activations are cast
   once per product, the residual stream, norms, rotary and attention stay fp32, as in the
-  module path.
+  module path;
+- in a bf16 decode where the C glue builds (`decode_glue`), the products' bf16 outputs feed
+  it directly: the residual add, the RMSNorm and the cast for the next product are one pass,
+  SwiGLU another, instead of ~8 torch ops and their casts per half-layer.
 
 Which models: `model_type` llama, qwen2 or mistral (Qwen2's q/k/v biases included) with SiLU
 MLPs, full attention in every layer, plain `nn.Linear` projections or peft LoRA layers with one
