@@ -7,7 +7,8 @@ own pass over memory. `csrc/` holds the few loops that replace them (`cpu_attent
 `decode_glue.py` say what each gains).
 
 Each source is compiled with the host's compiler (`cc -O3 -march=native -fopenmp`, ~1 s) into
-`$ARENA_CACHE_DIR/kernels/`, keyed by the source, the flags, the compiler and the CPU, written
+`$ARENA_CACHE_DIR/kernels/`, keyed by the source and its shared header (`csrc/simd.h`), the
+flags, the compiler and the CPU, written
 atomically (a concurrent build by another process is harmless), and loaded with ctypes. Their
 OpenMP threads are torch's own pool: the library's libgomp resolves to the one torch loaded, so
 a kernel never competes with torch's spinning workers (with its own threads it ran slower on
@@ -54,8 +55,10 @@ def _compiler() -> str | None:
 def _build(cc: str, source: Path) -> Path:
     """The shared library of `source` for this compiler and CPU; built once, atomically."""
     version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
+    # the headers next to the sources (simd.h) are part of every kernel: an edit to one rebuilds
+    headers = [h.read_text() for h in sorted(source.parent.glob("*.h"))]
     key = hashlib.sha256(
-        "\n".join([source.read_text(), " ".join(FLAGS), version, _cpu_name()]).encode()
+        "\n".join([source.read_text(), *headers, " ".join(FLAGS), version, _cpu_name()]).encode()
     ).hexdigest()[:16]
     root = Path(os.environ.get("ARENA_CACHE_DIR") or Path.home() / ".cache" / "arena") / "kernels"
     target = root / f"{source.stem}-{key}.so"

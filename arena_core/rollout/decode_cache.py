@@ -68,6 +68,11 @@ class GrowingLayer(DynamicLayer):
         self._k: torch.Tensor | None = None  # [batch, heads, dim, capacity]: transposed
         self._v: torch.Tensor | None = None  # [batch, heads, capacity, dim]
         self._stage: torch.Tensor | None = None  # [batch, heads, STAGE, dim]: newest keys
+        # rows with equal `groups` ids hold equal first `shared` positions: the prefill's rows
+        # are distinct, `batch_select_indices` repeating a row (prefix sharing) makes copies
+        self.groups: torch.Tensor | None = None
+        self.shared = 0
+        self._plan: tuple[torch.Tensor, torch.Tensor, int] | None = None
 
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
@@ -111,6 +116,25 @@ class GrowingLayer(DynamicLayer):
             staged = self._stage[:, :, : self.length - self.base]
         return self._k[..., : self.base], staged, self._v[:, :, : self.length]
 
+    def prefix_groups(self) -> tuple[torch.Tensor, torch.Tensor, int] | None:
+        """The rows that share their first positions, for the kernel's cascade
+        (`cpu_attention.attention(groups=)`): (rows ordered by group, each group's start in
+        that order, the shared length), or None when no two rows share any."""
+        if self.groups is None or self.shared <= 0:
+            return None
+        if self._plan is None:
+            order = torch.argsort(self.groups, stable=True)
+            counts = torch.unique_consecutive(self.groups[order], return_counts=True)[1]
+            if counts.numel() == order.numel():
+                return None
+            starts = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+            self._plan = (order.contiguous(), starts.contiguous(), self.shared)
+        order, starts, shared = self._plan
+        return order, starts, min(shared, self.base)
+
+    def _regroup(self, groups: torch.Tensor | None, shared: int) -> None:
+        self.groups, self.shared, self._plan = groups, max(0, shared), None
+
     def _write(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         """Why a stage: a key appended to the transposed buffer writes one element into each of
         `dim` rows, `dim` cache lines per row and head (~0.3 ms a layer per step at 64 rows,
@@ -120,6 +144,8 @@ class GrowingLayer(DynamicLayer):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         new = key_states.shape[-2]
+        if self.length == 0:  # the prefill: every row its own group, its positions shared
+            self._regroup(torch.arange(key_states.shape[0]), new)
         if self._k is None or self.length + new > self._k.shape[-1]:
             self._grow(key_states, value_states, self.length + new)
         assert self._k is not None and self._v is not None
@@ -180,6 +206,8 @@ class GrowingLayer(DynamicLayer):
         self._stage = None
         self._k = self._k[indices]
         self._v = self._v[indices]
+        groups = None if self.groups is None else self.groups[indices.to(self.groups.device)]
+        self._regroup(groups, self.shared)
         self._views()
 
     def set_buffers(self, keys: torch.Tensor, values: torch.Tensor, length: int) -> None:
@@ -189,6 +217,7 @@ class GrowingLayer(DynamicLayer):
             keys, values = keys.to(self.store_dtype), values.to(self.store_dtype)
         self._k, self._v, self.length = keys.transpose(-1, -2).contiguous(), values, length
         self.base, self._stage = length, None
+        self._regroup(None, 0)
         self._views()
 
     def drop_front(self, cut: int) -> None:
@@ -196,6 +225,7 @@ class GrowingLayer(DynamicLayer):
         assert self._k is not None and self._v is not None
         self._flush()
         self._k, self._v = self._k[..., cut:], self._v[:, :, cut:]
+        self._regroup(self.groups, self.shared - cut)
         self.length -= cut
         self.base = self.length
         self._views()
@@ -203,6 +233,7 @@ class GrowingLayer(DynamicLayer):
     def reset(self) -> None:
         self._k = self._v = self._stage = None
         self.length = self.base = 0
+        self._regroup(None, 0)
         super().reset()
 
 

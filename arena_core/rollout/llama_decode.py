@@ -21,7 +21,9 @@ layer:
   module path;
 - in a bf16 decode where the C glue builds (`decode_glue`), the products' bf16 outputs feed
   it directly: the residual add, the RMSNorm and the cast for the next product are one pass,
-  SwiGLU another, instead of ~8 torch ops and their casts per half-layer.
+  SwiGLU another, instead of ~8 torch ops and their casts per half-layer; over the kernel's
+  bf16 cache the q/k/v product's rotary too (queries scaled in fp32, keys and values in the
+  cache's bf16: ~12 ops a layer, the same bits).
 
 Which models: `model_type` llama, qwen2 or mistral (Qwen2's q/k/v biases included) with SiLU
 MLPs, full attention in every layer, plain `nn.Linear` projections or peft LoRA layers with one
@@ -227,6 +229,7 @@ class LlamaDecodeStep:
         eps = self.eps
         h = self.embed(tokens)  # [rows, hidden]
         cos, sin = self.rotary(h[:, None], positions[:, None])  # [rows, 1, d]
+        rope = (cos[:, 0], sin[:, 0])  # [rows, d]: the fused glue's rotary
         cos, sin = cos[:, :, None, :], sin[:, :, None, :]  # broadcast over the heads
         # the mask as one additive [rows, 1, 1, length] bias for every layer (None: no padding)
         bias = None
@@ -246,12 +249,19 @@ class LlamaDecodeStep:
             else:
                 x = F.rms_norm(h, (width,), layer.input_layernorm.weight, eps[i][0])
                 xl = x if dtype is None else x.to(dtype)
-            qkv = _products(xl, w_qkv, dtype)
-            qk = qkv[:, :k_end].view(rows, 1, heads + kv, d)
-            qk = qk * cos + _rotate_half(qk) * sin
-            q = (qk[:, :, :heads] * self.scaling).transpose(1, 2)  # [rows, heads, 1, d], scaled
-            k = qk[:, :, heads:].transpose(1, 2)
-            v = qkv[:, k_end:].view(rows, kv, 1, d)
+            rotated = None
+            if glue and len(w_qkv) == 1 and _stores_bf16(cache.layers[i]):
+                qkv = _product(xl, w_qkv[0])  # rotary, scale and casts fused (decode_glue)
+                rotated = decode_glue.rope_qkv(qkv, rope[0], rope[1], heads, kv, self.scaling)
+            if rotated is not None:
+                q, k, v = rotated
+            else:
+                qkv = _products(xl, w_qkv, dtype)
+                qk = qkv[:, :k_end].view(rows, 1, heads + kv, d)
+                qk = qk * cos + _rotate_half(qk) * sin
+                q = (qk[:, :, :heads] * self.scaling).transpose(1, 2)  # [rows, heads, 1, d]
+                k = qk[:, :, heads:].transpose(1, 2)
+                v = qkv[:, k_end:].view(rows, kv, 1, d)
             att = _attend(cache.layers[i], q, k, v, bias).reshape(rows, q_end)
             if glue:  # bf16 products in and out; adds, norms, SiLU and casts fused
                 o = _product(att.to(dtype), wo)
@@ -286,6 +296,12 @@ def _add_norm(
     return F.rms_norm(h, (h.shape[-1],), weight, eps).to(torch.bfloat16)
 
 
+def _stores_bf16(layer: Any) -> bool:
+    """Whether `layer` is a KV cache layer that stores bf16 for the CPU attention kernel: the
+    fused rotary may then hand it bf16 keys and values directly."""
+    return type(layer) is GrowingLayer and layer.store_dtype == torch.bfloat16
+
+
 def _silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     """SwiGLU of a bf16 [gate | up] product, computed in fp32, as bf16."""
     out = decode_glue.silu_mul(gate_up)
@@ -309,13 +325,14 @@ def _attend(
 ) -> torch.Tensor:
     """Append this step's K/V to `layer` and attend `q` (pre-scaled) over its cache: the CPU
     kernel over a bf16 cache (`cpu_attention`), torch's two matmuls over an fp32 one."""
-    if type(layer) is GrowingLayer and layer.store_dtype not in (None, k.dtype):
+    if type(layer) is GrowingLayer and layer.store_dtype not in (None, q.dtype):
         keys_t, staged, values = layer.decode_parts(k, v)
-        att = cpu_attention.attention(q, keys_t, values, bias, 1.0, staged)
+        groups = layer.prefix_groups()
+        att = cpu_attention.attention(q, keys_t, values, bias, 1.0, staged, groups)
         if att is not None:
             return att
         keys, values = layer.positions()
-        keys, values = keys.to(k.dtype), values.to(v.dtype)
+        keys, values = keys.to(q.dtype), values.to(q.dtype)
     else:
         keys, values = layer.update(k, v)
     return decode_step_attention(q, keys, values, bias, 1.0)

@@ -2,8 +2,10 @@
 with the machine's compiler, it gives torch's attention over an fp32 cache to float rounding and
 over a bf16 cache the attention of the same (rounded) keys and values; masks, GQA groups of 1 to
 7 heads, head sizes 64 and 128, lengths around its 64-position blocks and strided cache views;
-shapes it does not take answer None; a bf16 decode of a Llama with 64-wide heads stores its
-cache in bf16 and runs the kernel every step, and `ARENA_CPU_KERNELS=0` keeps torch's path."""
+shapes it does not take answer None; the cascade over a GRPO group's shared prompt gives the same
+bits as attending each row alone, through compaction and a cut front; a bf16 decode of a Llama
+with 64-wide heads stores its cache in bf16 and runs the kernel (cascaded) every step, and
+`ARENA_CPU_KERNELS=0` keeps torch's path."""
 
 from __future__ import annotations
 
@@ -163,6 +165,7 @@ def _generate(model, tok, monkeypatch, kernels: bool):
     def counted(*args, **kwargs):
         out = attend(*args, **kwargs)
         calls["ran"] += out is not None
+        calls["cascaded"] = calls.get("cascaded", 0) + (len(args) > 6 and args[6] is not None)
         return out
 
     def recorded(lora):
@@ -186,6 +189,7 @@ def test_a_bf16_decode_runs_the_kernel_over_a_bf16_cache(monkeypatch) -> None:
     assert calls["stores"] == [torch.bfloat16] and off["stores"] == [None]
     layers = model.config.num_hidden_layers
     assert calls["ran"] >= 11 * layers  # every decode step of every layer, after the prefill
+    assert calls["cascaded"] == calls["ran"]  # 3 rows per prompt: each prompt read once
     assert off["ran"] == 0
     # the prefill is the same (it attends over its own fp32 states): so is each first token
     assert [c.token_ids[0] for c in got] == [c.token_ids[0] for c in want]
@@ -221,3 +225,112 @@ def test_a_step_over_the_bf16_cache_gives_the_fp32_caches_logits() -> None:
     probs = fp32_cache.exp()
     assert ((fp32_cache - bf16_cache).abs() * probs).sum(-1).max() < 2e-2  # expected |gap|
     assert (fp32_cache.argmax(-1) == bf16_cache.argmax(-1)).all()
+
+
+@pytest.mark.parametrize("room", [0, 5, 64])
+def test_a_last_block_at_the_buffers_end_is_read_safely(room) -> None:
+    """The last block of keys runs past T: read in place where the buffer goes on (what lies
+    there only fills lanes that are masked), copied into a padded block where it ends."""
+    for length in (1, 40, 64, 100):
+        kt, v = _cache(3, 3, 64, length, room=length + room, dtype=torch.bfloat16, seed=length)
+        kt = kt[..., :length]
+        q = torch.randn(3, 9, 1, 64) / 8
+        got = cpu_attention.attention(q, kt, v, None, 1.0)
+        assert torch.isfinite(got).all()
+        torch.testing.assert_close(got, _reference(q, kt, v, None), atol=2e-5, rtol=1e-4)
+
+
+def _shared_prompt_layer(dtype, kv, dim, width=70):
+    """A GrowingLayer after the engine's prefix sharing: 3 prompts prefilled once (the second
+    left-padded), their rows repeated into 8 (groups of unequal sizes, not contiguous)."""
+    g = torch.Generator().manual_seed(dim + kv)
+    layer = GrowingLayer(200, store_dtype=None if dtype == torch.float32 else dtype)
+    layer.update(torch.randn(3, kv, width, dim, generator=g), torch.randn(3, kv, width, dim))
+    share = torch.tensor([2, 0, 0, 1, 2, 2, 0, 1])
+    layer.batch_select_indices(share)
+    mask = torch.zeros(3, width)
+    mask[1, :9] = float("-inf")  # the second prompt's left padding
+    return layer, mask[share]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("heads", "kv", "dim"), [(9, 3, 64), (4, 2, 128), (7, 1, 64)])
+def test_the_cascade_over_a_shared_prompt_gives_the_same_bits(dtype, heads, kv, dim) -> None:
+    """45 decode steps over a shared-prompt cache, rows dropped at step 30 (the engine's
+    compaction): with the groups the kernel reads each prompt once per group, and its output
+    is bit for bit what attending each row alone gives (the same dot products, the weighted
+    sum of the values continued in the same order)."""
+    layer, bias = _shared_prompt_layer(dtype, kv, dim)
+    g = torch.Generator().manual_seed(7)
+    for step in range(45):
+        if step == 30:
+            keep = torch.tensor([0, 1, 3, 4, 6])
+            layer.batch_select_indices(keep)
+            bias = bias[keep]
+        rows = bias.shape[0]
+        k, v = torch.randn(rows, kv, 1, dim, generator=g), torch.randn(rows, kv, 1, dim)
+        bias = torch.cat([bias, torch.zeros(rows, 1)], dim=-1)
+        q = torch.randn(rows, heads, 1, dim, generator=g) / 8
+        if dtype == torch.float32:
+            layer.update(k, v)
+            kt, staged = layer._k[..., : layer.length], None
+            values = layer._v[:, :, : layer.length]
+        else:
+            kt, staged, values = layer.decode_parts(k, v)
+        groups = layer.prefix_groups()
+        assert groups is not None and groups[2] == 70
+        alone = cpu_attention.attention(q, kt, values, bias, 1.0, staged)
+        cascade = cpu_attention.attention(q, kt, values, bias, 1.0, staged, groups)
+        assert alone is not None and cascade is not None
+        assert torch.equal(alone, cascade), f"step {step}"
+    want = _reference(q, layer.positions()[0].transpose(-1, -2), layer.positions()[1], bias)
+    torch.testing.assert_close(cascade, want, atol=2e-5, rtol=1e-4)
+
+
+def test_a_layer_knows_which_rows_share_their_prompt() -> None:
+    layer, _ = _shared_prompt_layer(torch.bfloat16, 3, 64)
+    order, starts, shared = layer.prefix_groups()
+    groups = [order[starts[i] : starts[i + 1]].tolist() for i in range(len(starts) - 1)]
+    assert groups == [[1, 2, 6], [3, 7], [0, 4, 5]] and shared == 70
+    layer.decode_parts(torch.randn(8, 3, 1, 64), torch.randn(8, 3, 1, 64))
+    assert layer.prefix_groups()[2] == 70  # appends are each row's own
+    layer.batch_select_indices(torch.tensor([0, 3, 6]))  # one row per prompt left: no sharing
+    assert layer.prefix_groups() is None
+    layer.batch_select_indices(torch.tensor([0, 0, 1]))
+    layer.drop_front(10)  # a cut front shortens the shared part
+    assert layer.prefix_groups()[2] == 60
+    layer.set_buffers(torch.randn(2, 3, 80, 64), torch.randn(2, 3, 80, 64), 71)
+    assert layer.prefix_groups() is None  # rows joined from elsewhere: nothing known shared
+    fresh = GrowingLayer(8, store_dtype=torch.bfloat16)
+    fresh.update(torch.randn(4, 3, 5, 64), torch.randn(4, 3, 5, 64))
+    assert fresh.prefix_groups() is None  # distinct prompts
+
+
+def test_groups_the_kernel_cannot_trust_answer_none() -> None:
+    kt, v = _cache(4, 3, 64, 20, room=20, dtype=torch.bfloat16, seed=0)
+    q = torch.randn(4, 9, 1, 64)
+    order, starts = torch.arange(4), torch.tensor([0, 2, 4])
+    assert cpu_attention.attention(q, kt, v, None, 1.0, None, (order, starts, 21)) is None
+    assert cpu_attention.attention(q, kt, v, None, 1.0, None, (order.int(), starts, 5)) is None
+    bad = torch.tensor([0, 3, 4])  # a group that is not all rows
+    assert cpu_attention.attention(q, kt, v, None, 1.0, None, (order, bad[:2], 5)) is None
+    assert cpu_attention.attention(q, kt, v, None, 1.0, None, (order * 2, starts, 5)) is None
+    twice = torch.tensor([0, 0, 1, 2])  # a row in two groups, another in none
+    assert cpu_attention.attention(q, kt, v, None, 1.0, None, (twice, starts, 5)) is None
+
+
+def test_the_engines_cascade_samples_what_each_row_alone_would(monkeypatch) -> None:
+    """A bf16 decode of a GRPO-shaped batch (prompts repeated) samples the same tokens with the
+    same logprobs whether the kernel reads each prompt once per group or once per row."""
+    model, tok = _wide_llama()
+    prompts = [tok.encode(t, add_special_tokens=False) for t in ("12 + 7 =", "The capital of")]
+    params = SamplingParams(max_new_tokens=16, temperature=1.0, seed=5)
+    runs = []
+    for groups in (GrowingLayer.prefix_groups, lambda self: None):
+        monkeypatch.setattr(GrowingLayer, "prefix_groups", groups)
+        engine = TorchBackend(model, tok, device="cpu", decode_dtype="bfloat16")
+        with torch.no_grad():
+            runs.append(engine.generate([prompts[0]] * 4 + [prompts[1]] * 3, params))
+    cascade, alone = runs
+    assert [c.token_ids for c in cascade] == [c.token_ids for c in alone]
+    assert [c.logprobs for c in cascade] == [c.logprobs for c in alone]

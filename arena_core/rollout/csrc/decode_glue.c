@@ -5,51 +5,17 @@
  * arena_add_rms_norm: h += delta (a product's bf16 output), then bf16(h * rsqrt(mean(h^2) + eps)
  *   * w): the residual add, the RMSNorm and the cast for the next product in one pass.
  * arena_silu_mul: bf16(silu(g) * u) of a fused [gate | up] bf16 product, in fp32.
+ * arena_rope_qkv: the rotary of the fused [q | k | v] bf16 product's query and key heads, in
+ *   fp32: the queries scaled for attention (fp32), the keys rounded to bf16 for the cache, the
+ *   values copied as they are (torch: a cast, a rotate-half of three ops, four more for the
+ *   rotary, the scale, transposes and the copies into the cache's dtype).
  * Built by arena_core/rollout/cpu_kernels.py (-O3 -march=native -fopenmp).
  */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 #include <omp.h>
-
-typedef float v16 __attribute__((vector_size(64), aligned(4), may_alias));
-typedef int32_t v16i __attribute__((vector_size(64), aligned(4), may_alias));
-typedef uint16_t v16h __attribute__((vector_size(32), aligned(2), may_alias));
-typedef uint32_t v16u __attribute__((vector_size(64), aligned(4), may_alias));
-
-static inline v16 ld(const float *p) { return *(const v16 *)p; }
-static inline void st(float *p, v16 x) { *(v16 *)p = x; }
-static inline v16 ld_b16(const uint16_t *p) {
-    v16u u = __builtin_convertvector(*(const v16h *)p, v16u) << 16;
-    return (v16)u;
-}
-/* round to nearest even, as torch's float -> bfloat16 (no NaN in a decode's activations; a NaN
- * keeps a NaN bit pattern) */
-static inline void st_b16(uint16_t *p, v16 x) {
-    v16u u = (v16u)x;
-    v16u r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    v16u nan = (v16u)((u & 0x7fffffffu) > 0x7f800000u);
-    r = (r & ~nan) | (((u >> 16) | 0x40u) & nan);
-    *(v16h *)p = __builtin_convertvector(r, v16h);
-}
-static inline v16 vsel(v16i m, v16 a, v16 b) { return (v16)(((v16i)a & m) | ((v16i)b & ~m)); }
-static inline v16 vexp(v16 x) { /* exp(x), |x| <= 88; relative error ~2e-7 */
-    const v16 z = {0};
-    v16 c = vsel(x < z - 87.0f, z - 87.0f, x);
-    c = vsel(c > z + 88.0f, z + 88.0f, c);
-    v16 n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    v16 r = c - n * 0.693359375f;
-    r = r + n * 2.12194440e-4f;
-    v16 p = z + 1.9875691500E-4f;
-    p = p * r + 1.3981999507E-3f;
-    p = p * r + 8.3334519073E-3f;
-    p = p * r + 4.1665795894E-2f;
-    p = p * r + 1.6666665459E-1f;
-    p = p * r + 5.0000001201E-1f;
-    p = p * r * r + r + 1.0f;
-    v16i e = (__builtin_convertvector(n, v16i) + 127) << 23;
-    return vsel(x > z - 80.0f, p * (v16)e, z);
-}
+#include "simd.h"
 
 int arena_add_rms_norm(float *h, const uint16_t *delta, const float *w, uint16_t *out,
                        int64_t rows, int64_t width, int64_t sh, int64_t sd, int64_t so,
@@ -60,10 +26,10 @@ int arena_add_rms_norm(float *h, const uint16_t *delta, const float *w, uint16_t
         float *x = h + r * sh;
         v16 ss = {0};
         for (int64_t i = 0; i < width; i += 16) {
-            v16 v = ld(x + i);
+            v16 v = ld_f32(x + i);
             if (delta) {
                 v += ld_b16(delta + r * sd + i);
-                st(x + i, v);
+                st_f32(x + i, v);
             }
             ss += v * v;
         }
@@ -71,7 +37,7 @@ int arena_add_rms_norm(float *h, const uint16_t *delta, const float *w, uint16_t
         for (int k = 0; k < 16; ++k) sum += ss[k];
         const float inv = 1.0f / sqrtf(sum / (float)width + eps);
         uint16_t *o = out + r * so;
-        for (int64_t i = 0; i < width; i += 16) st_b16(o + i, (ld(x + i) * inv) * ld(w + i));
+        for (int64_t i = 0; i < width; i += 16) st_b16(o + i, (ld_f32(x + i) * inv) * ld_f32(w + i));
     }
     return 0;
 }
@@ -87,6 +53,42 @@ int arena_silu_mul(const uint16_t *gate_up, uint16_t *out, int64_t rows, int64_t
             const v16 x = ld_b16(g + i);
             st_b16(o + i, (x / (1.0f + vexp(-x))) * ld_b16(u + i));
         }
+    }
+    return 0;
+}
+
+/* qkv [rows, (H + 2 KV) * D] bf16 (rows sq apart); cos, sin [rows, D] fp32 (rows sc apart, the
+ * model's rotary: both halves' angles, any attention scaling applied); q [rows, H, D] fp32 =
+ * rotary(q) * scale; k [rows, KV, D] bf16 = rotary(k); v [rows, KV, D] bf16 = v. Rotary as
+ * transformers' Llama: x * cos + rotate_half(x) * sin, rotate_half(x) = (-x2, x1), each product
+ * and the sum rounded as torch rounds them (no fused multiply-add): the same bits as torch's ops,
+ * so the decode samples what it sampled before. */
+__attribute__((optimize("fp-contract=off"))) int arena_rope_qkv(const uint16_t *qkv, const float *cos, const float *sin, float *q,
+                   uint16_t *k, uint16_t *v, int64_t rows, int64_t H, int64_t KV, int64_t D,
+                   int64_t sq, int64_t sc, float scale, int threads) {
+    const int64_t half = D / 2;
+    if (D <= 0 || half % 16 || rows < 0 || H <= 0 || KV <= 0) return 1;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+        const uint16_t *x = qkv + r * sq;
+        const float *c = cos + r * sc, *s = sin + r * sc;
+        for (int64_t hd = 0; hd < H + KV; ++hd, x += D) {
+            for (int64_t i = 0; i < half; i += 16) {
+                const v16 x1 = ld_b16(x + i), x2 = ld_b16(x + half + i);
+                const v16 o1 = x1 * ld_f32(c + i) + (-x2) * ld_f32(s + i);
+                const v16 o2 = x2 * ld_f32(c + half + i) + x1 * ld_f32(s + half + i);
+                if (hd < H) {
+                    float *o = q + (r * H + hd) * D;
+                    st_f32(o + i, o1 * scale);
+                    st_f32(o + half + i, o2 * scale);
+                } else {
+                    uint16_t *o = k + (r * KV + hd - H) * D;
+                    st_b16(o + i, o1);
+                    st_b16(o + half + i, o2);
+                }
+            }
+        }
+        memcpy(v + r * KV * D, x, sizeof(uint16_t) * KV * D);
     }
     return 0;
 }
