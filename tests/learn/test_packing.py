@@ -98,3 +98,37 @@ def test_a_packed_sequence_sees_nothing_of_its_row_neighbours(make_model, attn) 
     leaky_second = torch.empty_like(packed)
     leaky_second[row.flat_index] = leaky
     assert (leaky_second[len(first.completion_ids) :] - alone).abs().max() > 1e-3
+
+
+def _fill_in_order(lengths: list[int], budget: int) -> int:
+    """Tokens computed (padding included) when each micro-batch is filled in order."""
+    total, start = 0, 0
+    for i in range(1, len(lengths) + 1):
+        if i == len(lengths) or (i - start + 1) * lengths[start] > budget:
+            total += (i - start) * lengths[start]
+            start = i
+    return total
+
+
+def test_padded_micro_batches_cut_where_the_lengths_drop() -> None:
+    """A GRPO-like batch (completions that stop early or run to the limit, prompts of a few
+    lengths): the micro-batches stay within the budget, keep every row once in order, and pad
+    less than filling each micro-batch in order (9% -> 2% on the bench's SmolLM2 batch)."""
+    from arena_core.learn.packing import padded_cuts
+
+    g = torch.Generator().manual_seed(3)
+    prompts = torch.randint(80, 120, (64,), generator=g)
+    ran = torch.rand(64, generator=g) < 0.4  # hit max_new_tokens
+    completions = torch.where(ran, 256, torch.randint(20, 250, (64,), generator=g))
+    lengths = sorted((prompts + completions).tolist(), reverse=True)
+    for budget in (1024, 4096, 8192):
+        cuts = padded_cuts(lengths, budget)
+        assert cuts[0] == 0 and cuts[-1] == len(lengths) and cuts == sorted(set(cuts))
+        area = 0
+        for a, b in zip(cuts, cuts[1:], strict=False):
+            assert (b - a) * lengths[a] <= budget  # every sequence fits the budget here
+            area += (b - a) * lengths[a]
+        padding, filled = area - sum(lengths), _fill_in_order(lengths, budget) - sum(lengths)
+        assert padding < 0.6 * filled  # here: 318 -> 169, 1504 -> 622, 2292 -> 985 tokens
+    assert padded_cuts([5000, 300, 200], 4096) == [0, 1, 3]  # too long for the budget: alone
+    assert padded_cuts([], 4096) == [0]

@@ -101,19 +101,28 @@ def test_what_the_fused_rotary_does_not_take_answers_none() -> None:
 
 
 def test_a_bf16_decode_rotates_in_the_glue_and_samples_what_torch_would(monkeypatch) -> None:
-    """A bf16 decode of a Llama with 64-wide heads (the kernel's bf16 cache) rotates every
-    layer's heads in the fused glue, and samples the same tokens with the same logprobs as
-    with torch's rotary ops."""
+    """A bf16 decode of a Llama with 64-wide heads (the kernel's bf16 cache) runs every layer's
+    norms, SwiGLU and rotary in the fused glue, and samples the same tokens with the same
+    logprobs as with torch's rotary ops."""
     model, tok = real_arch.build(
         "llama", seed=0, hidden_size=96, num_attention_heads=6, num_key_value_heads=2, head_dim=64
     )
     fused = decode_glue.rope_qkv
-    calls = {"ran": 0}
+    calls = {"ran": 0, "add_rms_norm": 0, "silu_mul": 0}
 
     def counted(*args, **kwargs):
         out = fused(*args, **kwargs)
         calls["ran"] += out is not None
         return out
+
+    for name in ("add_rms_norm", "silu_mul"):  # the rest of the glue, counted the same way
+
+        def glue(*args, _fn=getattr(decode_glue, name), _name=name, **kwargs):
+            out = _fn(*args, **kwargs)
+            calls[_name] += out is not None
+            return out
+
+        monkeypatch.setattr(decode_glue, name, glue)
 
     prompts = [tok.encode(t, add_special_tokens=False) for t in ("12 + 7 =", "The capital of")]
     params = SamplingParams(max_new_tokens=12, temperature=1.0, seed=3)
@@ -123,7 +132,10 @@ def test_a_bf16_decode_rotates_in_the_glue_and_samples_what_torch_would(monkeypa
         engine = TorchBackend(model, tok, device="cpu", decode_dtype="bfloat16")
         with torch.no_grad():
             runs.append(engine.generate([prompts[0]] * 3 + [prompts[1]] * 3, params))
-    assert calls["ran"] >= 11 * model.config.num_hidden_layers  # every step of every layer
+    layers = model.config.num_hidden_layers
+    assert calls["ran"] >= 11 * layers  # every step of every layer
+    assert calls["silu_mul"] >= 2 * 11 * layers  # both runs: the rotary alone was toggled
+    assert calls["add_rms_norm"] >= 2 * 11 * (2 * layers + 1)  # two a layer, and the last
     glue, ops = runs
     assert [c.token_ids for c in glue] == [c.token_ids for c in ops]
     assert [c.logprobs for c in glue] == [c.logprobs for c in ops]
