@@ -99,21 +99,25 @@ def flat_offsets(samples: list[Sample]) -> list[int]:
     return offsets
 
 
-MICRO_BATCH_COST = 1 / 32  # of the token budget: what one more micro-batch costs (padded_cuts)
+# what one more micro-batch costs beyond its tokens (the weights read again, every layer's ops):
+# 1/32 of the token budget, and at least 64 tokens' worth (a tiny budget never splits for a
+# few tokens of padding); padded_cuts weighs it against the padding a cut saves
+MICRO_BATCH_COST = 1 / 32
+MICRO_BATCH_MIN_COST = 64
 MAX_ROWS = 1024  # rows a micro-batch of padded rows may hold (only tiny sequences reach it)
 
 
 def padded_cuts(lengths: list[int], token_budget: int) -> list[int]:
     """Where to cut `lengths` (sorted longest first) into micro-batches of padded rows: the
     boundaries [0, ..., len] that minimise the tokens computed (rows x the first row's length,
-    padding included) plus `MICRO_BATCH_COST` of the budget per micro-batch, each within the
-    budget (a sequence longer than it alone).
+    padding included) plus a fixed cost per micro-batch (`MICRO_BATCH_COST` of the budget, at
+    least `MICRO_BATCH_MIN_COST` tokens), each within the budget (a longer sequence alone).
 
     Why not fill each micro-batch in order: the fill leaves a micro-batch's last rows to
     whichever lengths follow, and on a GRPO batch of SmolLM2 completions (8 x 8 x 256) that
     computed 9.2% padding at a 4096-token budget; cut where the lengths drop, it is ~3%."""
     n = len(lengths)
-    fixed = MICRO_BATCH_COST * token_budget
+    fixed = max(MICRO_BATCH_COST * token_budget, MICRO_BATCH_MIN_COST)
     best = [0.0] + [math.inf] * n  # best[i]: the cost of the first i sequences
     cut = [0] * (n + 1)
     for i in range(1, n + 1):
