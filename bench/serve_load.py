@@ -1,9 +1,19 @@
 """`arena deploy` under load: the official openai client at 1, 8 and 32 concurrent streaming
 clients, against the engine's own generate time for the same request, measured in the same run.
 
-Usage: python bench/serve_load.py [--run RUN[:STEP|best]] [--clients 1 8 32] [--requests 8]
-                                  [--max-tokens 32] [Hydra overrides for the run it trains]
+Usage: python bench/serve_load.py [--run RUN[:STEP|best] | --model MODEL] [--clients 1 8 32]
+                                  [--requests 8] [--max-tokens 32] [--json-schema]
+                                  [Hydra overrides for the run it trains]
        e.g. python bench/serve_load.py model=smollm2-135m-instruct   (needs the model cached)
+       python bench/serve_load.py --json-schema --clients 1 8    (the tiny model, no training)
+       python bench/serve_load.py --json-schema --clients 1 8 --model smollm2-135m-instruct
+
+`--model` serves a model by name, directory or file (`arena deploy MODEL`) instead of a run.
+`--json-schema` measures the cost of constrained decoding: each level runs twice, plain requests
+and requests with `response_format` json_schema (an object of a free string and an array of
+integers, which a model can keep writing until max_tokens); it adds
+{"json_schema": {level: {...}}, "constrained_tok_s_ratio": {level: json tok/s over plain}} and the
+goal ratio >= 0.8 (issue 40). Without --run or --model it serves `tiny` (no training).
 
 Without --run a 1-step quickstart run is trained into a temporary directory first (the tiny
 embedded model unless an override names another). The server is `arena deploy` in a child process
@@ -38,6 +48,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _arena_child import DeployChild, require_run_dir, run_arena, start_deploy  # noqa: E402
 
 PROMPTS = [f"What is {a}+{b}?" for a, b in ((12, 30), (7, 8), (40, 2), (91, 9), (3, 33), (5, 64))]
+SCHEMA = {
+    "type": "json_schema",
+    "json_schema": {
+        "name": "work",
+        "strict": True,
+        "schema": {
+            "type": "object",
+            "properties": {
+                "notes": {"type": "string"},
+                "values": {"type": "array", "items": {"type": "integer"}},
+            },
+            "required": ["notes", "values"],
+            "additionalProperties": False,
+        },
+    },
+}
 
 
 def _log(*parts: object) -> None:
@@ -70,19 +96,21 @@ def _cpu_s(pid: int) -> float | None:
 
 
 def engine_seconds(ref: str, max_tokens: int, repeats: int = 5) -> float:
-    """The torch engine's own time for one bench request: the same checkpoint, chat prompt and
-    token count (EOS ignored, as the requests ask), one thread; the median of `repeats`."""
+    """The torch engine's own time for one bench request: the same checkpoint (or model),
+    chat prompt and token count (EOS ignored, as the requests ask), one thread; the median of
+    `repeats`."""
     import torch
 
     from arena_core.rollout.base import SamplingParams
     from arena_core.serve.backends import serving_backend
+    from arena_core.serve.models import model_source
     from arena_core.store.index import select_checkpoint
 
     torch.set_num_threads(1)
     backend = _ENGINES.get(ref)
     if backend is None:
-        _, ckpt = select_checkpoint(ref, ".")
-        backend, _ = serving_backend("torch").open(ckpt.weights_dir, "cpu", None)
+        weights = model_source(ref) or str(select_checkpoint(ref, ".")[1].weights_dir)
+        backend, _ = serving_backend("torch").open(weights, "cpu", None)
         backend.eos_ids = set()  # every request decodes exactly max_tokens
         _ENGINES[ref] = backend
     params = SamplingParams(max_new_tokens=max_tokens, temperature=1.0)
@@ -96,11 +124,18 @@ def engine_seconds(ref: str, max_tokens: int, repeats: int = 5) -> float:
     return statistics.median(times)
 
 
-async def _client(client, model: str, k: int, n: int, max_tokens: int, out: list) -> None:
+async def _client(
+    client, model: str, k: int, n: int, max_tokens: int, out: list, constrained: bool = False
+) -> None:
+    """`n` streamed requests one after another; plain ones decode exactly `max_tokens` (EOS
+    ignored), constrained ones (json_schema) until the JSON closes or `max_tokens`, and fail
+    when a closed answer does not parse."""
+    shape = {"response_format": SCHEMA} if constrained else {"extra_body": {"ignore_eos": True}}
     for r in range(n):
         t0 = time.perf_counter()
         first = None
         tokens = 0
+        text, finish = "", None
         try:
             stream = await client.chat.completions.create(
                 model=model,
@@ -109,17 +144,31 @@ async def _client(client, model: str, k: int, n: int, max_tokens: int, out: list
                 temperature=1.0,
                 stream=True,
                 stream_options={"include_usage": True},
-                extra_body={"ignore_eos": True},
+                **shape,
             )
             async for chunk in stream:
                 if first is None and chunk.choices and chunk.choices[0].delta.content:
                     first = time.perf_counter() - t0
+                if chunk.choices:
+                    text += chunk.choices[0].delta.content or ""
+                    finish = chunk.choices[0].finish_reason or finish
                 if chunk.usage is not None:
                     tokens = chunk.usage.completion_tokens
-            out.append((time.perf_counter() - t0, first or 0.0, tokens, tokens != max_tokens))
+            if constrained:
+                bad = not 0 < tokens <= max_tokens or (finish == "stop" and not _parses(text))
+            else:
+                bad = tokens != max_tokens
+            out.append((time.perf_counter() - t0, first or 0.0, tokens, bad))
         except Exception as exc:  # noqa: BLE001 - a failed request is counted, not fatal
             _log(f"request failed: {type(exc).__name__}: {exc}")
             out.append((time.perf_counter() - t0, 0.0, 0, True))
+
+
+def _parses(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -127,16 +176,19 @@ def _pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))] if xs else 0.0
 
 
-async def _level(url: str, clients: int, requests: int, max_tokens: int) -> dict[str, float]:
+async def _level(
+    url: str, clients: int, requests: int, max_tokens: int, constrained: bool = False
+) -> dict[str, float]:
     from openai import AsyncOpenAI
 
     client = AsyncOpenAI(base_url=f"{url}/v1", api_key="bench", max_retries=0, timeout=300)
     model = (await client.models.list()).data[0].id
-    await _client(client, model, 0, 1, max_tokens, [])  # warm-up: connections, first decode
+    # warm-up: connections, first decode (and the grammar's tokenizer, built once per model)
+    await _client(client, model, 0, 1, max_tokens, [], constrained)
     out: list[tuple[float, float, int, bool]] = []
     t0 = time.perf_counter()
     await asyncio.gather(
-        *[_client(client, model, k, requests, max_tokens, out) for k in range(clients)]
+        *[_client(client, model, k, requests, max_tokens, out, constrained) for k in range(clients)]
     )
     wall = time.perf_counter() - t0
     await client.close()
@@ -176,18 +228,31 @@ def goals(levels: dict[str, dict], engine_s: float) -> dict[str, float | bool]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", help="RUN[:STEP|best] to serve (default: train a 1-step run)")
+    parser.add_argument(
+        "--model", help="serve this model (arena deploy MODEL: a name, directory or file) instead"
+    )
+    parser.add_argument(
+        "--json-schema",
+        action="store_true",
+        help="also run each level with response_format json_schema and report tok/s ratios "
+        "(serves `tiny` unless --run or --model names something)",
+    )
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--requests", type=int, default=8, help="requests per client per level")
     parser.add_argument("--max-tokens", type=int, default=32, help="tokens per answer")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for the trained run")
     args = parser.parse_args()
+    if args.run and args.model:
+        parser.error("--run and --model name two things to serve: give one")
+    model = args.model or ("tiny" if args.json_schema and not args.run else None)
     with tempfile.TemporaryDirectory(prefix="arena-serve-load-") as tmp:
-        ref = args.run or _train(tmp, args.overrides)
+        ref = args.run or model or _train(tmp, args.overrides)
         child = _start(ref, max_pending=2 * max(args.clients) + 8)
         proc, url = child.proc, child.url
         try:
             before = engine_seconds(ref, args.max_tokens)
-            levels = {}
+            levels: dict[str, dict] = {}
+            constrained: dict[str, dict] = {}
             for clients in args.clients:
                 cpu0 = _cpu_s(proc.pid)
                 level = asyncio.run(_level(url, clients, args.requests, args.max_tokens))
@@ -199,11 +264,25 @@ def main() -> None:
                 )
                 levels[str(clients)] = level
                 _log(f"{clients:>3} clients: {levels[str(clients)]}")
+                if args.json_schema:
+                    constrained[str(clients)] = asyncio.run(
+                        _level(url, clients, args.requests, args.max_tokens, constrained=True)
+                    )
+                    _log(f"{clients:>3} clients, json_schema: {constrained[str(clients)]}")
             engine_s = statistics.median([before, engine_seconds(ref, args.max_tokens)])
         finally:
             child.stop()
     result = {"levels": levels, "engine_s": round(engine_s, 4)}
     result["goals"] = goals(levels, engine_s)
+    if args.json_schema:
+        ratios = {
+            k: round(constrained[k]["tok_s"] / levels[k]["tok_s"], 3) if levels[k]["tok_s"] else 0.0
+            for k in constrained
+        }
+        result["json_schema"] = constrained
+        result["constrained_tok_s_ratio"] = ratios
+        result["goals"]["constrained_ok"] = min(ratios.values()) >= 0.8
+        result["goals"]["no_failures"] &= all(v["failed"] == 0 for v in constrained.values())
     print(json.dumps(result), flush=True)
 
 

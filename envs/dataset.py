@@ -1,4 +1,5 @@
-"""A dataset file as an environment: `+env=dataset env.path=FILE env.category=sft|preference|...`.
+"""A dataset file as an environment: `+env=dataset env.path=FILE env.category=sft|preference|...`,
+or a registered one by name: `+env=dataset env.dataset=NAME` (`arena datasets add`).
 
 One env for every category, loaded by the same code as `arena validate dataset`
 (`arena_core.data.load_dataset`: JSONL, CSV, parquet, a directory of split files or a Hugging Face
@@ -17,9 +18,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from arena_envs.common import PromptConfig, PromptedTask
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from arena_core.data import load_dataset
+from arena_core.data import DatasetError, load_dataset
+from arena_core.data.registry import dataset_fields
 from arena_core.errors import ConfigError
 from arena_core.tasks import Example
 
@@ -28,11 +30,52 @@ class DatasetEnvConfig(PromptConfig):
     """The `env` section for `env=dataset`."""
 
     name: str = "dataset"
-    path: str = Field(
-        ...,
+    path: str | None = Field(
+        None,
         description="JSONL/CSV/parquet file, a directory of <split>.<ext> files, or a Hugging "
-        "Face dataset saved to disk (save_to_disk / its parquet shards).",
+        "Face dataset saved to disk (save_to_disk / its parquet shards). Required unless "
+        "`dataset` names a registered one.",
     )
+    dataset: str | None = Field(
+        None,
+        description="A dataset registered with `arena datasets add NAME SOURCE --category ...`: "
+        "sets path, category and column_mapping from the registry.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _registered(cls, data: Any) -> Any:
+        """`env.dataset=NAME` -> the registry's path, category and column mapping (the category
+        is the data's own: the registry's wins over the option's default)."""
+        if not isinstance(data, dict):
+            return data
+        if not data.get("dataset"):
+            if not data.get("path"):
+                raise ValueError(
+                    "env.path or env.dataset is required: the data's file or folder "
+                    "(env.path=FILE), or a dataset registered with `arena datasets add` "
+                    "(env.dataset=NAME)"
+                )
+            return data
+        try:
+            found = dataset_fields(str(data["dataset"]))
+        except DatasetError as exc:
+            if data.get("path"):  # resolved already (a sandboxed check, a resume): as resolved
+                return data
+            raise ValueError(str(exc)) from None
+        if data.get("path") and str(data["path"]) != found["source"]:
+            raise ValueError(
+                f"env.dataset={data['dataset']} is {found['source']}, but env.path says "
+                f"{data['path']}: give one of them"
+            )
+        mapping = data.get("column_mapping") or found["column_mapping"]
+        return {
+            **data,
+            "path": found["source"],
+            "category": found["category"],
+            "column_mapping": mapping,
+        }
+
     category: Literal["reasoning", "sft", "preference"] = Field(
         "sft",
         description="reasoning (question, answer) for GRPO/CISPO, sft (prompt, response; or "

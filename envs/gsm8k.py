@@ -15,11 +15,13 @@ import random
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from arena_envs.common import PromptConfig, PromptedTask
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from arena_core.data import load_dataset
+from arena_core.data import DatasetError, load_dataset
+from arena_core.data.registry import dataset_fields
 from arena_core.tasks import Example
 
 
@@ -39,6 +41,34 @@ class Gsm8kConfig(PromptConfig):
     column_mapping: dict[str, str] | None = Field(
         None, description='Your column names: {"question": "...", "answer": "..."}.'
     )
+    dataset: str | None = Field(
+        None,
+        description="A reasoning dataset registered with `arena datasets add` (sets path, or "
+        "hf_id and hf_config for a hub source, and column_mapping).",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _registered(cls, data: Any) -> Any:
+        """`env.dataset=NAME` -> the registry's source and column mapping (reasoning data)."""
+        if not isinstance(data, dict) or not data.get("dataset"):
+            return data
+        try:
+            found = dataset_fields(str(data["dataset"]), category="reasoning")
+        except DatasetError as exc:
+            if data.get("path"):  # resolved already (a sandboxed check, a resume): as resolved
+                return data
+            raise ValueError(str(exc)) from None
+        where = {"path": found["source"]}
+        if not found["local"]:
+            where = {"path": None, "hf_id": found["source"], "hf_config": found["config"]}
+        if data.get("path") and str(data["path"]) != found["source"]:
+            raise ValueError(
+                f"env.dataset={data['dataset']} is {found['source']}, but env.path says "
+                f"{data['path']}: give one of them"
+            )
+        mapping = data.get("column_mapping") or found["column_mapping"]
+        return {**data, **where, "column_mapping": mapping}
 
 
 _CALCULATOR = re.compile(r"<<[^<>]*>>")  # GSM8K's calculator annotations: `48/2 = <<48/2=24>>24`

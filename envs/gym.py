@@ -41,6 +41,11 @@ class GymEnvConfig(BaseModel):
         None, ge=64, description="Memory cap of a sandboxed env process; default sandbox.memory_mb."
     )
     step_timeout_s: float = Field(30.0, gt=0, description="Longest reset/step of a child env.")
+    accept_nondeterministic: bool = Field(
+        False,
+        description="Validation accepts an env whose reset(seed)/step differ under one seed (a "
+        "stateful wrapper such as NormalizeObservation): PASS/WARN instead of WARN/FAIL.",
+    )
 
 
 class PettingZooEnvConfig(GymEnvConfig):

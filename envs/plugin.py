@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from arena_envs.arithmetic import ArithmeticConfig, make_arithmetic
+from arena_envs.awm import AWMConfig, make_awm
 from arena_envs.dataset import DatasetEnvConfig, make_dataset
 from arena_envs.gsm8k import Gsm8kConfig, make_gsm8k
 from arena_envs.gym import GymEnvConfig, PettingZooEnvConfig, make_gym, make_pettingzoo
 from arena_envs.mcp import MCPEnvConfig, make_mcp
+from arena_envs.openenv import OpenEnvConfig, make_openenv
+from arena_envs.reasoning_gym import ReasoningGymConfig, make_reasoning_gym
 from arena_envs.tool_calc import ToolCalcConfig, make_tool_calc
 
 from arena_core import hookimpl
@@ -61,6 +64,29 @@ def register_envs(register: Register) -> None:
         schema=MCPEnvConfig,
         description="Any MCP server's tools (env.command=... stdio or env.url=... HTTP), prompts "
         "from env.path, reward(question, answer, completion, state); multi-turn GRPO/CISPO",
+    )
+    register(
+        "reasoning_gym",
+        make_reasoning_gym,
+        schema=ReasoningGymConfig,
+        description="reasoning-gym tasks by name (env.task=chain_sum env.config.KEY=VALUE, or "
+        "env.tasks={NAME: WEIGHT}), scored by the task's score_answer; needs "
+        "pip install 'arena-rl[reasoning-gym]'",
+    )
+    register(
+        "awm",
+        make_awm,
+        schema=AWMConfig,
+        description="Agent World Model scenarios (env.path=AWM folder; default the shipped "
+        "suite): FastAPI+SQLite apps as MCP tools, verifiers as reward, held-out scenarios",
+    )
+    register(
+        "openenv",
+        make_openenv,
+        schema=OpenEnvConfig,
+        description="Any OpenEnv environment (env.app=module:app served for the run, env.url=... "
+        "or env.environment=module:Class in process): observations in, replies as actions; "
+        "needs pip install 'arena-rl[openenv]'",
     )
 
 

@@ -18,3 +18,9 @@ def register_rewards(register: Register) -> None:
         description="1.0 if the last number in <answer></answer> matches '#### N', "
         "+1.0 for <think></think><answer></answer> format (max 2.0)",
     )
+    register(
+        "reasoning_gym",
+        str(HERE / "reasoning_gym_reward.py"),
+        description="reasoning-gym's score_answer on the last <answer></answer> block "
+        "(correctness = full marks, partial_credit, optional format credit)",
+    )

@@ -60,7 +60,7 @@ class EnvSource:
                 f"env.path={self.target}: a user's environment file runs only in sandboxed "
                 "child processes; this algorithm cannot run it that way yet"
             )
-        return _wrap(_construct(self.target, self.kwargs, self.kind), *self.wrappers())
+        return wrap(_construct(self.target, self.kwargs, self.kind), *self.wrappers())
 
     def thunk(self) -> Any:
         """A picklable no-argument factory for `env.vector=async` children (installed, trusted
@@ -74,19 +74,113 @@ class EnvSource:
 
 
 def _in_process(target: str, kwargs: dict[str, Any], kind: str, wrappers: tuple) -> Any:
-    return _wrap(_construct(target, kwargs, kind), *wrappers)
+    return wrap(_construct(target, kwargs, kind), *wrappers)
 
 
-def _wrap(env: Any, max_episode_steps: int | None, flatten: bool) -> Any:
+def wrap(env: Any, max_episode_steps: int | None, flatten: bool) -> Any:
+    """`env` with the loop's wrappers: FlattenObservation (`env.flatten_observation`), then a
+    TimeLimit (`env.max_episode_steps`); an env that is not a gymnasium.Env as it is."""
     import gymnasium as gym
 
     if not isinstance(env, gym.Env):
-        return env
+        return _flatten_parallel(env) if flatten else env
     if flatten:
+        _check_flattenable(env)
         env = gym.wrappers.FlattenObservation(env)
     if max_episode_steps:
         env = gym.wrappers.TimeLimit(env, max_episode_steps)
     return env
+
+
+def unflattenable_parts(space: Any, where: str = "observation") -> list[str]:
+    """The parts of `space` that FlattenObservation cannot turn into numbers (a MiniGrid
+    `mission` text, a Graph, a Sequence), as `observation['mission'] is a MissionSpace`."""
+    from gymnasium import spaces
+
+    if isinstance(space, spaces.Dict):
+        return [
+            p for k, s in space.spaces.items() for p in unflattenable_parts(s, f"{where}[{k!r}]")
+        ]
+    if isinstance(space, spaces.Tuple):
+        return [
+            p for i, s in enumerate(space.spaces) for p in unflattenable_parts(s, f"{where}[{i}]")
+        ]
+    try:
+        flat = bool(space.is_np_flattenable)
+    except NotImplementedError:  # a custom space (MiniGrid's MissionSpace)
+        flat = False
+    return [] if flat else [f"{where} is a {type(space).__name__}"]
+
+
+UNFLATTENABLE_FIX = (
+    "drop or encode those parts in a factory of your own and give it as "
+    "env.id=my_module:make_env (e.g. gymnasium.wrappers.FilterObservation(env, filter_keys=[...]); "
+    "for MiniGrid, minigrid.wrappers.ImgObsWrapper keeps the image)"
+)
+
+
+def _check_flattenable(env: Any) -> None:
+    """EnvBuildError naming what FlattenObservation cannot flatten, with the fix, instead of
+    Gymnasium's own error from deep inside the wrapper."""
+    bad = unflattenable_parts(env.observation_space)
+    if not bad:
+        return
+    name = env.spec.id if env.spec else type(env.unwrapped).__name__
+    raise EnvBuildError(
+        f"env.flatten_observation=true: the observation space of {name} cannot be flattened "
+        f"into one Box ({'; '.join(bad)}: not numbers). Fix: {UNFLATTENABLE_FIX}"
+    )
+
+
+def _flatten_parallel(env: Any) -> Any:
+    """A PettingZoo parallel env whose agents' observations are flattened into one Box each
+    (`env.flatten_observation=true` for IPPO: rps' Discrete observations become one-hot), as
+    FlattenObservation does for a Gymnasium env; anything else as it is."""
+    try:
+        from pettingzoo import ParallelEnv
+        from pettingzoo.utils.wrappers import BaseParallelWrapper
+    except ImportError:
+        return env
+    if not isinstance(env, ParallelEnv):
+        return env
+    from gymnasium.spaces.utils import flatten, flatten_space
+
+    for agent in env.possible_agents:
+        bad = unflattenable_parts(env.observation_space(agent), f"observation of {agent!r}")
+        if bad:
+            raise EnvBuildError(
+                f"env.flatten_observation=true: {'; '.join(bad)} and cannot be flattened into "
+                f"one Box. Fix: {UNFLATTENABLE_FIX}"
+            )
+
+    class FlattenParallelObservation(BaseParallelWrapper):
+        def observation_space(self, agent: Any) -> Any:
+            return flatten_space(self.env.observation_space(agent))
+
+        def _flat(self, observations: dict) -> dict:
+            return {a: flatten(self.env.observation_space(a), o) for a, o in observations.items()}
+
+        def reset(self, seed: int | None = None, options: dict | None = None) -> Any:
+            observations, infos = self.env.reset(seed=seed, options=options)
+            return self._flat(observations), infos
+
+        def step(self, actions: dict) -> Any:
+            observations, *rest = self.env.step(actions)
+            return (self._flat(observations), *rest)
+
+    return FlattenParallelObservation(env)
+
+
+def gym_module_id(target: str) -> bool:
+    """Whether `target` is Gymnasium's `module:EnvId` form (`minigrid:MiniGrid-Empty-5x5-v0`:
+    gym.make imports the module, which registers the id), not `package.module:Class`."""
+    where, _, attr = target.rpartition(":")
+    return (
+        bool(where)
+        and not where.endswith(".py")
+        and os.sep not in where
+        and (not attr.isidentifier())
+    )
 
 
 def _construct(target: str, kwargs: dict[str, Any], kind: str) -> Any:
@@ -95,6 +189,13 @@ def _construct(target: str, kwargs: dict[str, Any], kind: str) -> Any:
     Gymnasium ids are looked up before the plugins load: an async child building CartPole
     should not pay for importing every installed plugin.
     """
+    if gym_module_id(target):
+        import gymnasium as gym
+
+        try:
+            return gym.make(target, disable_env_checker=True, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - an unknown id, a missing module or extra
+            raise EnvBuildError(f"env.id={target}: gymnasium.make failed: {exc}") from None
     if ":" in target:
         module, _, attr = target.partition(":")
         try:
@@ -180,7 +281,7 @@ def load_file_env(target: str, kwargs: dict[str, Any], wrappers: tuple) -> Any:
     cls = getattr(module, attr, None)
     if cls is None:
         raise EnvBuildError(f"env.path: {path} has no attribute {attr!r}")
-    return _wrap(cls(**kwargs), *wrappers)
+    return wrap(cls(**kwargs), *wrappers)
 
 
 def source_from_config(env: dict[str, Any], memory_mb: int = 4096) -> EnvSource:

@@ -44,12 +44,22 @@ class UnsupportedSpaceError(ArenaError):
     """An observation or action space the classic-RL networks cannot handle."""
 
 
-def unsupported_message(env: str, which: str, kind: str, text: str, extra: str = "") -> str:
-    """What is wrong and the fix, for a space of class `kind` shown as `text`."""
+def unsupported_message(
+    env: str, which: str, kind: str, text: str, extra: str = "", space: Any = None
+) -> str:
+    """What is wrong and the fix, for a space of class `kind` shown as `text`. Flattening is
+    suggested only when it works: `space` with parts that cannot be flattened gets the fix for
+    those parts instead."""
     fixes = _OBS_FIXES if which == "observation_space" else _ACTION_FIXES
     fix = fixes.get(
         kind, "use a Box observation space and a Discrete, MultiDiscrete or Box action space"
     )
+    if space is not None and fix == _FLATTEN:
+        from arena_core.classic.envs import UNFLATTENABLE_FIX, unflattenable_parts
+
+        bad = unflattenable_parts(space)
+        if bad:
+            fix = f"{'; '.join(bad)}, which cannot be flattened into numbers: {UNFLATTENABLE_FIX}"
     return (
         f"environment {env}: {which} {text} ({kind}) is not supported by PPO{extra}. "
         f"Supported: Box observations (vectors or images) and Discrete, MultiDiscrete or Box "
@@ -61,7 +71,7 @@ def _unsupported(
     env: str, which: str, space: spaces.Space, extra: str = ""
 ) -> UnsupportedSpaceError:
     return UnsupportedSpaceError(
-        unsupported_message(env, which, type(space).__name__, str(space), extra)
+        unsupported_message(env, which, type(space).__name__, str(space), extra, space)
     )
 
 

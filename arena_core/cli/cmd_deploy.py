@@ -1,4 +1,5 @@
-"""`arena deploy RUN[:STEP|best]`: an OpenAI-compatible server for Arena checkpoints."""
+"""`arena deploy MODEL|RUN[:STEP|best]`: an OpenAI-compatible server for Arena checkpoints and
+models by name."""
 
 from __future__ import annotations
 
@@ -8,6 +9,11 @@ from arena_core.cli.options import METRIC_HELP, add_runs_option, add_threads_opt
 from arena_core.serve.protocol import Limits
 
 EPILOG = """examples:
+  arena deploy smollm2-135m-instruct                      a model by name (`arena models list`)
+  arena deploy tiny                                       the embedded tiny model
+  arena deploy ./my-model                                 a Hugging Face dir, an exported adapter
+  arena deploy SmolLM2.Q4_1.gguf                          a GGUF file (converted once, cached)
+  arena deploy --model base=smollm2-135m-instruct --model tuned=RUN:best   mixed
   arena deploy quickstart:best                            a run_name, a run id or a run directory
   arena deploy quickstart-20250101-120000:best            one of several runs of that name
   arena deploy RUN --port 8001 --api-key secret
@@ -17,29 +23,47 @@ EPILOG = """examples:
   arena deploy RUN --threads 2                             two torch threads (a quiet machine)
 
 then, with the openai client:
-  OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="secret")"""
+  OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="secret")
+
+request fields (chat): model, messages (roles system/developer/user/assistant/tool; text
+content; assistant tool_calls; tool_call_id), max_tokens, max_completion_tokens, temperature,
+top_p, n, stop, seed, stream, stream_options.include_usage, logprobs, top_logprobs (<= 20),
+tools, tool_choice (none/auto/required/named), response_format (text/json_object/json_schema);
+completions: model, prompt (text, list of texts, token ids, list of token id lists), max_tokens,
+temperature, top_p, n, stop, seed, stream, stream_options, logprobs (<= 20), echo (false only);
+vLLM's extensions (extra_body): top_k, ignore_eos, return_token_ids. Any other field is a 400
+naming it (docs/serving.md)."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     lim = Limits()
     p = subparsers.add_parser(
         "deploy",
-        help="serve checkpoints with an OpenAI-compatible API",
-        description="Serve one or more checkpoints at /v1/models, /v1/chat/completions and "
-        "/v1/completions (streaming, n, stop, seed, usage), /health. Concurrent requests share "
+        help="serve checkpoints or models with an OpenAI-compatible API",
+        description="Serve run checkpoints or models (by name, directory, GGUF file or exported "
+        "adapter) at /v1/models, /v1/chat/completions and /v1/completions (streaming, n, stop, "
+        "seed, usage, logprobs, token ids, tools, structured output), /health. Concurrent requests share "
         "decode steps (continuous batching on the torch engine). A PPO/IPPO checkpoint answers "
         "POST /v1/act (observation in, action out) instead. Binds 127.0.0.1 unless --host says "
         "otherwise; any other address requires an API key.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("ref", metavar="RUN[:STEP|best]", nargs="?", help="the checkpoint to serve")
+    p.add_argument(
+        "ref",
+        metavar="MODEL|RUN[:STEP|best]",
+        nargs="?",
+        help="what to serve: a run checkpoint, or a model: a name from `arena models list` "
+        "(smollm2-135m-instruct; tiny), a Hugging Face directory, a .gguf file or an exported "
+        "adapter directory",
+    )
     p.add_argument(
         "--model",
         action="append",
         default=[],
-        metavar="NAME=RUN[:STEP]",
-        help="serve another checkpoint under NAME (repeatable; LoRA members share their base)",
+        metavar="NAME=MODEL|RUN[:STEP]",
+        help="serve another checkpoint or model under NAME (repeatable; LoRA adapters share "
+        "their base)",
     )
     add_runs_option(p)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s)")
@@ -107,7 +131,10 @@ def run(args: argparse.Namespace) -> int:
         )
     refs = ([args.ref] if args.ref else []) + list(args.model)
     if not refs:
-        raise ArenaError("name a checkpoint to serve: `arena deploy RUN:best` or --model NAME=RUN")
+        raise ArenaError(
+            "name what to serve: `arena deploy RUN:best`, `arena deploy smollm2-135m-instruct` "
+            "or --model NAME=RUN"
+        )
     options = ServeOptions(
         host=args.host,
         port=args.port,

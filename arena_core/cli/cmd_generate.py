@@ -1,6 +1,8 @@
-"""`arena generate` and `arena chat`: ask a checkpoint, in this process or through a deploy.
+"""`arena generate` and `arena chat`: ask a checkpoint or a model, in this process or through a
+deploy.
 
-Without `--url` the checkpoint is loaded here (the same engine a server runs); with `--url` the
+Without `--url` the checkpoint (or a model by name, directory or file, as `arena deploy` takes
+one) is loaded here (the same engine a server runs); with `--url` the
 request goes to a running `arena deploy` (or any OpenAI-compatible server).
 """
 
@@ -15,7 +17,13 @@ from arena_core.cli.options import add_runs_option, add_threads_option
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("ref", metavar="RUN[:STEP|best]", nargs="?", help="checkpoint (without --url)")
+    p.add_argument(
+        "ref",
+        metavar="MODEL|RUN[:STEP|best]",
+        nargs="?",
+        help="a checkpoint, or a model as `arena deploy` takes one (smollm2-135m-instruct, tiny, "
+        "a directory, a .gguf file); without --url",
+    )
     add_runs_option(p)
     p.add_argument(
         "--url", help="a running server, e.g. http://127.0.0.1:8000 (then RUN is optional)"
@@ -69,7 +77,10 @@ def _client(args: argparse.Namespace) -> Any:
         key = args.api_key or os.environ.get("ARENA_API_KEY")
         return HttpClient(args.url, api_key=key, model=args.model)
     if not args.ref:
-        raise ArenaError("name a checkpoint (RUN, RUN:STEP or RUN:best) or a server with --url")
+        raise ArenaError(
+            "name a checkpoint (RUN, RUN:STEP or RUN:best), a model (e.g. tiny) or a server "
+            "with --url"
+        )
     from transformers.utils import logging as hf_logging
 
     from arena_core.serve.client import LocalClient

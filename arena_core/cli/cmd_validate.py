@@ -24,6 +24,7 @@ EPILOG = """examples:
   arena validate env CartPole-v1 --rollouts 5
   arena validate env my_envs.py:GridWorld
   arena validate env --mcp-command "python my_server.py"
+  arena validate env --mcp-command "python my_server.py {state_dir}" --episode-state fresh --call-tools all
   arena validate env --mcp-url http://127.0.0.1:8000/mcp
   arena validate env mcp env.command="python my_server.py" env.reward=my_reward.py
   arena validate dataset data/train.jsonl --category reasoning
@@ -108,7 +109,13 @@ def _add_env_parser(sub: Any) -> None:
     )
     env.add_argument("--rollouts", type=int, default=0, help="random episodes to run and time")
     env.add_argument("--seed", type=int, default=0)
-    env.add_argument("--timeout", type=float, default=10.0, help="seconds per operation")
+    env.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds per operation (default 10); per MCP tool call (default 30 for "
+        "--mcp-command/--mcp-url, the env's tool_timeout_s for an MCP env)",
+    )
     env.add_argument("--mcp-command", help='an MCP server over stdio: "python my_server.py"')
     env.add_argument("--mcp-url", help="an MCP server over streamable HTTP: http://host:port/mcp")
     env.add_argument(
@@ -117,6 +124,15 @@ def _add_env_parser(sub: Any) -> None:
         default="auto",
         help="how the MCP episode check isolates state (as env.episode_state; default auto: "
         "reset when the server lists a `reset` tool, else shared)",
+    )
+    env.add_argument(
+        "--call-tools",
+        choices=["read_only", "all", "none"],
+        default=None,
+        help="which MCP tools to call with generated arguments: read_only (default: only tools "
+        "annotated readOnlyHint: true; the others, destructive or unannotated, are listed and "
+        "their schemas checked), all (every tool, listed before the calls; with --episode-state "
+        "fresh or reset they run against the check's own state directory), none",
     )
     env.add_argument("--start-timeout", type=float, default=30.0, help="MCP server start (s)")
     env.add_argument(
@@ -166,7 +182,7 @@ def report_for(args: argparse.Namespace) -> Any:
             policy=SandboxPolicy.from_config(sandbox),
         )
     if args.what == "env" and (args.mcp_command or args.mcp_url):
-        from arena_core.validate.mcp import validate_mcp
+        from arena_core.validate.mcp import DEFAULT_VALIDATE_TIMEOUT_S, validate_mcp
 
         if args.mcp_command and args.mcp_url:
             raise ArenaError("give --mcp-command or --mcp-url, not both")
@@ -174,10 +190,11 @@ def report_for(args: argparse.Namespace) -> Any:
             command=args.mcp_command,
             url=args.mcp_url,
             episode_state=args.episode_state,
-            timeout_s=args.timeout,
+            timeout_s=DEFAULT_VALIDATE_TIMEOUT_S if args.timeout is None else args.timeout,
             start_timeout_s=args.start_timeout,
             seed=args.seed,
             isolate=args.isolate_server,
+            call_tools=args.call_tools or "read_only",
         )
     if args.what == "env" and not args.target:
         raise ArenaError(
@@ -194,6 +211,7 @@ def report_for(args: argparse.Namespace) -> Any:
             seed=args.seed,
             timeout_s=args.timeout,
             policy=sandbox_policy(list(args.overrides)),
+            call_tools=args.call_tools,
         )
     if args.what == "dataset":
         from arena_core.validate.dataset import validate_dataset

@@ -39,7 +39,7 @@ POPULATION = "population"
 def launch(cfg: dict[str, Any], *, check: bool = True) -> Path | None:
     """Check and train as `cfg` (resolved and validated) says; returns the run directory, or
     None after a dry run (`dry_run=true`), which starts nothing."""
-    from arena_core.cli.preflight import preflight
+    from arena_core.cli.preflight import MODEL_RECIPES, preflight, warn_forecast
     from arena_core.interrupts import sigterm_interrupts
     from arena_core.offline.data import check_data_category
 
@@ -49,7 +49,8 @@ def launch(cfg: dict[str, Any], *, check: bool = True) -> Path | None:
     if cfg.get("dry_run"):
         dry_run(inputs, name, recipe)
         return None
-    report = preflight(cfg) if check and recipe.shared_preflight else None
+    model = name in MODEL_RECIPES or recipe.planned
+    report = preflight(cfg, model=model) if check and recipe.shared_preflight else None
     plan = None
     if recipe.planned:
         from arena_core.cli.plan_summary import run_plan
@@ -57,6 +58,7 @@ def launch(cfg: dict[str, Any], *, check: bool = True) -> Path | None:
         found = run_plan(cfg)
         if found is not None:
             print(found.summary_line(), flush=True)
+            warn_forecast(cfg, report, found)  # the whole run's time; a warning when too long
             plan = found.to_dict()
     validation = report.to_dict() if report is not None else None
     with sigterm_interrupts():
@@ -108,19 +110,28 @@ def dry_run(inputs: RunInputs, name: str, recipe: Recipe) -> None:
     Config and plan come first so that a failing check (a dataset the hub cannot serve offline)
     never hides them; a failing check still fails the dry run, with the run's exit code."""
     from arena_core.cli.plan_summary import print_plan_summary
-    from arena_core.cli.preflight import preflight
+    from arena_core.cli.preflight import MODEL_RECIPES, preflight
     from arena_core.errors import ArenaError
+    from arena_core.runtime.threads import run_threads
 
     cfg = inputs.cfg
     print_config(cfg)
+    found = None
     if not recipe.planned:  # classic RL, SFT/DPO, a plugin's loop: the CPU plan of its config
-        threads = (cfg.get("algo") or {}).get("threads", 1)
+        # the count the run will set: runtime.threads, else the algorithm's own, else the default
+        algo_threads = (cfg.get("algo") or {}).get("threads")
+        threads = run_threads((cfg.get("runtime") or {}).get("threads"), algo_threads)
         print(f"# plan: CPU, torch threads {threads}; recipe {name}")
-    elif print_plan_summary(cfg) is None:
+    elif (found := print_plan_summary(cfg)) is None:
         print("# plan: unavailable (the reason is on stderr)")
     sys.stdout.flush()
+    model = name in MODEL_RECIPES or recipe.planned
     try:
-        report = preflight(cfg, prefix="# ") if recipe.shared_preflight else None
+        report = (
+            preflight(cfg, prefix="# ", model=model, plan=found)
+            if recipe.shared_preflight
+            else None
+        )
         line = recipe.check(inputs)  # e.g. PPO: the env builds and its spaces fit the network
     except ArenaError as exc:
         found = getattr(exc, "report", None)

@@ -23,6 +23,8 @@ SUBCOMMANDS = (
     "dashboard",
     "manifest",
     "models",
+    "datasets",
+    "tinker",
 )
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import itertools
+import os
 import statistics
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +81,115 @@ def run_plan(cfg: dict[str, Any]) -> Any | None:
 
 
 def print_plan_summary(cfg: dict[str, Any]) -> Any | None:
+    """A dry run's plan and forecast lines (`# ` keeps the output YAML)."""
     result = run_plan(cfg)
     if result is not None:
         print(f"# {result.summary_line()}")
+        found = forecast(cfg, result)
+        if found is not None and found.steps:
+            print(f"# {found.line()}")
     return result
+
+
+FORECAST_ENV = "ARENA_FORECAST_WARN_HOURS"  # past this many hours the pre-flight warns
+FORECAST_WARN_HOURS = 2.0
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """The whole run's predicted time: `steps` x `step_s` plus `evals` x `eval_s`.
+
+    An evaluation is priced as the plan's generation of a step, scaled by its completions
+    (`eval.num_prompts` greedy ones against `prompts_per_step` x `group_size`) and their length:
+    decode is what an evaluation does, and on a CPU its cost grows about linearly with both."""
+
+    steps: int
+    step_s: float
+    evals: int
+    eval_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.steps * self.step_s + self.evals * self.eval_s
+
+    def line(self) -> str:
+        return (
+            f"forecast: ~{duration(self.total_s)} in all ({self.steps} steps x ~{self.step_s:.1f} s"
+            f" + {self.evals} evaluations x ~{self.eval_s:.1f} s)"
+        )
+
+
+def duration(seconds: float) -> str:
+    """`1h05m`, `12m30s` or `42s`: a forecast reads in the unit a person plans with."""
+    s = int(round(seconds))
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+def forecast(cfg: dict[str, Any], result: Any) -> Forecast | None:
+    """The run's predicted total time from the plan `result`, or None without one."""
+    prediction = getattr(result, "prediction", None)
+    if prediction is None:
+        return None
+    train, gen = cfg.get("train") or {}, cfg.get("generation") or {}
+    ev, algo = cfg.get("eval") or {}, cfg.get("algo") or {}
+    steps = int(train.get("max_steps") or 0)
+    every = int(ev.get("every") or 0)
+    evals = 2 + (max(0, (steps - 1) // every) if every > 0 else 0)  # start, every N, end
+    completions = max(1, int(train.get("prompts_per_step") or 1) * int(algo.get("group_size") or 1))
+    gen_tokens = max(1, int(gen.get("max_new_tokens") or 1))
+    eval_tokens = int(ev.get("max_new_tokens") or gen_tokens)
+    share = int(ev.get("num_prompts") or 0) / completions * eval_tokens / gen_tokens
+    return Forecast(steps, float(prediction.total_s), evals, float(prediction.generate_s) * share)
+
+
+def forecast_limit_s() -> float:
+    """The forecast past which the pre-flight warns ($ARENA_FORECAST_WARN_HOURS, default 2)."""
+    try:
+        return float(os.environ.get(FORECAST_ENV, FORECAST_WARN_HOURS)) * 3600
+    except ValueError:
+        return FORECAST_WARN_HOURS * 3600
+
+
+def forecast_fixes(cfg: dict[str, Any], found: Forecast, limit_s: float) -> list[str]:
+    """What would bring the run under `limit_s`, each as the override that does it."""
+    fixes = []
+    per_step = found.step_s + found.evals * found.eval_s / max(1, found.steps)
+    fit = int(max(0.0, limit_s - 2 * found.eval_s) // max(per_step, 1e-9))
+    if 0 < fit < found.steps:
+        fixes.append(f"fewer steps: train.max_steps={fit}")
+    model = cfg.get("model") or {}
+    if int((model.get("lora") or {}).get("r") or 0) == 0 and not str(
+        model.get("name_or_path", "")
+    ).startswith("arena:"):
+        fixes.append("LoRA (trains a small adapter): model.lora.r=16")
+    tokens = int((cfg.get("generation") or {}).get("max_new_tokens") or 0)
+    if tokens > 64:
+        fixes.append(f"shorter completions: generation.max_new_tokens={tokens // 2}")
+    num = int((cfg.get("eval") or {}).get("num_prompts") or 0)
+    if found.evals * found.eval_s > 0.25 * found.total_s and num > 16:
+        fixes.append(f"fewer held-out prompts: eval.num_prompts={max(16, num // 4)}")
+    name = str(model.get("name_or_path", ""))
+    if name != "smollm2-135m-instruct" and not name.startswith("arena:"):
+        fixes.append("a smaller model: model=smollm2-135m-instruct (or the embedded model=tiny)")
+    elif name == "smollm2-135m-instruct":
+        fixes.append("a smaller model: model=tiny (the embedded 3M-parameter one)")
+    return fixes
+
+
+def forecast_check(cfg: dict[str, Any], result: Any) -> tuple[str, str] | None:
+    """(status, detail) of the pre-flight's forecast check: WARN past the limit, naming what
+    would make the run fit; PASS with the forecast otherwise; None without a plan."""
+    found = forecast(cfg, result)
+    if found is None or found.steps == 0:
+        return None
+    limit = forecast_limit_s()
+    if found.total_s <= limit:
+        return "PASS", found.line()
+    fixes = forecast_fixes(cfg, found, limit)
+    return "WARN", (
+        f"{found.line()}: longer than {duration(limit)} on this machine. To fit: "
+        + "; ".join(fixes)
+        + f" ({FORECAST_ENV}=HOURS moves this limit)"
+    )

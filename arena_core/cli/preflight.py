@@ -1,24 +1,83 @@
-"""Checks that run before any model loads: the sandbox, the reward, the environment, the dataset.
+"""Checks that run before any model loads: the sandbox, the reward, the environment, the dataset,
+that the model can be had, and (once the plan is known) the forecast of the whole run.
 
 They reuse `arena validate`'s validators, so a run stops with the same report a user would get
-from `arena validate`, before spending compute.
+from `arena validate`, before spending compute. The model check is cheap on purpose (a directory
+exists, a cache holds it, the hub or the package index answers): loading weights is the run's
+job, but a model the run cannot load must stop it here, not after the plan half a minute later.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from arena_core.validate.preflight import validate_before_run
-from arena_core.validate.report import PASS, Report
+from arena_core.validate.preflight import ValidationFailed, preflight_report
+from arena_core.validate.report import FAIL, PASS, WARN, Report
+
+# recipes that load `model.name_or_path` (the others train the algorithm's own network)
+MODEL_RECIPES = frozenset({"llm", "population", "offline"})
 
 
-def preflight(cfg: dict[str, Any], *, prefix: str = "") -> Report:
+def preflight(
+    cfg: dict[str, Any], *, prefix: str = "", model: bool = False, plan: Any = None
+) -> Report:
     """Raise ValidationFailed (exit 1) when a check FAILs; WARN lines are printed (a limited
     sandbox among them, naming the protections not in force). On a clean pass the run still says,
     in one line, the isolation its user code runs under (after `prefix`: "# " keeps a dry run's
-    output YAML). Returns the report, which the run keeps as `validation.json` in its directory."""
-    report = validate_before_run(cfg)
+    output YAML). `model`: also check that the model can be loaded; `plan`: the planner's result,
+    whose forecast warns past the limit. Returns the report, which the run keeps as
+    `validation.json` in its directory."""
+    report = preflight_report(cfg)
+    if model:
+        model_check(cfg, report)
+    if plan is not None:
+        forecast_check(cfg, report, plan)
+    if report.verdict != PASS:
+        from rich.console import Console
+
+        Console(stderr=True).print(report)
+    if report.verdict == FAIL:
+        raise ValidationFailed(report)
     check = report.check("sandbox.isolation")
     if report.verdict == PASS and check is not None:
         print(f"{prefix}{check.detail}", flush=True)
     return report
+
+
+def model_check(cfg: dict[str, Any], report: Report) -> None:
+    """`model.available`: the model named by `model.name_or_path` can be loaded here (a run that
+    starts from another run's checkpoint, `model.init_from`, is checked by its own resolver)."""
+    from arena_core.models.cache import model_availability
+
+    model = cfg.get("model") or {}
+    if model.get("init_from"):
+        return
+    ok, detail = model_availability(str(model.get("name_or_path") or ""))
+    report.add("model.available", PASS if ok else FAIL, detail)
+
+
+def forecast_check(cfg: dict[str, Any], report: Report, plan: Any) -> None:
+    """`run.forecast`: the whole run's predicted time; WARN past the limit, naming what would
+    make the run fit (`arena_core.cli.plan_summary.forecast_check`)."""
+    from arena_core.cli.plan_summary import forecast_check as judge
+
+    found = judge(cfg, plan)
+    if found is not None:
+        report.add("run.forecast", *found)
+
+
+def warn_forecast(cfg: dict[str, Any], report: Report | None, plan: Any) -> None:
+    """After a run's plan: its forecast line, and the pre-flight's warning when it is too long
+    (added to `report`, so validation.json keeps it)."""
+    from arena_core.cli.plan_summary import forecast
+    from arena_core.cli.plan_summary import forecast_check as judge
+
+    found = forecast(cfg, plan)
+    if found is None or not found.steps:
+        return
+    print(found.line(), flush=True)
+    status, detail = judge(cfg, plan) or (PASS, "")
+    if report is not None:
+        report.add("run.forecast", status, detail)
+    if status == WARN:
+        print(f"pre-flight: WARN {detail}", flush=True)

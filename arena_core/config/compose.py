@@ -1,15 +1,22 @@
-"""Hydra composition of `conf/` plus the plugins' config directories.
+"""Hydra composition of `conf/` plus the plugins' and the user's config directories.
 
-We use Hydra's compose API rather than `@hydra.main` so that every composition problem becomes one
-ConfigError with a fix, Hydra does not change the working directory, and the same function serves
-`arena-run`, `arena plan`, `arena validate config` and the SDK.
+One `Hydra` object, built here, serves every front end: `arena-run` runs it as a Hydra
+application (`--cfg`, `--info`, `--help`, `-m` and the launchers: `arena_core.cli.run`), and
+`compose_config` composes with it for `arena plan`, `arena validate config` and the SDK. Its
+search path is Hydra's own (`hydra.conf`, then `arena_conf`, then `--config-dir`), plus each
+plugin's config directory, plus `hydra.searchpath=[...]` from the overrides, so a user folder can
+add experiments and group options everywhere. What Hydra reports as an exception becomes one
+ConfigError (exit 2) together with every problem found before and after composing.
 """
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from arena_core.config.evolution import override_problems
 from arena_core.config.resume import resolve_resume
@@ -18,16 +25,80 @@ from arena_core.config.searchpath import (
     ConfigOption,
     collect_options,
 )
-from arena_core.config.validate import validate_config
+from arena_core.config.validate import deleted_key_problems, validate_config
 from arena_core.errors import ConfigError, did_you_mean
 from arena_core.plugins import PluginSet, get_plugins
 
+if TYPE_CHECKING:
+    from hydra._internal.hydra import Hydra
+    from omegaconf import DictConfig
+
+CONFIG_NAME = "config"  # the primary config (conf/config.yaml); --config-name picks another
+HYDRA_VERSION_BASE = "1.3"  # Hydra 1.3's defaults: no working-directory change
 # `hardware=h100-80` and `backend=vllm` read naturally but are plain sections, not Hydra groups.
 SHORTHAND_SECTIONS = ("hardware", "backend")
 # Groups that are not in the root defaults list: `algo=grpo` is accepted as `+algo=grpo`.
 APPENDED_GROUPS = ("algo", "env", "experiment")
+# Hydra 1.3.8 cannot delete a key whose value is null (`~algo.target_kl`: "does not exist"; Hydra
+# issue 2829, fixed upstream after 1.3.8 by pull request 3240). Setting the key to this marker first makes the
+# delete Hydra's own; a key that is not there still fails, and the message is put back.
+DELETE_MARK = "__arena_delete__"
 
 _OVERRIDE = re.compile(r"^(?P<prefix>\+\+|\+|~)?(?P<key>[A-Za-z_][\w./@-]*)(?:=(?P<value>.*))?$")
+
+
+@dataclass
+class Overrides:
+    """The user's overrides made ready for Hydra, and what was wrong with them.
+
+    `hydra` is what Hydra applies; `problems` are reported with composition's and validation's
+    in one ConfigError; `deleted` are the plain keys removed with `~key` (checked against the
+    schema after composing).
+    """
+
+    hydra: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+
+
+def is_hydra_key(key: str) -> bool:
+    """`hydra.*` settings and `hydra/*` groups: Hydra's own, passed to it untouched."""
+    return key == "hydra" or key.startswith(("hydra.", "hydra/"))
+
+
+def user_searchpath(overrides: Sequence[str]) -> list[str]:
+    """The entries of a `hydra.searchpath=[...]` override (Hydra's grammar), else none."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    for text in overrides:
+        if not re.match(r"^(\+\+|\+)?hydra\.searchpath=", text):
+            continue
+        try:
+            value = OverridesParser.create().parse_override(text).value()
+        except HydraException as exc:
+            raise ConfigError(
+                [f"{text}: {hydra_message(exc)}"], header="Invalid overrides"
+            ) from None
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(
+                f"{text}: hydra.searchpath is a list of folders, e.g. "
+                "hydra.searchpath=[file:///abs/dir,pkg://my_pkg.conf]"
+            )
+        return list(value)
+    return []
+
+
+def config_options(
+    plugins: PluginSet, config_dir: str | None = None, user_dirs: Sequence[str] = ()
+) -> dict[str, ConfigOption]:
+    """Every group option of the core, the plugins and the user's folders (`--config-dir`,
+    `hydra.searchpath`); the same option offered twice is a ConfigError naming both files."""
+    entries = list(plugins.config_searchpaths())
+    if config_dir:
+        entries.append(("--config-dir", f"file://{os.path.abspath(config_dir)}"))
+    entries += [("hydra.searchpath", entry) for entry in user_dirs]
+    return collect_options(entries)
 
 
 def preset_groups(overrides: list[str], options: dict[str, ConfigOption]) -> set[str]:
@@ -43,58 +114,93 @@ def preset_groups(overrides: list[str], options: dict[str, ConfigOption]) -> set
         match = _OVERRIDE.match(text)
         if match is None or match["key"] != "experiment" or not match["value"]:
             continue
-        option = options.get(f"experiment/{match['value']}")
-        if option is None:
-            continue
-        with open(option.path, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle) or {}
-        for entry in data.get("defaults") or []:
-            if isinstance(entry, dict):
-                for key in entry:
-                    groups.add(str(key).removeprefix("override").strip().lstrip("/"))
+        for name in match["value"].split(","):  # every preset of a sweep
+            option = options.get(f"experiment/{name.strip()}")
+            if option is None:
+                continue
+            with open(option.path, encoding="utf-8") as handle:
+                data = yaml.safe_load(handle) or {}
+            for entry in data.get("defaults") or []:
+                if isinstance(entry, dict):
+                    for key in entry:
+                        groups.add(str(key).removeprefix("override").strip().lstrip("/"))
     return groups
 
 
-def _normalise(
-    overrides: list[str], options: dict[str, ConfigOption]
-) -> tuple[list[str], list[str]]:
-    """Rewrite shorthands and check group choices before Hydra sees them.
+def _group_choices(text: str) -> list[str] | None:
+    """The options a group override names: one, or each value of a sweep (`a,b`,
+    `choice(a,b)`); None when they cannot be listed (a glob, a list, null)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ValueType
+    from hydra.errors import HydraException
 
-    Returns the overrides Hydra can apply and the problems found; a bad group choice is dropped
-    so that composition can go on and every other problem is reported in the same message.
+    try:
+        parsed = OverridesParser.create().parse_override(text)
+    except HydraException:
+        return None
+    if parsed.value_type == ValueType.ELEMENT:
+        value = parsed.value()
+        return [value] if isinstance(value, str) else None
+    if parsed.value_type in (ValueType.CHOICE_SWEEP, ValueType.SIMPLE_CHOICE_SWEEP):
+        return list(parsed.sweep_string_iterator())
+    return None
+
+
+def normalise_overrides(overrides: Sequence[str], options: dict[str, ConfigOption]) -> Overrides:
+    """Rewrite Arena's shorthands and check group choices before Hydra sees them.
+
+    A bad group choice is dropped (and reported) so that composition can go on and every other
+    problem is reported in the same message. Sweeps (`a,b`, `range(1,3)`, `choice(a,b)`) pass
+    through for Hydra's sweeper, their group options checked one by one.
     """
     groups = {opt.group for opt in options.values()}
-    from_preset = preset_groups(overrides, options)
-    out: list[str] = []
-    problems: list[str] = []
+    from_preset = preset_groups(list(overrides), options)
+    result = Overrides()
     for text in overrides:
         match = _OVERRIDE.match(text)
         if match is None:
-            problems.append(f"{text!r}: not an override; write key=value, +group=option or ~key")
+            result.problems.append(
+                f"{text!r}: not an override; write key=value, +group=option or ~key"
+            )
             continue
         prefix, key, value = match["prefix"] or "", match["key"], match["value"]
+        if is_hydra_key(key):
+            result.hydra.append(text)
+            continue
         if value is None:
             if prefix != "~":
-                problems.append(f"{text!r}: missing '=value' (for example {key}=...)")
-            out.append(text)
+                result.problems.append(f"{text!r}: missing '=value' (for example {key}=...)")
+            elif key in groups:
+                result.hydra.append(text)
+                result.deleted.append(key)
+            else:
+                result.hydra += [f"{key}={DELETE_MARK}", text]
+                result.deleted.append(key)
+            continue
+        if prefix == "~":  # `~key=value`: Hydra deletes only when the value matches
+            result.hydra.append(text)
+            result.deleted.append(key)
             continue
         if key in SHORTHAND_SECTIONS and key not in groups:
-            out.append(f"{key}.name={value}")
+            result.hydra.append(f"{key}.name={value}")
             continue
-        if (key in groups or key in APPENDED_GROUPS) and prefix != "~":
+        if key in groups or key in APPENDED_GROUPS:
             choices = sorted(o.option for o in options.values() if o.group == key)
             if key in APPENDED_GROUPS and value in ("null", "None", ""):
-                problems.append(
+                result.problems.append(
                     f"{text}: a run needs an {key}; choose one with {key}=NAME (options: "
                     f"{', '.join(choices) or 'none'})"
                 )
                 continue
-            if value not in choices and not value.startswith(("[", "null")):
+            unknown = [c for c in _group_choices(f"{key}={value}") or [] if c not in choices]
+            if unknown:
                 available = ", ".join(choices) if choices else "none (is the plugin installed?)"
-                problems.append(
-                    f"{key}={value}: unknown {key} option '{value}'{did_you_mean(value, choices)}"
-                    f" Available: {available}."
-                )
+                result.problems += [
+                    f"{key}={value}: unknown {key} option '{name}'{did_you_mean(name, choices)}"
+                    f" Available: {available} (a folder of your own adds options: "
+                    f"--config-dir DIR or hydra.searchpath=[file://DIR])."
+                    for name in unknown
+                ]
                 continue
             if key in from_preset and prefix in ("", "+"):
                 prefix = ""  # replaces the preset's choice
@@ -104,63 +210,151 @@ def _normalise(
             # `++` adds a missing key instead of failing in Hydra, so a typo reaches validation,
             # which reports it with the closest valid name together with every other problem.
             prefix = "++"
-        out.append(f"{prefix}{key}={value}")
-    return out, problems
+        result.hydra.append(f"{prefix}{key}={value}")
+    return result
 
 
-def _hydra_message(exc: Exception) -> str:
-    text = str(exc).strip().splitlines()
-    return " ".join(line.strip() for line in text if line.strip())
+def hydra_message(exc: BaseException) -> str:
+    """Hydra's message on one line (the marker of the null-delete workaround translated)."""
+    text = " ".join(line.strip() for line in str(exc).strip().splitlines() if line.strip())
+    text = text.replace("'++", "'")  # the `++` Arena adds to plain keys is not the user's
+    if DELETE_MARK in text:  # the marker's own failure is the delete's: the key is not there
+        missing = re.search(r"override '([^']+)'", text)
+        key = missing[1] if missing else "the key"
+        return f"Could not delete from config: '{key}' does not exist."
+    return text
 
 
-def _compose(overrides: list[str], plugins: PluginSet) -> tuple[dict[str, Any], list[str]]:
-    from hydra import compose, initialize_config_module
-    from hydra.core.global_hydra import GlobalHydra
+def hydra_errors() -> tuple[type[BaseException], ...]:
+    """What Hydra and OmegaConf raise for a config they cannot compose."""
     from hydra.errors import HydraException
-    from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    entries = plugins.config_searchpaths()
-    options = collect_options(entries)
-    normalised, problems = _normalise(list(overrides), options)
-    searchpath = "[" + ",".join(e for _, e in entries) + "]"
+    return (HydraException, OmegaConfBaseException, ValueError)
+
+
+@contextmanager
+def arena_hydra(plugins: PluginSet | None = None, config_dir: str | None = None) -> Iterator[Hydra]:
+    """Hydra set up as `@hydra.main` would for `arena_conf`, with the plugins' config folders on
+    its search path (after `--config-dir`, which Hydra places after the main config): the object
+    behind `arena-run`'s flags and every composition. Cleared on exit."""
+    from hydra._internal.hydra import Hydra
+    from hydra._internal.utils import create_config_search_path
+    from hydra.core.config_search_path import SearchPathQuery
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.version import setbase
+
+    plugins = plugins or get_plugins()
+    setbase(HYDRA_VERSION_BASE)
+    search_path = create_config_search_path(f"pkg://{CORE_CONFIG_MODULE}")
+    schema = SearchPathQuery(provider="schema")
+    if config_dir is not None:
+        folder = os.path.abspath(config_dir)
+        if not os.path.isdir(folder):
+            raise ConfigError(
+                f"--config-dir {config_dir}: {folder} is not a folder; give a folder laid out "
+                "as <group>/<option>.yaml (experiment/mine.yaml, algo/my_grpo.yaml)"
+            )
+        search_path.prepend("command-line", f"file://{folder}", anchor=schema)
+    for provider, entry in plugins.config_searchpaths():
+        search_path.prepend(provider, entry, anchor=schema)
     GlobalHydra.instance().clear()
     try:
-        with initialize_config_module(config_module=CORE_CONFIG_MODULE, version_base=None):
-            cfg = compose(
-                config_name="config", overrides=[*normalised, f"hydra.searchpath={searchpath}"]
-            )
-        container = OmegaConf.to_container(cfg, resolve=True)
-    except (HydraException, OmegaConfBaseException, ValueError) as exc:
-        raise ConfigError([_hydra_message(exc)], header="Could not compose the config") from None
+        yield Hydra.create_main_hydra2(task_name="arena-run", config_search_path=search_path)
     finally:
         GlobalHydra.instance().clear()
+
+
+def prepare_overrides(
+    overrides: Sequence[str], plugins: PluginSet, config_dir: str | None = None
+) -> Overrides:
+    """`normalise_overrides` over every option the search path will offer."""
+    user_dirs = user_searchpath(overrides)
+    return normalise_overrides(overrides, config_options(plugins, config_dir, user_dirs))
+
+
+def plain_config(cfg: DictConfig) -> dict[str, Any]:
+    """A composed config as a resolved plain dict, without Hydra's own node (removed first, as
+    Hydra's compose API does: its run-time fields are unset outside a job)."""
+    from omegaconf import OmegaConf, flag_override
+
+    cfg = cfg.copy()
+    with flag_override(cfg, ["struct", "readonly"], [False, False]):
+        cfg.pop("hydra", None)
+    container = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(container, dict)
-    container.pop("hydra", None)
-    return container, problems
+    return container
 
 
-def compose_raw(overrides: list[str], plugins: PluginSet | None = None) -> dict[str, Any]:
-    """Compose without validation: the resolved config as a plain dict."""
-    raw, problems = _compose(overrides, plugins or get_plugins())
-    if problems:
-        raise ConfigError(problems, header="Invalid overrides")
-    return raw
+def _compose(
+    overrides: Sequence[str],
+    plugins: PluginSet,
+    config_dir: str | None = None,
+    config_name: str = CONFIG_NAME,
+) -> tuple[dict[str, Any], Overrides]:
+    from hydra.types import RunMode
+
+    prepared = prepare_overrides(overrides, plugins, config_dir)
+    with arena_hydra(plugins, config_dir) as hydra:
+        try:
+            cfg = hydra.compose_config(
+                config_name=config_name,
+                overrides=prepared.hydra,
+                run_mode=RunMode.RUN,
+                from_shell=False,
+            )
+            raw = plain_config(cfg)
+        except hydra_errors() as exc:
+            raise ConfigError(
+                [*prepared.problems, hydra_message(exc)], header="Could not compose the config"
+            ) from None
+    return raw, prepared
 
 
-def compose_config(overrides: list[str], plugins: PluginSet | None = None) -> dict[str, Any]:
-    """Compose and validate: the config every command runs with (all problems at once)."""
-    plugins = plugins or get_plugins()
-    raw, problems = _compose(overrides, plugins)
+def check_composed(
+    raw: dict[str, Any], prepared: Overrides, overrides: Sequence[str], plugins: PluginSet
+) -> dict[str, Any]:
+    """Validate a composed config with every problem the overrides had: one ConfigError."""
+    problems = list(prepared.problems)
     # `evolution.population_size=4` without evolution.enabled=true: refused, not ignored
-    problems = problems + override_problems(list(overrides), raw)
+    problems += override_problems(list(overrides), raw)
+    cfg = raw
     try:
         cfg = validate_config(raw, plugins)
     except ConfigError as exc:
-        problems = problems + exc.problems
+        problems += exc.problems
+    # a deleted key the schema needs would come back as its default, silently: refused
+    problems += deleted_key_problems(raw, prepared.deleted, plugins)
     if problems:
         raise ConfigError(problems)
     return cfg
+
+
+def compose_raw(
+    overrides: Sequence[str],
+    plugins: PluginSet | None = None,
+    *,
+    config_dir: str | None = None,
+    config_name: str = CONFIG_NAME,
+) -> dict[str, Any]:
+    """Compose without validation: the resolved config as a plain dict."""
+    raw, prepared = _compose(overrides, plugins or get_plugins(), config_dir, config_name)
+    if prepared.problems:
+        raise ConfigError(prepared.problems, header="Invalid overrides")
+    return raw
+
+
+def compose_config(
+    overrides: Sequence[str],
+    plugins: PluginSet | None = None,
+    *,
+    config_dir: str | None = None,
+    config_name: str = CONFIG_NAME,
+) -> dict[str, Any]:
+    """Compose and validate: the config every command runs with (all problems at once)."""
+    plugins = plugins or get_plugins()
+    raw, prepared = _compose(overrides, plugins, config_dir, config_name)
+    return check_composed(raw, prepared, overrides, plugins)
 
 
 def require_job(
@@ -193,15 +387,28 @@ def require_job(
         raise ConfigError(missing, header="Nothing to train")
 
 
-def compose_run_config(overrides: list[str], plugins: PluginSet | None = None) -> dict[str, Any]:
-    """`compose_config` plus `require_job` and the resume target (read, never created): the
-    config checks of every way to start a run, so a dry run refuses what the run would."""
-    plugins = plugins or get_plugins()
-    cfg = compose_config(overrides, plugins)
+def run_checks(
+    cfg: dict[str, Any], overrides: Sequence[str] = (), plugins: PluginSet | None = None
+) -> None:
+    """`require_job` and the resume target (read, never created): what a run refuses beyond a
+    valid config, so a dry run and every sweep job refuse what the run would."""
     require_job(cfg, overrides, plugins)
     resume = (cfg.get("train") or {}).get("resume")
     if resume:
         resolve_resume(str(resume), (cfg.get("paths") or {}).get("runs", "./runs"))
+
+
+def compose_run_config(
+    overrides: Sequence[str],
+    plugins: PluginSet | None = None,
+    *,
+    config_dir: str | None = None,
+    config_name: str = CONFIG_NAME,
+) -> dict[str, Any]:
+    """`compose_config` plus `run_checks`: the config checks of every way to start a run."""
+    plugins = plugins or get_plugins()
+    cfg = compose_config(overrides, plugins, config_dir=config_dir, config_name=config_name)
+    run_checks(cfg, overrides, plugins)
     return cfg
 
 
@@ -215,7 +422,7 @@ def compose_env_config(
     options = collect_options(plugins.config_searchpaths())
     given = [o for o in overrides if not re.match(r"^\+?env=", o)]
     if f"env/{name}" in options:
-        chosen = [f"+env={name}"]  # replaces a preset's env (see _normalise)
+        chosen = [f"+env={name}"]  # replaces a preset's env (see normalise_overrides)
     else:
         chosen = [f"++env.name={name}"]
     return compose_config([*given, *chosen], plugins)

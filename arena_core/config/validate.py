@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import typing
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +129,62 @@ def _check_names(cfg: dict[str, Any], plugins: PluginSet, problems: list[str]) -
                 )
         else:
             problems.append(f"reward: {plugins.registries.rewards.unknown_message(reward)}")
+
+
+_PLUGIN_SECTIONS = {"algo": "algorithms", "env": "envs", "backend": "backends"}
+
+
+def _schema_field(raw: dict[str, Any], key: str, plugins: PluginSet) -> tuple[str, str, Any] | None:
+    """(owner, field name, pydantic FieldInfo) of dotted `key` in the schema that validates it:
+    the plugin's for `algo.*`/`env.*`/`backend.*` (by the section's `name`), else the core's."""
+    parts = key.split(".")
+    schema: type[BaseModel] | None = CoreConfig
+    owner = "the core schema (arena_core)"
+    if parts[0] in _PLUGIN_SECTIONS and len(parts) > 1:
+        section = raw.get(parts[0])
+        name = section.get("name") if isinstance(section, dict) else None
+        entry = plugins.registries.kind(_PLUGIN_SECTIONS[parts[0]]).entries.get(str(name))
+        if entry is None or entry.schema is None:
+            return None
+        schema, owner, parts = entry.schema, f"the {name} plugin ({entry.origin})", parts[1:]
+    schema = _model_at(schema, tuple(parts[:-1]))
+    if schema is None or parts[-1] not in schema.model_fields:
+        return None
+    return owner, parts[-1], schema.model_fields[parts[-1]]
+
+
+def deleted_key_problems(
+    raw: dict[str, Any], deleted: Sequence[str], plugins: PluginSet
+) -> list[str]:
+    """`~key` of a key the schema needs a value for: validation would fill the schema's default
+    in silently, which is not what deleting asked for. A key whose field accepts null (or that no
+    schema knows) is simply gone. `~algo` and `~env` are `require_job`'s to report."""
+    from pydantic import TypeAdapter
+
+    problems = []
+    for key in deleted:
+        if key in ("algo", "env"):
+            continue
+        found = _schema_field(raw, key, plugins)
+        if found is None:
+            continue
+        owner, name, info = found
+        try:
+            TypeAdapter(info.annotation).validate_python(None)
+            continue  # null is a valid value: deleting means "unset"
+        except ValidationError:
+            pass
+        if info.is_required():
+            default = ""
+        else:
+            value = info.get_default(call_default_factory=True)
+            shown = "the schema's defaults" if isinstance(value, BaseModel) else repr(value)
+            default = f" (it would silently become {shown})"
+        problems.append(
+            f"{key}: deleted with ~{key}, but {owner} requires a value for '{name}'{default}; "
+            f"set it instead ({key}=VALUE) or drop ~{key}"
+        )
+    return problems
 
 
 def validate_config(raw: dict[str, Any], plugins: PluginSet) -> dict[str, Any]:

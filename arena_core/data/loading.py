@@ -143,7 +143,15 @@ def find_split_file(directory: Path, split: str) -> Path:
 def read_rows(path: Path) -> list[dict[str, Any]]:
     """Raw rows of one local file, with errors that name the file."""
     if not path.is_file():
-        raise DatasetError(f"dataset file not found: {path}. Check the path (env.path / source).")
+        where = (
+            ""
+            if path.is_absolute()
+            else f" (relative paths are resolved from the working directory, {Path.cwd()})"
+        )
+        raise DatasetError(
+            f"dataset file not found: {path}{where}. Check the path (env.path, or the source of "
+            "`arena datasets add`)."
+        )
     reader = READERS.get(path.suffix.lower())
     if reader is None:
         raise DatasetError(

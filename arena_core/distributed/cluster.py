@@ -113,6 +113,7 @@ class BundlePlan:
     nodes: list[list[dict[str, float]]] = field(default_factory=list)
     trainers: list[Slot] = field(default_factory=list)
     engines: list[Slot] = field(default_factory=list)
+    avoid_driver_node: bool = False  # the driver's node is the trainer's: no bundle goes there
 
 
 def bundle_plan(layout: Layout, cpus_per_bundle: float = 1.0) -> BundlePlan:
@@ -122,7 +123,10 @@ def bundle_plan(layout: Layout, cpus_per_bundle: float = 1.0) -> BundlePlan:
     one bundle each (none when the single rank is the driver); an engine with TP t takes t
     bundles (its actor sits on the first, its TP workers on the rest). Colocated plans share:
     engine j sits in trainer rank j's bundle with half of it. Bundles are dealt to nodes in
-    order, `ceil(total / nodes)` per node, so rank and engine numbering follow the nodes.
+    order, `ceil(total / nodes)` per node, so rank and engine numbering follow the nodes. With
+    the single trainer rank in the driver, the driver's node is one of the `nodes` (the common
+    "one training box, one generation box"): the bundles are dealt over the other `nodes - 1`,
+    and `avoid_driver_node` keeps them off the driver's.
     """
     unit: dict[str, float] = {"CPU": cpus_per_bundle}
     if layout.device == "cuda":
@@ -135,13 +139,20 @@ def bundle_plan(layout: Layout, cpus_per_bundle: float = 1.0) -> BundlePlan:
         for e in range(layout.engines):
             owners += [("engine", e)] * layout.engine_tp
     total = len(owners)
-    per_node = math.ceil(total / layout.nodes) if total else 0
-    if total and per_node * (layout.nodes - 1) >= total:
+    driver_node = layout.trainer_in_driver and layout.nodes > 1
+    groups = layout.nodes - 1 if driver_node else layout.nodes
+    per_node = math.ceil(total / groups) if total else 0
+    if (total or driver_node) and per_node * (groups - 1) >= total:
+        where = "the driver's node holds the trainer and " if driver_node else ""
+        most = total + 1 if driver_node else total
         raise ConfigError(
-            f"hardware.nodes={layout.nodes}: the plan has only {total} device bundle(s), too few "
-            f"to spread over {layout.nodes} nodes (use hardware.nodes<={total})"
+            f"hardware.nodes={layout.nodes}: {where}the plan has only {total} device bundle(s) "
+            f"for {groups} node(s), too few to give each node one (use hardware.nodes<={most}, "
+            "or more engines: plan.engines)"
         )
-    out = BundlePlan(nodes=[[] for _ in range(layout.nodes)] if total else [])
+    out = BundlePlan(
+        nodes=[[] for _ in range(groups)] if total else [], avoid_driver_node=driver_node
+    )
     seen: set[tuple[str, int]] = set()
     for i, owner in enumerate(owners):
         node, bundle = divmod(i, per_node)
@@ -284,9 +295,11 @@ class RayCluster:
 
         from arena_core.distributed.nodes import reserve_on_distinct_nodes
 
-        if len(self.plan.nodes) > 1:  # each node's group on a node of its own
+        if len(self.plan.nodes) > 1 or self.plan.avoid_driver_node:
+            # each node's group on a node of its own (and not on the trainer's, the driver's)
+            avoid = [ray.get_runtime_context().get_node_id()] if self.plan.avoid_driver_node else []
             placed = reserve_on_distinct_nodes(
-                ray, self.plan.nodes, self.groups, PG_READY_TIMEOUT_S
+                ray, self.plan.nodes, self.groups, PG_READY_TIMEOUT_S, avoid=avoid
             )
         else:
             for bundles in self.plan.nodes:

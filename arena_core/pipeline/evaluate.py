@@ -7,6 +7,8 @@ A failed reward call is not a reward: `eval/reward_mean` averages the calls that
 (`eval/reward_failures` counts the others) and `eval/accuracy` the completions whose
 correctness is known (`eval/accuracy_failures` counts the others, e.g. when the reward's
 `components` call failed). Either is NaN when nothing is left to average, never a guess.
+Examples whose `meta` names an `eval_group` also get `eval/accuracy/<group>` (a held-out
+scenario's success rate, for AWM).
 """
 
 from __future__ import annotations
@@ -75,6 +77,14 @@ def evaluate(
     for key, vals in components.items():
         finite = [v for v in vals if not math.isnan(v)]
         out[f"eval/reward/{key}"] = sum(finite) / len(finite) if finite else float("nan")
+    # examples that name an `eval_group` (AWM: their scenario) get one accuracy column each
+    groups: dict[str, list[float]] = {}
+    for ex, ok in zip(examples, correct, strict=True):
+        group = (ex.meta or {}).get("eval_group")
+        if group is not None:
+            groups.setdefault(str(group), []).extend([] if ok is None else [float(ok)])
+    for group, hits in sorted(groups.items()):
+        out[f"eval/accuracy/{group}"] = _mean(hits)
     out["_samples"] = [
         {"question": q, "answer": a, "completion": c, "reward": v}
         for (q, a, c, *_), v in list(zip(items, values, strict=True))[:8]

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from arena_core.planner.model_spec import human_params
-from arena_core.planner.pins import LAYOUT_PINS, show
+from arena_core.planner.pins import LAYOUT_PINS, matches, show
 from arena_core.planner.plan import GB, Candidate, NoPlanFits
 
 if TYPE_CHECKING:
@@ -161,23 +161,35 @@ def no_fit(
                 "shorten prompts or completions (generation.max_new_tokens)",
             ],
         )
-    suggestions = []
+    suggestions: list[str] = []
+    fixes: list[dict[str, Any]] = []
     for key in pins:
         relaxed = {k: v for k, v in pins.items() if k != key}
         if key in LAYOUT_PINS:  # a layout is one choice: free its parts together
             relaxed = {k: v for k, v in relaxed.items() if k not in LAYOUT_PINS}
         best = best_under(ctx.relaxed(relaxed))
-        if best is not None:
-            suggestions.append(
-                f"plan.{key}={show(getattr(best.plan, key))} (instead of "
-                f"{show(pins[key])}) fits: {best.plan.describe()}, "
-                f"~{best.prediction.total_s:.3g} s per step"
-            )
+        if best is None:
+            continue
+        # name only the pins the fitting plan changes: freeing trainer_devices may fit by
+        # colocating, and "trainer_devices=1 (instead of 1)" would send the user nowhere
+        changed = {
+            k: getattr(best.plan, k)
+            for k in pins
+            if k not in relaxed and not matches(best.plan, {k: pins[k]})
+        }
+        if not changed or changed in fixes:
+            continue
+        fixes.append(changed)
+        suggestions.append(
+            f"{', '.join(f'plan.{k}={show(v)}' for k, v in changed.items())} (instead of "
+            f"{', '.join(show(pins[k]) for k in changed)}) fits: {best.plan.describe()}, "
+            f"~{best.prediction.total_s:.3g} s per step"
+        )
     suggestions.append(
         f"without pins the planner picks: {free.plan.describe()}, "
         f"~{free.prediction.total_s:.3g} s per step"
     )
     pin_text = ", ".join(f"plan.{k}={show(v)}" for k, v in pins.items())
     return NoPlanFits(
-        f"the pinned {pin_text} cannot fit {what}. What would fit:", nearest, suggestions
+        f"the pinned {pin_text} cannot fit {what}. What would fit:", nearest, suggestions, fixes
     )

@@ -162,6 +162,7 @@ def plan_from_config(
             f"plan keeps engine_tp=1 (backend=vllm plans engine TP). {str(exc).splitlines()[0]}",
             exc.nearest,
             exc.suggestions,
+            exc.fixes,
         ) from exc
     if now is not None:
         result.priced_at_load = now_load

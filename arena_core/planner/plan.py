@@ -295,15 +295,22 @@ class PlanResult:
 
 
 class NoPlanFits(ArenaError):
-    """No plan fits in memory (or none fits the pinned fields); carries the nearest plan."""
+    """No plan fits in memory (or none fits the pinned fields); carries the nearest plan and,
+    for pins, `fixes`: each the pins to change (`{"colocate": "shared"}`) for a plan that fits,
+    in the order of `suggestions`, which say the same in words."""
 
     exit_code = 4
 
     def __init__(
-        self, message: str, nearest: Candidate | None = None, suggestions: list[str] | None = None
+        self,
+        message: str,
+        nearest: Candidate | None = None,
+        suggestions: list[str] | None = None,
+        fixes: list[dict[str, Any]] | None = None,
     ) -> None:
         self.nearest = nearest
         self.suggestions = list(suggestions or [])
+        self.fixes = list(fixes or [])
         lines = [message]
         if nearest is not None:
             lines.append(

@@ -44,8 +44,8 @@ from arena_core.pipeline.step_row import rate, step_row
 from arena_core.planner.measured import record_measured
 from arena_core.recipes.base import Recipe, RunInputs
 from arena_core.recipes.builtin import BUILTIN_RECIPES
-from arena_core.runtime.finish import plan_check
 from arena_core.runtime.mismatch_guard import GuardHook
+from arena_core.runtime.plan_check import plan_check
 from arena_core.runtime.progress import Progress
 from arena_core.runtime.threads import torch_threads
 from arena_core.session import RunSession

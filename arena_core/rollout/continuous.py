@@ -33,7 +33,7 @@ from arena_core.rollout.decode_cache import (
     expand_rows,
     growing_cache,
 )
-from arena_core.rollout.sampling import sample_next
+from arena_core.rollout.sampling import sample_next, sampled_distribution
 
 HEADROOM = 64  # cache positions allocated past the current width (grown geometrically past it)
 
@@ -66,6 +66,7 @@ class ContinuousBatch:
         self._pos: torch.Tensor | None = None  # the position of each row's next token
         self._logits: torch.Tensor | None = None  # each row's distribution of its next token
         self._tokens: torch.Tensor | None = None
+        self.logprobs: list[float] = []  # the last `sample`'s logprob of each row's token
         self.prefills = 0  # prefill forwards so far (one per join)
 
     def __len__(self) -> int:
@@ -135,21 +136,55 @@ class ContinuousBatch:
         )
 
     def sample(self) -> list[int]:
-        """One token per row, from its distribution, each rule's rows sampled together."""
+        """One token per row, from its distribution, each rule's rows sampled together; the
+        tokens' logprobs (those `sample_next` reports, the learner's behaviour logprobs) are
+        left in `logprobs`."""
         assert self._logits is not None
         tokens = torch.empty(len(self.owners), dtype=torch.long, device=self._logits.device)
+        logprobs = torch.empty(len(self.owners), dtype=torch.float32, device=self._logits.device)
+        for rows, params, generator in self._groups():
+            if len(rows) == len(self.owners):
+                tokens, logprobs = sample_next(self._logits, params, generator)
+            else:
+                index = torch.tensor(rows, device=self._logits.device)
+                tokens[index], logprobs[index] = sample_next(self._logits[index], params, generator)
+        self._tokens = tokens
+        self.logprobs = logprobs.tolist()
+        return tokens.tolist()
+
+    def _groups(self) -> list[tuple[list[int], SamplingParams, torch.Generator | None]]:
         groups: dict[Hashable, list[int]] = {}
         for row, (rule, _, _) in enumerate(self._rules):
             groups.setdefault(rule, []).append(row)
-        for rows in groups.values():
-            _, params, generator = self._rules[rows[0]]
-            if len(rows) == len(self.owners):
-                tokens, _ = sample_next(self._logits, params, generator)
-            else:
-                index = torch.tensor(rows, device=self._logits.device)
-                tokens[index], _ = sample_next(self._logits[index], params, generator)
-        self._tokens = tokens
-        return tokens.tolist()
+        return [(rows, *self._rules[rows[0]][1:]) for rows in groups.values()]
+
+    def restrict(self, rows: list[int], bias: torch.Tensor) -> None:
+        """Add `bias` ([len(rows), >= vocab] float: 0 for a token that may come next, -inf for
+        one that may not) to the next-token logits of `rows` (constrained decoding); the next
+        `sample` and `top_logprobs` see the masked logits."""
+        assert self._logits is not None
+        logits = self._logits
+        bias = bias[:, : logits.shape[1]].to(device=logits.device, dtype=logits.dtype)
+        if len(rows) == len(self.owners):
+            logits.add_(bias)
+        else:
+            logits.index_add_(0, torch.tensor(rows, device=logits.device), bias)
+
+    def top_logprobs(self, rows: list[int], k: int) -> list[list[tuple[int, float]]]:
+        """The `k` likeliest tokens of each row in `rows` and their logprobs, under the
+        distribution its last token was sampled from (`sampled_distribution`)."""
+        assert self._logits is not None
+        out: dict[int, list[tuple[int, float]]] = {}
+        wanted = set(rows)
+        for group, params, _ in self._groups():
+            mine = [r for r in group if r in wanted]
+            if not mine:
+                continue
+            index = torch.tensor(mine, device=self._logits.device)
+            values, ids = sampled_distribution(self._logits[index], params).topk(k, dim=-1)
+            for r, vs, ts in zip(mine, values.tolist(), ids.tolist(), strict=True):
+                out[r] = [(t, v) for t, v in zip(ts, vs, strict=True) if v > float("-inf")]
+        return [out[r] for r in rows]
 
     @torch.no_grad()
     def advance(self, keep: list[int]) -> None:

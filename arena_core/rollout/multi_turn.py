@@ -24,6 +24,12 @@ calling thread.
 A parse failure or a refused call becomes a tool-role error message (the model reads why); a
 session that can no longer serve (`ToolSessionError`, any exception from it) ends the episode as
 failed: it is not scored and carries no loss (counted in `episodes/failed`).
+
+Environment sessions (OpenEnv's, `arena_core.tools.openenv_session`: they have `reply`) differ in
+two ways: the prompt is the session's opening (`messages()`, the first observation), and each whole
+model turn goes to `reply` (the action) instead of parsed tool calls, the last turn too; the answer
+comes back as a user message (mask 0) until the session is `finished` (the environment's `done`).
+A server at its session limit refuses with `ToolSessionBusy`: that episode runs in a later wave.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -38,16 +45,25 @@ from typing import Any
 from arena_core.rollout.base import Completion, SamplingParams
 from arena_core.tasks import Example
 from arena_core.tools.concurrency import BoundedPool
-from arena_core.tools.parsing import OUTCOMES, ToolCall, build_parser, check_calls
+from arena_core.tools.parsing import INVALID_JSON, OK, OUTCOMES, ToolCall, build_parser, check_calls
 from arena_core.tools.protocol import (
     DEFAULT_MAX_TOOL_RESPONSE_TOKENS,
     DEFAULT_MAX_TURNS,
     DEFAULT_TOOL_TIMEOUT_S,
+    ToolResult,
     ToolSession,
+    ToolSessionBusy,
 )
 
 FAILED_KIND = "episode_failed"  # the reward kind of an episode whose tool session died
 _SENTINEL = "ARENA_ASSISTANT_SENTINEL"
+_BUSY_WAITS, _BUSY_WAIT_S = 50, 0.1  # a wave whose every opening was refused for capacity
+
+
+def _answers_turns(session: Any) -> bool:
+    """Whether the session takes the model's whole turn as an action (an environment session)
+    rather than tool calls parsed from it."""
+    return callable(getattr(session, "reply", None))
 
 
 class TemplateError(ValueError):
@@ -189,10 +205,26 @@ class EpisodeRunner:
         server starts and slow calls of different episodes overlap; each episode's own calls
         stay in order. Tokenising stays on this thread."""
         pool = BoundedPool(self.concurrency)
+        out: list[Completion | None] = [None] * len(examples)
+        todo, waits, wave = list(range(len(examples))), 0, 0
         try:
-            return self._run(pool, backend, examples, params, control)
+            while todo:  # waves: episodes a busy server refused run once the open ones end
+                # another wave samples afresh: one seed would repeat the first wave's episodes
+                seed = None if params.seed is None else params.seed + 104729 * wave
+                subset = [examples[i] for i in todo]
+                wave_params = replace(params, seed=seed)
+                got = self._run(pool, backend, subset, wave_params, control, waits < _BUSY_WAITS)
+                if all(c is None for c in got):  # nothing opened: closed sessions still draining
+                    waits += 1
+                    time.sleep(_BUSY_WAIT_S)
+                    continue
+                waits, wave = 0, wave + 1
+                for i, c in zip(todo, got, strict=True):
+                    out[i] = c
+                todo = [i for i, c in zip(todo, got, strict=True) if c is None]
         finally:
             pool.close()
+        return [c for c in out if c is not None]
 
     def _run(
         self,
@@ -201,14 +233,23 @@ class EpisodeRunner:
         examples: list[Example],
         params: SamplingParams,
         control: Any,
-    ) -> list[Completion]:
+        defer_busy: bool = True,
+    ) -> list[Completion | None]:
+        """One wave: a completion per example, None for those deferred (`ToolSessionBusy`)."""
         seeds = []
         for ex in examples:
             self._opened += 1
             seeds.append(_episode_seed(self.seed, self._opened, ex))
         opened = pool.map(self._open_session, list(zip(examples, seeds, strict=True)))
+        kept = [
+            i
+            for i, got in enumerate(opened)
+            if not (defer_busy and isinstance(got, ToolSessionBusy))
+        ]
+        if not kept:
+            return [None] * len(examples)
         try:
-            episodes = [self._episode(ex, got) for ex, got in zip(examples, opened, strict=True)]
+            episodes = [self._episode(examples[i], opened[i]) for i in kept]
         except BaseException:  # e.g. a template that cannot render: release every session
             for got in opened:
                 if not isinstance(got, BaseException):
@@ -239,7 +280,10 @@ class EpisodeRunner:
                     self._tool_turn(e, calls, got, budget)
         finally:
             pool.map(self._close, episodes)
-        return [self._completion(e) for e in episodes]
+        result: list[Completion | None] = [None] * len(examples)
+        for i, e in zip(kept, episodes, strict=True):
+            result[i] = self._completion(e)
+        return result
 
     def _open_session(self, item: tuple[Example, int]) -> tuple[Any, Any] | BaseException:
         """(session, its tools) for one episode, or the exception that stopped it (a thread)."""
@@ -257,7 +301,9 @@ class EpisodeRunner:
             e.error = f"opening the tool session failed: {type(got).__name__}: {got}"
             return e
         session, tools = got
-        prompt = self.renderer(tools).prompt(self.task.messages(example))
+        opening = getattr(session, "messages", None)  # an environment's own first observation
+        messages = opening() if callable(opening) else self.task.messages(example)
+        prompt = self.renderer(tools).prompt(messages)
         return _Episode(example, session, prompt)
 
     def _model_turn(self, e: _Episode, c: Completion, budget: int, *, last: bool) -> list[ToolCall]:
@@ -278,6 +324,9 @@ class EpisodeRunner:
             e.done, e.finish, e.end = True, "length", "budget"
             return []
         assert e.session is not None
+        if _answers_turns(e.session):  # the whole turn is the environment's action
+            e.finish = c.finish_reason
+            return [ToolCall(OK, raw=c.text)]
         calls = check_calls(self.parser.find(c.text), e.session.tools())
         e.outcomes.update(call.outcome for call in calls)
         if not calls:
@@ -295,6 +344,8 @@ class EpisodeRunner:
         e, calls = item
         assert e.session is not None
         try:
+            if _answers_turns(e.session):
+                return [e.session.reply(calls[0].raw, self.timeout_s)]
             return [self._call(e.session, call) for call in calls]
         except Exception as exc:
             return exc
@@ -313,7 +364,13 @@ class EpisodeRunner:
             return
         assert e.session is not None
         renderer = self.renderer(e.session.tools())
-        messages = [self._message(e, call, text) for call, text in zip(calls, got, strict=True)]
+        if _answers_turns(e.session):
+            env_messages = self._env_answer(e, got[0])
+            if env_messages is None:
+                return
+            messages = env_messages
+        else:
+            messages = [self._message(e, call, text) for call, text in zip(calls, got, strict=True)]
         version = e.versions[-1] if e.versions else 0
         tail = renderer.close_turn(e.last_turn) + renderer.tool_delta(messages)
         if len(e.ids) + len(tail) >= budget:
@@ -334,6 +391,20 @@ class EpisodeRunner:
         if result.is_error and not text.startswith("Error"):  # one shape for every session
             text = f"Error: {text}"
         return text
+
+    def _env_answer(self, e: _Episode, result: ToolResult) -> list[dict[str, Any]] | None:
+        """The environment's answer to a model turn as the next user message; None when the
+        episode ends here (the environment said done, or that was the last turn)."""
+        e.outcomes[INVALID_JSON if result.is_error else OK] += 1
+        if getattr(e.session, "finished", False):
+            e.done, e.end = True, "done"
+            return None
+        if len(e.turn_versions) >= self.max_turns:
+            e.done, e.end, e.finish = True, "max_turns", "length"
+            return None
+        text, cut = truncate_middle(result.text, self.tokenizer, self.max_tool_tokens)
+        e.truncated += int(cut)
+        return [{"role": "user", "content": text}]
 
     def _message(self, e: _Episode, call: ToolCall, text: str) -> dict[str, Any]:
         """The tool-role message answering `call`, cut to `max_tool_response_tokens`."""
@@ -360,6 +431,9 @@ class EpisodeRunner:
 
     def _completion(self, e: _Episode) -> Completion:
         text = self.tokenizer.decode(e.ids, skip_special_tokens=True)
+        if e.state and getattr(self.task, "final_answer_in_state", False):  # AWM's verifiers
+            last = self.tokenizer.decode(e.last_turn, skip_special_tokens=True)
+            e.state = {**e.state, "final_answer": last}  # the model's last message
         return Completion(
             prompt_ids=list(e.prompt),
             token_ids=list(e.ids),

@@ -49,6 +49,17 @@ def sample_next(
     return tokens, (chosen.double() - total.log()).squeeze(-1).float()
 
 
+def sampled_distribution(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """The [batch, vocab] log-probabilities `sample_next` samples from (and whose entry for the
+    chosen token it returns): log_softmax(logits) when greedy, else
+    log_softmax(filter(logits / temperature)). A server's `top_logprobs` come from here, so the
+    sampled token's logprob is always one of them."""
+    if params.temperature <= 0:
+        return torch.log_softmax(logits.float(), dim=-1)
+    scaled = logits if params.temperature == 1.0 else logits / params.temperature
+    return torch.log_softmax(filter_logits(scaled, params.top_k, params.top_p).float(), dim=-1)
+
+
 BLOCK = 256  # vocabulary entries per block of the two-level inverse CDF (see `draw`)
 
 

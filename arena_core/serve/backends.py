@@ -53,8 +53,9 @@ class ServingBackend(Protocol):
     def close(self) -> None: ...
 
 
-# (weights_dir, device, max_batch_rows) -> (backend, tokenizer)
-Opener = Callable[[Path, str, "int | None"], "tuple[ServingBackend, Any]"]
+# (weights: a directory or a model name load_policy takes, device, max_batch_rows)
+#   -> (backend, tokenizer)
+Opener = Callable[[str, str, "int | None"], "tuple[ServingBackend, Any]"]
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ class BackendEntry:
     shares_lora_base: bool  # LoRA checkpoints become adapters of one shared base module
 
 
-def _open_torch(weights_dir: Path, device: str, max_batch: int | None) -> tuple[Any, Any]:
+def _open_torch(weights_dir: str, device: str, max_batch: int | None) -> tuple[Any, Any]:
     from arena_core.models import load_policy
     from arena_core.rollout.torch_backend import TorchBackend
 
@@ -168,7 +169,7 @@ class PluginServing:
             close()
 
 
-def _open_plugin(name: str, weights_dir: Path, device: str, max_batch: int | None) -> Any:
+def _open_plugin(name: str, weights_dir: str, device: str, max_batch: int | None) -> Any:
     """The registered factory, called as in training: `factory(policy, section)`."""
     from arena_core.models import load_policy
     from arena_core.plugins import get_plugins
@@ -191,7 +192,15 @@ def _open_plugin(name: str, weights_dir: Path, device: str, max_batch: int | Non
     return PluginServing(name, backend, policy), policy.tokenizer
 
 
-def _open_vllm(weights_dir: Path, device: str, max_batch: int | None) -> tuple[Any, Any]:
+def _open_vllm(weights: str, device: str, max_batch: int | None) -> tuple[Any, Any]:
+    from arena_core.models.cache import resolve_model
+
+    weights_dir = Path(resolve_model(weights))  # a catalog name or a GGUF: its cache directory
+    if not weights_dir.is_dir():
+        raise ArenaError(
+            f"--backend vllm loads a model directory; '{weights}' is not one (an embedded model "
+            "has none: serve it on the torch backend, or save it with save_pretrained first)"
+        )
     backend = VLLMServing(weights_dir, max_batch)
     return backend, backend.tokenizer
 

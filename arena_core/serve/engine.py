@@ -37,7 +37,8 @@ from arena_core.serve.models import ServedModel
 from arena_core.serve.running import RunningBatch
 
 # Events a job's sink receives (from the worker thread):
-#   ("delta", index, text)                  new text of choice `index`
+#   ("delta", index, text, start, end)      new text of choice `index`, and its sampled tokens
+#                                           `choice.ids[start:end]` (logprobs alike) sent with it
 #   ("finish", index, reason, n_tokens)     choice `index` ended: "stop" or "length"
 #   ("done",)                               every choice ended
 #   ("error", message)                      generation failed; no more events follow
@@ -60,6 +61,9 @@ class Request:
     stop: list[str] = field(default_factory=list)
     seed: int | None = None
     ignore_eos: bool = False  # decode to max_tokens past EOS (vLLM's option; the torch engine)
+    top_k: int = 0
+    logprobs: int | None = None  # None: none; k: each sampled token's logprob and k alternatives
+    grammar: Any = None  # a compiled grammar (arena_core.serve.grammar): each row decodes under it
 
 
 class _Choice:
@@ -67,10 +71,15 @@ class _Choice:
 
     def __init__(self, index: int) -> None:
         self.index = index
-        self.tokens: list[int] = []
+        self.tokens: list[int] = []  # the tokens of the text (EOS excluded)
+        self.ids: list[int] = []  # every sampled token, EOS included (what token_ids returns)
+        self.logprobs: list[float] = []  # the sampled tokens' logprobs, aligned with `ids`
+        self.top: list[list[tuple[int, float]]] = []  # their alternatives, when asked for
+        self.sent = 0  # `ids[:sent]` went out with a delta
         self.emitted = 0
         self.finished = False
         self.eos = False  # ended by the EOS token (not part of the text, but a generated token)
+        self.matcher: Any = None  # the row's grammar state when the request is constrained
 
 
 class Job:
@@ -92,7 +101,8 @@ class Job:
         r = self.request
         # a seeded request decodes alone: its samples must not depend on who else was waiting
         alone = self.id if r.seed is not None else None
-        return (self.model.name, r.temperature if r.temperature > 0 else 0.0, r.top_p, alone)
+        rule = (r.temperature if r.temperature > 0 else 0.0, r.top_p, r.top_k)
+        return (self.model.name, *rule, alone)
 
 
 class Engine:
@@ -156,12 +166,15 @@ class Engine:
             "max_rows_seen": self.max_rows_seen,
         }
 
-    def close(self) -> None:
-        """Stop: requests still waiting or running are ended (their streams get "done")."""
+    def close(self, *, release_backends: bool = True) -> None:
+        """Stop: requests still waiting or running are ended (their streams get "done"); the
+        backends are closed too unless they belong to someone else (`serve_policy`)."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
         self._thread.join(timeout=30)
+        if not release_backends:
+            return
         backends = {id(m.backend): m.backend for m in self.models.values()}
         for backend in backends.values():  # a vLLM engine's processes end here
             close = getattr(backend, "close", None)
@@ -319,11 +332,13 @@ class Engine:
             max_new_tokens=max(j.request.max_tokens for j in batch),
             temperature=req.temperature,
             top_p=req.top_p,
+            top_k=req.top_k,
             seed=req.seed,
         )
         self.batches += 1
         self.max_rows_seen = max(self.max_rows_seen, len(prompts))
         tokenizer = model.tokenizer
+        eos_id = tokenizer.eos_token_id
 
         def on_token(row: int, token: int, eos: bool) -> bool:
             job, choice = owners[row]
@@ -331,8 +346,11 @@ class Engine:
                 return True
             if eos:
                 choice.eos = True
+                if eos_id is not None:
+                    choice.ids.append(int(eos_id))
             else:
                 choice.tokens.append(token)
+                choice.ids.append(token)
             advance_choice(job, choice, tokenizer, eos)
             return choice.finished
 
@@ -358,9 +376,10 @@ def advance_choice(
     elif job.cancelled:
         end, reason = True, "length"
     safe = len(text) if end else _safe_length(text, req.stop)
-    if safe > choice.emitted:
-        job.sink(("delta", choice.index, text[choice.emitted : safe]))
-        choice.emitted = safe
+    if safe > choice.emitted or (end and len(choice.ids) > choice.sent):
+        start, choice.sent = choice.sent, len(choice.ids)
+        job.sink(("delta", choice.index, text[choice.emitted : safe], start, choice.sent))
+        choice.emitted = max(safe, choice.emitted)
     if end:
         choice.finished = True
         n_tokens = len(choice.tokens) + int(choice.eos)

@@ -1,6 +1,10 @@
-"""What a server serves: checkpoints loaded once, named, and grouped by the weights they share.
+"""What a server serves: checkpoints and models loaded once, named, and grouped by the weights
+they share.
 
-`--model name=RUN:STEP` (repeatable) names each checkpoint; LoRA checkpoints whose adapters share
+A target is a run checkpoint (`RUN[:STEP|best]`) or a model, as `vllm serve MODEL` takes one: an
+embedded model (`tiny`), a model Arena fetches by name (`smollm2-135m-instruct`), a `.gguf` file,
+a Hugging Face directory, an exported adapter directory (`model_source`).
+`--model name=TARGET` (repeatable) names each one; LoRA checkpoints whose adapters share
 a base load that base once and become adapters of one PEFT model, switched per batch, so a whole
 population costs one base in memory. The base itself is served too (adapters disabled), and
 `/v1/models` lists each adapter with the base as its `parent`.
@@ -109,7 +113,8 @@ def checkpoint_kind(run_dir: Path, ckpt: CheckpointInfo) -> str:
 
 
 def parse_model_specs(refs: list[str]) -> list[tuple[str, str]]:
-    """`name=RUN:STEP` or a bare `RUN[:STEP|best]` -> (served name, checkpoint reference)."""
+    """`name=TARGET` or a bare `TARGET` -> (served name, target): a run checkpoint
+    (`RUN[:STEP|best]`) or a model (see `model_source`)."""
     specs = []
     for ref in refs:
         name, sep, target = ref.partition("=")
@@ -118,6 +123,75 @@ def parse_model_specs(refs: list[str]) -> list[tuple[str, str]]:
         else:
             specs.append(("", ref))
     return specs
+
+
+# `arena deploy tiny`: the embedded models by their short names too
+_EMBEDDED_SHORT = {"tiny": "arena:tiny", "tiny-init": "arena:tiny-init"}
+
+
+def model_source(target: str) -> str | None:
+    """What `load_policy` loads when `target` names a model rather than a run checkpoint: an
+    embedded model (`tiny`, `arena:tiny`), a model Arena fetches by name (`arena models list`),
+    a `.gguf` file, a Hugging Face directory or an exported adapter directory; None otherwise
+    (then `target` is a run reference)."""
+    from arena_core.models.catalog import CATALOG
+    from arena_core.models.tiny import EMBEDDED
+
+    if target in _EMBEDDED_SHORT:
+        return _EMBEDDED_SHORT[target]
+    if target in EMBEDDED or target in CATALOG:
+        return target
+    path = Path(target).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return str(path.resolve())
+    if path.is_dir() and any((path / f).is_file() for f in ("config.json", "adapter_config.json")):
+        return str(path.resolve())
+    return None
+
+
+def _not_found(target: str, problem: ArenaError) -> ArenaError:
+    from arena_core.models.catalog import CATALOG
+
+    return ArenaError(
+        f"'{target}' is neither a run checkpoint ({problem}) nor a model: give RUN[:STEP|best], "
+        f"a model name ({', '.join([*_EMBEDDED_SHORT, *CATALOG])}; `arena models list`), a "
+        "Hugging Face model directory, a .gguf file or an exported adapter directory."
+    )
+
+
+@dataclass
+class _Target:
+    """One thing to serve, whatever it came from: its weights and how they are stored."""
+
+    name: str
+    weights: str  # what load_policy or a backend's opener takes
+    lora: bool  # a PEFT adapter on a base model
+    kind: str  # "llm", or the algorithm of a non-LLM run
+    source: dict[str, Any]
+    run_dir: Path | None = None
+    ckpt: CheckpointInfo | None = None
+
+
+def _targets(refs: list[str], runs: str | Path, metric: str | None) -> list[_Target]:
+    out: list[_Target] = []
+    for name, target in parse_model_specs(refs):
+        model = model_source(target)
+        if model is not None:
+            lora = (Path(model) / "adapter_config.json").is_file()
+            default = Path(model).stem if Path(model).exists() else target
+            source = {"model": model}
+            out.append(_Target(name or default, model, lora, "llm", source))
+            continue
+        try:
+            run_dir, ckpt = select_checkpoint(target, runs, metric=metric)
+        except ArenaError as exc:
+            raise _not_found(target, exc) from None
+        source = {"run": str(run_dir), "step": ckpt.step, "checkpoint": str(ckpt.dir)}
+        kind = checkpoint_kind(run_dir, ckpt)
+        name = name or _default_name(run_dir.name, ckpt.step, len(refs))
+        weights = str(ckpt.weights_dir)
+        out.append(_Target(name, weights, ckpt.kind == "lora", kind, source, run_dir, ckpt))
+    return out
 
 
 def load_models(
@@ -129,7 +203,8 @@ def load_models(
     max_batch_size: int | None = None,
     backend: str = "torch",
 ) -> list[ServedModel]:
-    """Load every referenced checkpoint; names default to the run name (plus `:STEP`).
+    """Load every referenced checkpoint or model (`model_source`); a checkpoint's name defaults
+    to its run's (plus `:STEP` when several are served), a model's to its name or file stem.
     `backend` names the generation backend (`arena_core.serve.backends.SERVING_BACKENDS`)."""
     from arena_core.models import load_policy
     from arena_core.rollout.torch_backend import TorchBackend
@@ -137,34 +212,35 @@ def load_models(
 
     engine = serving_backend(backend)
     if not refs:
-        raise ArenaError("nothing to serve: name a run or checkpoint, e.g. `arena deploy RUN:best`")
+        raise ArenaError(
+            "nothing to serve: name a run checkpoint or a model, e.g. `arena deploy RUN:best` "
+            "or `arena deploy smollm2-135m-instruct`"
+        )
     served: list[ServedModel] = []
     bases: dict[str, ServedModel] = {}  # base name -> the served base of a shared PEFT model
-    for name, target in parse_model_specs(refs):
-        run_dir, ckpt = select_checkpoint(target, runs, metric=metric)
-        name = name or _default_name(run_dir.name, ckpt.step, len(refs))
+    for t in _targets(refs, runs, metric):
+        name = t.name
         if any(m.name == name for m in served) or name in bases:
             raise ArenaError(f"two served models are named '{name}'; name them: --model NAME=RUN")
-        source = {"run": str(run_dir), "step": ckpt.step, "checkpoint": str(ckpt.dir)}
-        kind = checkpoint_kind(run_dir, ckpt)
-        if kind != "llm":
-            loader = _KIND_LOADERS.get(kind) or _plugin_loader(kind)
+        if t.kind != "llm":
+            assert t.run_dir is not None and t.ckpt is not None
+            loader = _KIND_LOADERS.get(t.kind) or _plugin_loader(t.kind)
             if loader is None:
                 raise ArenaError(
-                    f"{run_dir} is a '{kind}' run: its checkpoints are not language models, and "
-                    f"no server support for '{kind}' is installed (a plugin registers it with "
-                    "arena_core.serve.models.register_kind_loader and "
+                    f"{t.run_dir} is a '{t.kind}' run: its checkpoints are not language models, "
+                    f"and no server support for '{t.kind}' is installed (a plugin registers it "
+                    "with arena_core.serve.models.register_kind_loader and "
                     "arena_core.serve.app.register_kind_routes)."
                 )
-            model = loader(name, run_dir, ckpt, device)
-            model.source = {**source, **model.source}
+            model = loader(name, t.run_dir, t.ckpt, device)
+            model.source = {**t.source, **model.source}
             served.append(model)
             continue
-        if ckpt.kind != "lora" or not engine.shares_lora_base:
-            backend, tokenizer = engine.open(ckpt.weights_dir, device, max_batch_size)
-            served.append(ServedModel(name, "llm", backend, tokenizer, source=source))
+        if not t.lora or not engine.shares_lora_base:
+            backend, tokenizer = engine.open(t.weights, device, max_batch_size)
+            served.append(ServedModel(name, "llm", backend, tokenizer, source=t.source))
             continue
-        base_name = _adapter_base(ckpt.weights_dir)
+        base_name = _adapter_base(Path(t.weights))
         base = bases.get(base_name)
         if base is None:
             from peft import PeftModel
@@ -172,9 +248,7 @@ def load_models(
             plain = load_policy({"name_or_path": base_name, "lora": {"r": 0}}, device=device)
             # a chained run's base is the adapter it started from: folded in, never PEFT in PEFT
             start = plain.model.merge_and_unload() if plain.is_lora else plain.model
-            model = PeftModel.from_pretrained(
-                start, str(ckpt.weights_dir), adapter_name=_safe(name)
-            )
+            model = PeftModel.from_pretrained(start, t.weights, adapter_name=_safe(name))
             model.requires_grad_(False)
             model.eval()
             backend = TorchBackend(
@@ -185,7 +259,7 @@ def load_models(
             )
             bases[base_name] = base
         else:
-            base.module.load_adapter(str(ckpt.weights_dir), adapter_name=_safe(name))
+            base.module.load_adapter(t.weights, adapter_name=_safe(name))
         served.append(
             ServedModel(
                 name,
@@ -195,7 +269,7 @@ def load_models(
                 parent=base_name,
                 adapter=_safe(name),
                 shared=True,
-                source=source,
+                source=t.source,
             )
         )
     # checkpoints first (the default model of clients), then each shared base (adapters off)

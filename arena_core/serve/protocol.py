@@ -1,7 +1,10 @@
 """The OpenAI wire format: request schemas, response and chunk shapes, the error shape.
 
-Unknown request fields are ignored (clients send many optional ones), but every field Arena acts
-on is validated, and a bad value is a 400 that names the field.
+Requests are strict: every field is type-checked without coercion (`"max_tokens": "16"` is a 400
+naming `max_tokens`), and a field Arena does not implement (`logit_bias`, `frobnicate`) is a 400
+naming it, never silently ignored: a client that asks for something must either get it or be
+told. docs/serving.md lists every field these schemas accept; `supported_fields` gives the same
+list to an error message.
 """
 
 from __future__ import annotations
@@ -9,9 +12,11 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+MAX_TOP_LOGPROBS = 20  # vLLM's limit as well; OpenAI's chat API allows 20
 
 
 @dataclass
@@ -26,19 +31,30 @@ class Limits:
     max_batch_rows: int = 32
 
 
+_STRICT = ConfigDict(extra="forbid", strict=True)
+
+
+class StreamOptions(BaseModel):
+    model_config = _STRICT
+
+    include_usage: bool = False
+
+
 class _Req(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = _STRICT
 
     model: str | None = None
     max_tokens: int | None = Field(None, ge=1)
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=-1)  # vLLM's extension: 0 or -1 = off
     n: int = Field(1, ge=1)
     stop: str | list[str] | None = None
     seed: int | None = None
     stream: bool = False
-    stream_options: dict[str, Any] | None = None
+    stream_options: StreamOptions | None = None
     ignore_eos: bool = False  # vLLM's extension (`extra_body`): decode to max_tokens past EOS
+    return_token_ids: bool = False  # vLLM's extension: prompt_token_ids and choices[].token_ids
 
     @field_validator("stop")
     @classmethod
@@ -54,32 +70,207 @@ class _Req(BaseModel):
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
 
     def include_usage(self) -> bool:
-        return bool(self.stream and (self.stream_options or {}).get("include_usage"))
+        return bool(self.stream and self.stream_options and self.stream_options.include_usage)
+
+
+class TextPart(BaseModel):
+    model_config = _STRICT
+
+    type: Literal["text"]
+    text: str
+
+
+class FunctionCall(BaseModel):
+    model_config = _STRICT
+
+    name: str
+    arguments: str  # a JSON object, as a string (OpenAI's shape)
+
+
+class ToolCallIn(BaseModel):
+    """A call an earlier assistant turn made (sent back in the history)."""
+
+    model_config = _STRICT
+
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
 
 
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = _STRICT
 
-    role: str
-    content: str | list[dict[str, Any]] | None = None
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCallIn] | None = None  # assistant turns only
+    tool_call_id: str | None = None  # tool turns only
+
+    @model_validator(mode="after")
+    def _shape(self) -> ChatMessage:
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError(f"tool_calls belong to assistant messages, not '{self.role}'")
+        if self.role == "tool" and not self.tool_call_id:
+            raise ValueError("a tool message needs the tool_call_id of the call it answers")
+        if self.content is None and not self.tool_calls and self.role != "assistant":
+            raise ValueError(f"a '{self.role}' message needs content")
+        return self
 
     def text(self) -> str:
-        if isinstance(self.content, list):  # content parts: keep the text ones
-            return "".join(str(p.get("text", "")) for p in self.content if p.get("type") == "text")
+        if isinstance(self.content, list):  # content parts: only text ones are accepted
+            return "".join(p.text for p in self.content)
         return self.content or ""
+
+
+class FunctionDef(BaseModel):
+    model_config = _STRICT
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")
+    description: str | None = None
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    strict: bool | None = None  # the call is always enforced by the grammar when forced
+
+
+class ToolDef(BaseModel):
+    model_config = _STRICT
+
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedFunction(BaseModel):
+    model_config = _STRICT
+
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    model_config = _STRICT
+
+    type: Literal["function"]
+    function: NamedFunction
+
+
+class JsonSchemaFormat(BaseModel):
+    model_config = _STRICT
+
+    name: str = Field(min_length=1, max_length=64)
+    description: str | None = None
+    # `schema` shadows a BaseModel attribute, hence the alias
+    schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    model_config = _STRICT
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_given(self) -> ResponseFormat:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError("type json_schema needs a json_schema object {name, schema, strict}")
+        return self
 
 
 class ChatRequest(_Req):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+    tools: list[ToolDef] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool = True  # False: at most one call per answer
+    response_format: ResponseFormat | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ChatRequest:
+        if self.top_logprobs is not None and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs: true")
+        if self.tool_choice not in (None, "none") and not self.tools:
+            raise ValueError("tool_choice needs tools")
+        return self
+
+    def top_k_logprobs(self) -> int | None:
+        """None: no logprobs; else how many alternatives per token (0: the token alone)."""
+        return (self.top_logprobs or 0) if self.logprobs else None
 
 
 class CompletionRequest(_Req):
-    prompt: str | list[str]
-    echo: bool = False
+    prompt: str | list[str] | list[int] | list[list[int]]
+    echo: Literal[False] = False
+    logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
 
-    def prompts(self) -> list[str]:
-        return [self.prompt] if isinstance(self.prompt, str) else list(self.prompt)
+    def prompts(self) -> list[str | list[int]]:
+        """Each prompt: a string, or token ids sent as they are (OpenAI allows both)."""
+        p = self.prompt
+        if isinstance(p, str):
+            return [p]
+        if p and all(isinstance(x, int) for x in p):
+            return [list(p)]  # type: ignore[arg-type]
+        return list(p)  # type: ignore[arg-type]
+
+    def top_k_logprobs(self) -> int | None:
+        return self.logprobs
+
+
+def supported_fields(schema: type[BaseModel]) -> list[str]:
+    return sorted(f.alias or name for name, f in schema.model_fields.items())
+
+
+def validation_message(exc: ValidationError, schema: type[BaseModel]) -> tuple[str, str, str]:
+    """(message, param, code) for a request that failed `schema`: every problem, each naming its
+    field; unknown fields name the fields that are supported (code `unsupported_parameter`,
+    else `invalid_value`)."""
+    problems: list[str] = []
+    params: list[str] = []
+    unknown: list[str] = []
+    for err in exc.errors():
+        loc = [str(p) for p in err["loc"]]
+        where = ".".join(loc) or "body"
+        if err["type"] == "extra_forbidden":
+            unknown.append(where)
+        else:
+            msg = err["msg"].removeprefix("Value error, ")
+            problems.append(f"{where}: {msg}")
+        params.append(where)
+    if unknown:
+        top = [u for u in unknown if "." not in u]
+        hint = f" (this endpoint takes: {', '.join(supported_fields(schema))})" if top else ""
+        fields = ", ".join(f"'{u}'" for u in unknown)
+        problems.insert(
+            0,
+            f"unsupported field{'s' if len(unknown) > 1 else ''} {fields}: Arena does not "
+            f"implement {'them' if len(unknown) > 1 else 'it'}, so it is refused rather than "
+            f"ignored{hint}",
+        )
+    code = "unsupported_parameter" if unknown else "invalid_value"
+    return "; ".join(problems), (unknown or params or ["body"])[0], code
+
+
+class ApiError(Exception):
+    """An error the client caused or must wait out; becomes the OpenAI error JSON."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        type_: str = "invalid_request_error",
+        code: str | None = None,
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status, self.message, self.type, self.code = status, message, type_, code
+        self.param, self.headers = param, headers
+
+    def response(self) -> Any:
+        """The JSONResponse (fastapi is imported here: the CLI imports this module without it)."""
+        from fastapi.responses import JSONResponse
+
+        body = error_body(self.message, self.type, self.code, self.param)
+        return JSONResponse(body, status_code=self.status, headers=self.headers)
 
 
 def error_body(message: str, type_: str, code: str | None = None, param: str | None = None) -> dict:

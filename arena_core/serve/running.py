@@ -52,8 +52,14 @@ class RunningBatch:
                 generator = torch.Generator(device=device).manual_seed(int(req.seed))
                 self.alone = True
             rule = SamplingParams(
-                max_new_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p
+                max_new_tokens=req.max_tokens,
+                temperature=req.temperature,
+                top_p=req.top_p,
+                top_k=max(0, req.top_k),
             )
+            if req.grammar is not None:
+                for choice in job.choices:
+                    choice.matcher = req.grammar.matcher()
             prompts += req.rows
             owners += [(job, choice) for choice in job.choices]
             params += [rule] * len(req.rows)
@@ -68,17 +74,30 @@ class RunningBatch:
         from arena_core.serve.engine import advance_choice
 
         tokenizer, eos_ids = self.model.tokenizer, self.batch.backend.eos_ids
+        owners = self.batch.owners
         with self.model.active():
+            constrained = [row for row, (_, c) in enumerate(owners) if c.matcher is not None]
+            if constrained:
+                from arena_core.serve.grammar import token_bias
+
+                matchers = [owners[row][1].matcher for row in constrained]
+                self.batch.restrict(constrained, token_bias(matchers, eos_ids))
             tokens = self.batch.sample()
+            logprobs = self.batch.logprobs
+            tops = self._top_logprobs()
             keep: list[int] = []
-            for row, ((job, choice), token) in enumerate(
-                zip(self.batch.owners, tokens, strict=True)
-            ):
+            for row, ((job, choice), token) in enumerate(zip(owners, tokens, strict=True)):
                 eos = token in eos_ids and not job.request.ignore_eos
+                choice.ids.append(token)
+                choice.logprobs.append(logprobs[row])
+                if row in tops:
+                    choice.top.append(tops[row])
                 if eos:
                     choice.eos = True
                 else:
                     choice.tokens.append(token)
+                    if choice.matcher is not None:
+                        choice.matcher.consume(token)
                 advance_choice(job, choice, tokenizer, eos)
                 if not choice.finished:
                     keep.append(row)
@@ -90,6 +109,20 @@ class RunningBatch:
         if not self.jobs:
             self.alone = False
         return ended
+
+    def _top_logprobs(self) -> dict[int, list[tuple[int, float]]]:
+        """Each row that asked for alternatives: its top-k tokens and logprobs this step."""
+        wanted = [
+            (row, job.request.logprobs)
+            for row, (job, _) in enumerate(self.batch.owners)
+            if job.request.logprobs
+        ]
+        if not wanted:
+            return {}
+        k = max(n for _, n in wanted)
+        rows = [row for row, _ in wanted]
+        found = self.batch.top_logprobs(rows, k)
+        return {row: top[:n] for (row, n), top in zip(wanted, found, strict=True)}
 
     def abandon(self) -> list[Job]:
         """Drop every row (an error, or the server closing); returns the jobs it held."""

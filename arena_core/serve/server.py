@@ -191,3 +191,85 @@ class Server(UvicornHost):
 
     def _release(self) -> None:
         self.engine.close()
+
+
+class PolicyServer(UvicornHost):
+    """An OpenAI-compatible endpoint over a model already in this process (see `serve_policy`)."""
+
+    what = "the policy server"
+
+    def __init__(
+        self,
+        backend: Any,
+        tokenizer: Any,
+        *,
+        name: str,
+        host: str,
+        port: int,
+        api_key: str | None,
+        limits: Limits,
+    ) -> None:
+        require_extra("serve", "serving a policy over HTTP (`serve_policy`)")
+        from arena_core.serve.app import create_app
+        from arena_core.serve.engine import Engine
+        from arena_core.serve.models import ServedModel
+
+        self.api_key = resolve_api_key(host, api_key)
+        self._bind(host, port)
+        self.models = [ServedModel(name, "llm", backend, tokenizer, source={"base": name})]
+        self.engine = Engine(
+            self.models, max_batch_rows=limits.max_batch_rows, max_pending=limits.max_pending
+        )
+        self.app = create_app(self.engine, api_key=self.api_key, limits=limits)
+        self._serve_app(self.app, "warning", graceful_s=1.0)
+
+    def _release(self) -> None:
+        self.engine.close(release_backends=False)  # the caller's model and backend stay
+
+
+def serve_policy(
+    policy: Any,
+    *,
+    name: str = "policy",
+    host: str = "127.0.0.1",
+    port: int = 0,
+    api_key: str | None = None,
+    limits: Limits | None = None,
+    device: str | None = None,
+) -> PolicyServer:
+    """Serve `policy` at an OpenAI-compatible endpoint on loopback and return the running server
+    (`.url + "/v1"` is the base URL, `.close()` stops it; a context manager too).
+
+    Why: an environment's own rollout code (verifiers, anything that drives an OpenAI client)
+    can then sample from the policy being trained, with `return_token_ids` and `logprobs` giving
+    it the token ids and behaviour logprobs a learner needs, without a second copy of the model.
+    `policy` is the run's torch generation backend (a `TorchBackend`: the very engine the run
+    samples with, weight updates included) or a loaded policy (anything with `.model` and
+    `.tokenizer`, wrapped in a `TorchBackend` here). The server decodes on its own thread,
+    between the caller's own uses of the model; closing it leaves the model and backend to the
+    caller."""
+    from arena_core.rollout.torch_backend import TorchBackend
+
+    limits = limits or Limits()
+    if isinstance(policy, TorchBackend):
+        backend = policy
+    else:
+        model = getattr(policy, "model", None)
+        tokenizer = getattr(policy, "tokenizer", None)
+        if model is None or tokenizer is None:
+            raise ArenaError(
+                f"serve_policy: {type(policy).__name__} is neither a TorchBackend nor a loaded "
+                "policy with .model and .tokenizer (arena_core.models.load_policy gives one)"
+            )
+        where = device or str(next(model.parameters()).device)
+        backend = TorchBackend(model, tokenizer, device=where, max_batch_size=limits.max_batch_rows)
+    server = PolicyServer(
+        backend,
+        backend.tokenizer,
+        name=name,
+        host=host,
+        port=port,
+        api_key=api_key,
+        limits=limits,
+    )
+    return server.start()

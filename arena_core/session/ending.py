@@ -2,12 +2,14 @@
 
 The run session (`arena_core.session.session.RunSession`) uses these for every recipe; they are
 the messages a user reads first and last, and the checks that stop a resume from silently
-changing the recipe. `arena_core.runtime.finish` re-exports them under their old names.
+changing the recipe.
 """
 
 from __future__ import annotations
 
 import math
+import shlex
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,7 @@ from arena_core.interrupts import Interrupted, signal_name
 from arena_core.store.atomic import atomic_write_json, read_json
 from arena_core.store.best import metric_name
 from arena_core.store.checkpoints import read_index
-from arena_core.store.kinds import held_out_lines
+from arena_core.store.kinds import held_out_lines, kind_of
 from arena_core.store.rundir import CONFIG_FILE, config_changes, read_config
 
 SUMMARY_FILE = "summary.json"
@@ -81,10 +83,16 @@ def _normalised(cfg: dict[str, Any]) -> dict[str, Any]:
         return cfg
 
 
+def resume_command(run_dir: Path | str, *more: str) -> str:
+    """The command that continues the run in `run_dir`, as a shell would take it: the run's own
+    config.yaml says everything else (`resumed_config`)."""
+    return shlex.join(["arena-run", f"train.resume={run_dir}", *more])
+
+
 def check_resume_config(run_dir: Path, cfg: dict[str, Any], *, allow: bool) -> list[str]:
     """Refuse (ConfigError) a resume whose config differs from the run's config.yaml in anything
-    but the free keys (`train.max_steps`, display settings), unless `allow`; returns the changes
-    (printed when allowed)."""
+    but the free keys (`RESUME_FREE_KEYS`: `train.max_steps`, threads, logging, cadences), unless
+    `allow`; returns the changes (printed when allowed)."""
     if not (run_dir / CONFIG_FILE).is_file():
         return []
     changes = config_changes(_normalised(read_config(run_dir)), _normalised(cfg))
@@ -94,15 +102,60 @@ def check_resume_config(run_dir: Path, cfg: dict[str, Any], *, allow: bool) -> l
         raise ConfigError(
             [
                 *changes,
-                "set train.resume_allow_changes=true to resume with these changes, or "
-                "drop the overrides to continue the run as it was",
+                f"to continue the run as it was, resume it alone: {resume_command(run_dir)} "
+                "(it takes only overrides that cannot change what it learns: threads, progress, "
+                "logging, more steps, evaluation and checkpoint cadence; docs/runs.md)",
+                "to train with these settings from its weights, start a new run with "
+                f"model.init_from={run_dir}:latest; or force them into this run with "
+                "train.resume_allow_changes=true",
             ],
-            header=f"Cannot resume {run_dir}: the config differs from its {CONFIG_FILE}",
+            header=f"Cannot resume {run_dir}: these settings differ from its {CONFIG_FILE} and "
+            "would change what the run learns",
         )
     print(f"resuming {run_dir} with a changed config (train.resume_allow_changes=true):")
     for line in changes:
         print(f"  {line}")
     return changes
+
+
+def resumed_config(overrides: Sequence[str]) -> dict[str, Any] | None:
+    """The config of `arena-run train.resume=RUN [free overrides]`, or None for any other command.
+
+    A resume continues the run (a run directory, run id, run name, or `latest`) with its own
+    config.yaml: nothing else is needed, and the only overrides it takes are those that cannot
+    change what the run learns (`RESUME_FREE_KEYS`: threads, logging, progress,
+    `train.max_steps`, evaluation and checkpoint cadence...); any other is refused with the list
+    of them (unless `train.resume_allow_changes=true`). Why not compose: the defaults would put
+    back choices the run never made (no algorithm, the default model). A resume that chooses
+    config groups too (`+algo=grpo`, `model=tiny`) is None here: composed as a new config, it
+    is compared with config.yaml by the session, as before."""
+    from arena_core.config.compose import require_job
+    from arena_core.config.resume import (
+        apply_overrides,
+        override_key,
+        resolve_resume,
+        resume_value,
+        runs_value,
+    )
+    from arena_core.config.searchpath import collect_options
+    from arena_core.config.validate import validate_config
+    from arena_core.plugins import get_plugins
+
+    target = resume_value(list(overrides))
+    if target is None:
+        return None
+    plugins = get_plugins()
+    groups = {o.group for o in collect_options(plugins.config_searchpaths()).values()}
+    if any(override_key(t) in groups | {"algo", "env", "experiment"} for t in overrides):
+        return None  # a full command: composed, then compared with config.yaml by the session
+    run_dir = resolve_resume(target, runs_value(list(overrides)))
+    cfg = apply_overrides(read_config(run_dir), list(overrides))
+    cfg.setdefault("train", {})["resume"] = str(run_dir)
+    cfg = validate_config(cfg, plugins)
+    require_job(cfg, overrides, plugins)
+    if not (cfg.get("train") or {}).get("resume_allow_changes"):  # allowed: the session says
+        check_resume_config(run_dir, cfg, allow=False)  # refuses a changed objective, naming it
+    return cfg
 
 
 def failed_summary(run_dir: Path, exc: BaseException) -> None:
@@ -115,7 +168,7 @@ def failed_summary(run_dir: Path, exc: BaseException) -> None:
         summary = {"run_dir": str(run_dir)}
     interrupted = isinstance(exc, KeyboardInterrupt | Interrupted)
     summary["status"] = "interrupted" if interrupted else "failed"
-    summary["interrupted"] = True
+    summary["interrupted"] = interrupted  # one status per ending: a failure is not also a stop
     if interrupted:
         summary["signal"] = signal_name()
         summary.pop("error", None)
@@ -137,7 +190,8 @@ def last_good(ckpt: Path | None, saved: bool, run_dir: Path) -> str:
     summary = f"summary in {run_dir / 'summary.json'}"
     if saved:
         return (
-            f"The last good weights are in {ckpt} ({summary}). Resume with train.resume={run_dir}"
+            f"The last good weights are in {ckpt} ({summary}). Resume with: "
+            f"{resume_command(run_dir)}"
         )
     if ckpt is None:
         return (
@@ -146,8 +200,8 @@ def last_good(ckpt: Path | None, saved: bool, run_dir: Path) -> str:
         )
     return (
         f"The weights of that step are unusable and were not saved; the last good ones are in "
-        f"{ckpt} ({summary}). Resume with train.resume={run_dir} after lowering algo.lr "
-        "(with train.resume_allow_changes=true)"
+        f"{ckpt} ({summary}). Resume with a lower learning rate: "
+        f"{resume_command(run_dir, 'algo.lr=LOWER', 'train.resume_allow_changes=true')}"
     )
 
 
@@ -166,6 +220,21 @@ def _duration(seconds: float) -> str:
     )
 
 
+def mark_unmeasured(summary: dict[str, Any]) -> None:
+    """Null the "after" figures of a run that trained but never evaluated after step 0 (stopped
+    before its final evaluation), and say so in `eval_final`: a recipe reports its last
+    evaluation as the final one, which for such a run is the initial one, and "0.540 -> 0.540"
+    would claim a measurement that was never made."""
+    final_step, steps = summary.get("eval_final_step"), int(summary.get("steps") or 0)
+    if final_step is None or int(final_step) != 0 or steps == 0:
+        return
+    for line in kind_of(summary).lines:
+        if f"{line.stem}_final" in summary:
+            summary[f"{line.stem}_final"] = None
+    summary["eval_final_step"] = None
+    summary["eval_final"] = "not measured"
+
+
 def closing_summary(summary: dict[str, Any], run_name: str | None = None) -> str:
     """The lines printed when a run ends, for every kind of run: before -> after of its held-out
     figures (`arena_core.store.kinds`), wall time, where everything is."""
@@ -175,7 +244,7 @@ def closing_summary(summary: dict[str, Any], run_name: str | None = None) -> str
     lines = [
         f"{status}: {name}, {summary.get('steps', 0)} steps in "
         f"{_duration(float(summary.get('wall_seconds') or 0.0))}",
-        *held_out_lines(summary),  # the run's own figures: reward, loss, preference, return
+        *_held_out(summary),  # the run's own figures: reward, loss, preference, return
     ]
     if best:
         metric = best.get("metric", "eval/reward_mean")  # older summaries: the reward ranked
@@ -188,6 +257,18 @@ def closing_summary(summary: dict[str, Any], run_name: str | None = None) -> str
     lines.append(f"  run directory      {summary.get('run_dir')}")
     lines += warning_lines(summary)
     return "\n".join(lines)
+
+
+def _held_out(summary: dict[str, Any]) -> list[str]:
+    lines = held_out_lines(summary)
+    if summary.get("eval_final") != "not measured":
+        return lines
+    lines = [line.replace("-> n/a", "-> not measured") for line in lines]
+    lines.append(
+        f"  (no held-out evaluation after step 0: the run was {summary.get('status', 'stopped')} "
+        "before its final one)"
+    )
+    return lines
 
 
 def warning_lines(summary: dict[str, Any]) -> list[str]:

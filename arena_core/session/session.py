@@ -41,6 +41,8 @@ from arena_core.session.ending import (
     failed_summary,
     finished_already,
     last_good,
+    mark_unmeasured,
+    resume_command,
 )
 from arena_core.store.atomic import atomic_write_json
 from arena_core.store.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -187,6 +189,8 @@ class RunSession:
         loggers and print the closing summary. Each recipe builds its own summary's fields."""
         if summary.get("status") == "interrupted":
             summary["signal"] = signal_name()  # SIGINT (Ctrl-C) or SIGTERM (a scheduler)
+        summary["interrupted"] = summary.get("status") == "interrupted"  # one status per ending
+        mark_unmeasured(summary)  # no "after" figure that was never measured
         atomic_write_json(self.run_dir / SUMMARY_FILE, summary)
         self.summarised = True
         if self.metrics is not None:
@@ -201,7 +205,7 @@ class RunSession:
         `saved` says what was saved ("checkpoint PATH"); its exit code is the signal's."""
         return error(
             f"interrupted at step {step}: {saved}, summary in {self.run_dir / SUMMARY_FILE}. "
-            f"Resume with train.resume={self.run_dir}"
+            f"Resume with: {resume_command(self.run_dir)}"
         )
 
     def failed(self, error: str, ckpt: Path | None, saved: bool) -> RunFailed:

@@ -181,7 +181,9 @@ def _write_files(
     """Every file of a checkpoint into `tmp`, fsynced (data on disk before a name points at it)."""
     with _quiet_progress():  # a shard-writing bar per checkpoint would break the run's display
         if kind == "lora":
-            model.save_pretrained(str(tmp / "adapter"))  # type: ignore[operator]
+            # no embeddings to save (Arena's LoRA never targets them); peft's "auto" would look
+            # the base's config up on the hub, and warn offline (models.loading.ADAPTER_SAVE)
+            model.save_pretrained(str(tmp / "adapter"), save_embedding_layers=False)  # type: ignore[operator]
         else:
             model.save_pretrained(
                 str(tmp / "model"),  # type: ignore[operator]

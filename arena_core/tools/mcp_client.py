@@ -354,13 +354,47 @@ def isolated_argv(argv: list[str], cwd: str, writable: list[str]) -> list[str]:
     check_isolation(policy)
     binary = bwrap_binary()
     assert binary is not None  # check_isolation raised otherwise
+    # the program by its absolute path: found on PATH here, it may live where the sandbox's
+    # private /tmp hides it (a virtualenv in /tmp), so it is mounted with what it runs on
+    found = shutil.which(argv[0]) if os.sep not in argv[0] else argv[0]
+    if found and os.path.exists(found):
+        argv = [os.path.abspath(found), *argv[1:]]
     files = [a for a in argv if os.path.exists(a)]
-    cmd = bwrap_command(binary, argv, policy, expose=[cwd, *files])
+    cmd = bwrap_command(binary, argv, policy, expose=[cwd, *files, *_runs_on(argv[0])])
+    at = cmd.index("--")
+    if "--chdir" in cmd[:at]:  # started in `cwd`, not the sandbox's scratch folder
+        i = cmd.index("--chdir")
+        cmd = cmd[:i] + cmd[i + 2 :]
+        at -= 2
     extra = ["--chdir", cwd]
     for path in writable:
         extra += ["--bind", path, path]
-    at = cmd.index("--")
     return cmd[:at] + extra + cmd[at:]
+
+
+def _runs_on(program: str) -> list[str]:
+    """What `program` needs to start besides itself: the interpreter of its `#!` line and the
+    virtualenv either lives in (its root holds pyvenv.cfg), e.g. a console script of a
+    virtualenv under /tmp."""
+    paths = [program]
+    try:
+        with open(program, "rb") as handle:
+            first = handle.readline(512)
+    except OSError:
+        first = b""
+    if first.startswith(b"#!"):
+        words = first[2:].decode(errors="replace").split()
+        if words:
+            paths.append(words[0])
+    out = []
+    for path in paths:
+        if not os.path.isabs(path):
+            continue
+        out.append(path)
+        root = os.path.dirname(os.path.dirname(path))  # venv/bin/python -> venv
+        if os.path.isfile(os.path.join(root, "pyvenv.cfg")):
+            out.append(root)
+    return out
 
 
 async def _list_all_tools(session: Any) -> list[dict[str, Any]]:

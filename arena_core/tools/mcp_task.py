@@ -30,6 +30,12 @@ class MCPServerFields(ToolEnvFields):
         "`{state_dir}` in it is replaced by the episode's state directory.",
     )
     url: str | None = Field(None, description="Streamable-HTTP server URL (instead of command).")
+    tool_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="Per tool call; a late answer is an error and stops the server. Above the "
+        "reference servers' slowest tool (server-everything's takes 10 s by design).",
+    )
     server_env: dict[str, str] = Field(
         default_factory=dict, description="Extra environment variables for the server process."
     )
@@ -58,6 +64,14 @@ class MCPServerFields(ToolEnvFields):
     )
     keep_states: int = Field(
         4096, ge=1, description="Newest episode state directories kept for the reward."
+    )
+    preflight_call_tools: Literal["read_only", "all", "none"] = Field(
+        "read_only",
+        description="Which server tools arena-run's pre-flight and `arena validate env NAME` "
+        "call with generated arguments: read_only (only tools annotated readOnlyHint: true; the "
+        "others, destructive or unannotated, are listed and their schemas checked), all (every "
+        "tool, announced first; with episode_state fresh/reset/tagged against the check's own "
+        "state directory), none.",
     )
 
     @model_validator(mode="after")

@@ -32,6 +32,11 @@ class ToolSessionError(ArenaError):
     """A session can no longer answer (its server is gone): the episode is scored as failed."""
 
 
+class ToolSessionBusy(ToolSessionError):
+    """The server serves no further session now (an OpenEnv server at its session limit): the
+    episode runner opens this episode again once the batch's open episodes have ended."""
+
+
 @dataclass(frozen=True)
 class ToolResult:
     """A tool's answer as the model will read it; `is_error` marks a failed or refused call."""

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from arena_core.errors import ArenaError
 from arena_core.sandbox._child import describe_exception, import_user_file, module_name
 
 PASS, WARN, FAIL, SKIP = "PASS", "WARN", "FAIL", "SKIP"
@@ -94,6 +95,9 @@ class Harness:
         try:
             result = fn()
         except Fail as exc:
+            self.record(name, FAIL, str(exc))
+            return None
+        except ArenaError as exc:  # Arena's own words (an unknown env id, a bad env.kwargs)
             self.record(name, FAIL, str(exc))
             return None
         except Exception as exc:  # noqa: BLE001 - the environment's own error is the finding
@@ -344,40 +348,75 @@ def _run_source(h: Harness, target: str, source: dict[str, Any], rollouts: int, 
     if factory is None:
         return
     how = f"env.kwargs {source['kwargs']}" if source.get("kwargs") else "no arguments"
+    wrapped = [
+        f"TimeLimit({source['max_episode_steps']})" if source.get("max_episode_steps") else "",
+        "FlattenObservation" if source.get("flatten_observation") else "",
+    ]
+    if any(wrapped):
+        how += f", wrapped in {' and '.join(w for w in wrapped if w)}"
     env = h.run("construction", lambda: ok(f"constructed with {how}", factory()))
     if env is None:
         return
     kind = h.run("kind", lambda: _kind(env))
     h.info["kind"] = kind
-    _check_kind(h, env, factory, kind, rollouts, seed)
+    accept = bool(source.get("accept_nondeterministic"))
+    _check_kind(h, env, factory, kind, rollouts, seed, accept)
+
+
+def _source_kind(target: str, kind: str) -> str:
+    """`auto` (a target given without a config): a Gymnasium id, else a PettingZoo module for
+    a dotted module path (mpe2.simple_spread_v3), else gymnasium (whose error names the ids)."""
+    if kind != "auto":
+        return kind
+    import gymnasium
+
+    if target in gymnasium.envs.registry or "." not in target:
+        return "gymnasium"
+    return "parallel"
 
 
 def _source_factory(h: Harness, target: str, source: dict[str, Any]) -> Callable[[], Any] | None:
-    """The factory of a classic-RL run's env: `file.py:Class` and `pkg.mod:Class` through the
-    import checks above, then called with the run's `kwargs`; a Gymnasium id, registered env or
-    PettingZoo module as the loop's EnvSource builds it (without the loop's TimeLimit/flatten
-    wrappers: the user's own reset/step are what is checked). None when the import failed."""
-    from arena_core.classic.envs import EnvSource
+    """The factory of a classic-RL run's env, as the loop builds it, wrappers included
+    (`max_episode_steps`, `flatten_observation`): `file.py:Class` and `pkg.mod:Class` through
+    the import checks above, then called with the run's `kwargs`; a Gymnasium id (also in
+    Gymnasium's `module:EnvId` form), registered env or PettingZoo module through the loop's
+    EnvSource. None when the import failed."""
+    from arena_core.classic.envs import EnvSource, gym_module_id, wrap
 
     kwargs = dict(source.get("kwargs") or {})
-    if ":" not in target:
-        built = EnvSource(target=target, kwargs=kwargs, kind=str(source.get("kind", "gymnasium")))
+    wrappers = (source.get("max_episode_steps"), bool(source.get("flatten_observation")))
+    built = EnvSource(
+        target=target,
+        kwargs=kwargs,
+        kind=_source_kind(target, str(source.get("kind", "gymnasium"))),
+        max_episode_steps=wrappers[0],
+        flatten_observation=wrappers[1],
+    )
+    if ":" not in target or gym_module_id(target):
         return built.make
     located = h.run("class_path", lambda: locate(target))
     if located is None or h.run("class_exists", lambda: find_class(target, located)) is None:
         return None
     cls = getattr(located[0], located[1])
-    return lambda: cls(**kwargs)
+    # without kwargs, a constructor that needs arguments gets the message that says so
+    make = (lambda: cls(**kwargs)) if kwargs else _no_arg_factory(cls, target)
+    return lambda: wrap(make(), *wrappers)
 
 
 def _check_kind(
-    h: Harness, env: Any, factory: Callable[[], Any], kind: Any, rollouts: int, seed: int
+    h: Harness,
+    env: Any,
+    factory: Callable[[], Any],
+    kind: Any,
+    rollouts: int,
+    seed: int,
+    accept_nondeterministic: bool = False,
 ) -> None:
     """The checks of the env's kind (Gymnasium, PettingZoo, MCP, text task)."""
     if kind == "gymnasium":
         from arena_core.validate.env_gym import check_gym
 
-        check_gym(h, env, factory, rollouts, seed)
+        check_gym(h, env, factory, rollouts, seed, accept_nondeterministic)
     elif kind in ("aec", "parallel"):
         from arena_core.validate.env_pz import check_pettingzoo
 

@@ -225,6 +225,12 @@ def _score(fn: Callable[..., Any], ex: Example, completion: str) -> float:
     return float(value)
 
 
+def _clip(text: str, n: int = 80) -> str:
+    """`text` on one line, cut to `n` characters (a sample shown in a report)."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= n else flat[: n - 3] + "..."
+
+
 def check_reward(task: Any, reward: str, examples: list[Example]) -> Result:
     """Gold completions must all earn the highest score seen; garbage must score below them."""
     from arena_core.sandbox import resolve_reward
@@ -256,7 +262,8 @@ def check_reward(task: Any, reward: str, examples: list[Example]) -> Result:
         f"{'' if min(gold) == max(gold) else f'-{max(gold):g}'}, garbage at most "
         f"{max(garbage):g}"
         + (f", other examples' answers at most {max(others):g}" if others else "")
-        + f" ({took * 1e3:.2f} ms per call)"
+        + f" ({took * 1e3:.2f} ms per call); sample: {_clip(rows[0].question)!r} -> "
+        f"{_clip(gold_completion(task, rows[0]))!r} scores {gold[0]:g}"
     )
     if min(gold) < top:
         return warn(

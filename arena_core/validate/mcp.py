@@ -4,13 +4,20 @@ The checks, in order (a failed one skips those that need it):
 - `start`: the server starts, `initialize` and `list_tools` answer within the start timeout;
 - `tools`: at least one tool, names a chat template accepts, descriptions present;
 - `input_schemas`: every tool's input schema is valid JSON Schema for an object;
-- `calls`: each tool called with arguments generated from its schema answers (an error result
-  is allowed: the arguments are made up), without hanging, dying or a malformed answer;
-- `wrong_calls`: each tool called with arguments its schema forbids, and an unknown tool, is
-  answered with an error result (a WARN when accepted; a FAIL when the server hangs or dies);
-- `episode`: a random-policy episode (random tools, generated arguments) runs through the same
-  session the trainer uses (`episode_state`, reset tool, state directory) to its final state;
+- `calls`: each tool that may be called (below) called with arguments generated from its schema
+  answers (an error result is allowed: the arguments are made up), without hanging, dying or a
+  malformed answer;
+- `wrong_calls`: those tools called with arguments their schema forbids, and an unknown tool,
+  are answered with an error result (a WARN when accepted; a FAIL when the server hangs or dies);
+- `episode`: a random-policy episode (random callable tools, generated arguments) runs through
+  the same session the trainer uses (`episode_state`, reset tool, state directory) to its end;
 - `latency`: per-call latency (median and max per tool).
+
+Validation must never change what the user owns: by default only tools annotated
+`readOnlyHint: true` are called, the others listed and their schemas checked (`mcp_calls`
+says which tools are called and against which state). An `auto` episode state that would call
+the server's `reset` tool, which Arena did not write, is not exercised unless the user says
+`episode_state=reset` or opts in (`call_tools="all"`).
 The server is user code in its own process group, stopped (whole group) after the checks; its
 calls and start are bounded by the timeouts, so a hostile server costs a timeout, never a hang.
 """
@@ -21,13 +28,27 @@ import random
 import re
 import shutil
 import statistics
+import sys
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
+from arena_core.validate.mcp_calls import (
+    CALL_TOOLS,
+    announcement,
+    enter_state,
+    not_called,
+    select_tools,
+)
 from arena_core.validate.report import FAIL, PASS, SKIP, WARN, Report
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+DEFAULT_VALIDATE_TIMEOUT_S = 30.0  # per call: the reference server-everything has a 10 s tool
+
+
+def _announce(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
 
 
 def validate_mcp(
@@ -43,11 +64,22 @@ def validate_mcp(
     report: Report | None = None,
     task: Any = None,
     isolate: bool = False,
+    call_tools: str = "read_only",
+    call_tools_key: str = "--call-tools",
+    timeout_key: str = "--timeout",
+    announce: Callable[[str], None] = _announce,
 ) -> Report:
     """Validate an MCP server given by stdio `command` or streamable-HTTP `url` (or the server of
-    MCP env `task`, whose sessions then run the episode check). `timeout_s` bounds each call."""
+    MCP env `task`, whose sessions then run the episode check). `timeout_s` bounds each call.
+
+    `call_tools` says which tools are called (module docstring): "read_only", "all" or "none";
+    `call_tools_key` and `timeout_key` name the settings in messages (`--call-tools`,
+    `env.preflight_call_tools`...); `announce` receives the list of tools about to be called
+    under "all" (printed to stderr by default), before any is called."""
     from arena_core.tools.mcp_client import MCPConnection, ServerGone, ServerSpec
 
+    if call_tools not in CALL_TOOLS:
+        raise ValueError(f"call_tools must be one of {CALL_TOOLS}, got {call_tools!r}")
     spec = ServerSpec.parse(command, url, isolate=isolate)
     report = report or Report(subject=spec.describe(), kind="env")
     report.info.update(kind="mcp", server=spec.describe(), transport="http" if url else "stdio")
@@ -68,36 +100,79 @@ def validate_mcp(
             report.add(name, SKIP, "not run: start failed")
         return report
     latencies: dict[str, list[float]] = {}
-    alive = True
+    alive, rng = True, random.Random(seed)
     try:
-        info = conn.server_info
-        report.add(
-            "start",
-            PASS,
-            f"{info.get('name', '?')} {info.get('version', '')}".strip()
-            + f" started, initialized and listed {len(conn.tools)} tool(s) in {conn.start_s:.2f} s",
-        )
-        report.info["start_s"] = round(conn.start_s, 3)
-        report.info["tools"] = [t.get("name") for t in conn.tools]
+        _report_start(report, conn)
         _check_tools(report, conn.tools)
         schemas = _check_schemas(report, conn.tools)
         schemas.pop(reset_tool, None)  # Arena's own per-episode call: the episode check uses it
-        rng = random.Random(seed)
-        alive = _check_calls(report, conn, schemas, timeout_s, rng, latencies)
-        if alive:
-            _check_wrong_calls(report, conn, schemas, timeout_s, latencies)
-        else:
-            report.add("wrong_calls", SKIP, "not run: the server stopped answering")
+        names = {str(t.get("name")) for t in conn.tools}
+        resolved = episode_state
+        if resolved == "auto":  # as MCPServers decides at its first start
+            resolved = "reset" if reset_tool in names else "shared"
+        chosen, skipped = select_tools(conn.tools, schemas, call_tools, reset_tool)
+        report.info.update(call_tools=call_tools, call_timeout_s=timeout_s,
+                           called_tools=sorted(chosen), not_called=dict(sorted(skipped.items())))  # fmt: skip
+        meta = None
+        if call_tools == "all" and chosen:
+            announce(announcement(chosen, resolved, scratch, call_tools_key))
+            meta = enter_state(report, conn, resolved, reset_tool, scratch, start_timeout_s)
+        if meta is not False:  # False: the reset tool failed, a FAIL says so
+            alive = _call_checks(report, conn, {n: schemas[n] for n in chosen}, skipped, schemas,
+                                 timeout_s, rng, latencies, meta, (call_tools_key, timeout_key))  # fmt: skip
     finally:
         conn.close()
         shutil.rmtree(scratch, ignore_errors=True)
-    if alive:
-        _check_episode(report, spec, episode_state, reset_tool, task, timeout_s, start_timeout_s,
-                       max_turns, rng, latencies)  # fmt: skip
-    else:  # the calls check saw it die or hang: a second server would only repeat that
+    if not alive:  # the calls check saw it die or hang: a second server would only repeat that
         report.add("episode", SKIP, "not run: the server stopped answering in the calls check")
+    elif not _skip_auto_reset(report, episode_state, resolved, call_tools, reset_tool,
+                              call_tools_key):  # fmt: skip
+        _check_episode(report, spec, episode_state, reset_tool, task, timeout_s, start_timeout_s,
+                       max_turns, rng, latencies, set(chosen))  # fmt: skip
     _report_latency(report, latencies)
     return report
+
+
+def _call_checks(report: Report, conn: Any, called: dict, skipped: dict[str, str], every: dict,
+                 timeout_s: float, rng: Any, lat: dict, meta: Any,
+                 keys: tuple[str, str]) -> bool:  # fmt: skip
+    """The calls and wrong_calls checks; False when the server died or hung."""
+    alive = _check_calls(report, conn, called, skipped, every, timeout_s, rng, lat, meta, keys)
+    if alive:
+        _check_wrong_calls(report, conn, called, timeout_s, lat, meta)
+    else:
+        report.add("wrong_calls", SKIP, "not run: the server stopped answering")
+    return alive
+
+
+def _report_start(report: Report, conn: Any) -> None:
+    info = conn.server_info
+    report.add(
+        "start",
+        PASS,
+        f"{info.get('name', '?')} {info.get('version', '')}".strip()
+        + f" started, initialized and listed {len(conn.tools)} tool(s) in {conn.start_s:.2f} s",
+    )
+    report.info["start_s"] = round(conn.start_s, 3)
+    report.info["tools"] = [t.get("name") for t in conn.tools]
+
+
+def _skip_auto_reset(report: Report, episode_state: str, resolved: str, call_tools: str,
+                     reset_tool: str, key: str) -> bool:  # fmt: skip
+    """An `auto` episode state that would call the server's own reset tool is not exercised
+    unless told (a tool named `reset` that Arena did not write may wipe real data): True and a
+    SKIP saying how to allow it."""
+    if episode_state != "auto" or resolved != "reset" or call_tools == "all":
+        return False
+    report.add(
+        "episode",
+        SKIP,
+        f"not run: episode_state=auto would call the server's `{reset_tool}` tool at each "
+        "episode start, which validation does not do unless told: if that tool is Arena's "
+        'per-episode reset (it takes {"state_dir": DIR}), say so with episode_state=reset '
+        f"(--episode-state reset), or opt in with {key}=all",
+    )
+    return True
 
 
 def _check_tools(report: Report, tools: list[dict[str, Any]]) -> None:
@@ -142,32 +217,42 @@ def _check_schemas(report: Report, tools: list[dict[str, Any]]) -> dict[str, dic
     return valid
 
 
-def _timed_call(conn: Any, name: str, args: Any, timeout_s: float, lat: dict) -> Any:
+def _timed_call(
+    conn: Any, name: str, args: Any, timeout_s: float, lat: dict, meta: Any = None
+) -> Any:
     started = time.monotonic()
-    result = conn.call(name, args, timeout_s)
+    result = conn.call(name, args, timeout_s, meta)
     lat.setdefault(name, []).append(time.monotonic() - started)
     return result
 
 
-def _check_calls(report: Report, conn: Any, schemas: dict, timeout_s: float, rng: Any, lat: dict):
-    """Each tool with generated arguments; False when the server died or hung."""
+def _check_calls(report: Report, conn: Any, schemas: dict, skipped: dict[str, str],
+                 every: dict, timeout_s: float, rng: Any, lat: dict, meta: Any,
+                 keys: tuple[str, str]) -> bool:  # fmt: skip
+    """Each chosen tool with generated arguments (and arguments generated for every tool
+    checked against its schema); False when the server died or hung."""
     from arena_core.tools.mcp_client import ServerGone
     from arena_core.validate.mcp_schema import arguments_problem, example_arguments
 
-    if not schemas:
-        report.add("calls", SKIP, "no tool with a valid schema to call")
-        return True
-    answered, errors, notes = 0, [], []
-    for name, schema in schemas.items():
-        args = example_arguments(schema, rng)
-        problem = arguments_problem(schema, args)
+    notes = []
+    for name, schema in every.items():
+        problem = arguments_problem(schema, example_arguments(schema, random.Random(0)))
         if problem:
             notes.append(f"'{name}': generated arguments do not fit its schema ({problem})")
+    if not schemas:
+        detail = "no tool called" if skipped or not every else "no tool with a valid schema"
+        report.add("calls", SKIP, "; ".join(x for x in [detail, not_called(skipped, keys[0]),
+                                                         *notes] if x))  # fmt: skip
+        return True
+    answered, errors = 0, []
+    for name, schema in schemas.items():
+        args = example_arguments(schema, rng)
         before = len(conn.protocol_errors)
         try:
-            result = _timed_call(conn, name, args, timeout_s, lat)
+            result = _timed_call(conn, name, args, timeout_s, lat, meta)
         except ServerGone as exc:
-            report.add("calls", FAIL, f"calling '{name}' with {_short(args)}: {exc}")
+            hint = f" (raise the per-call limit with {keys[1]})" if "within" in str(exc) else ""
+            report.add("calls", FAIL, f"calling '{name}' with {_short(args)}: {exc}{hint}")
             return False
         if len(conn.protocol_errors) > before:
             report.add(
@@ -184,12 +269,13 @@ def _check_calls(report: Report, conn: Any, schemas: dict, timeout_s: float, rng
     detail = f"{answered} tool(s) answered generated arguments"
     if errors:
         detail += f"; error results (allowed, the arguments were made up): {'; '.join(errors)}"
-    report.add("calls", WARN if notes else PASS, "; ".join([detail, *notes]))
+    parts = [detail, not_called(skipped, keys[0]), *notes]
+    report.add("calls", WARN if notes else PASS, "; ".join(p for p in parts if p))
     return True
 
 
 def _check_wrong_calls(
-    report: Report, conn: Any, schemas: dict, timeout_s: float, lat: dict
+    report: Report, conn: Any, schemas: dict, timeout_s: float, lat: dict, meta: Any = None
 ) -> None:
     from arena_core.tools.mcp_client import ServerGone
     from arena_core.validate.mcp_schema import wrong_arguments
@@ -199,7 +285,7 @@ def _check_wrong_calls(
     accepted, refused = [], 0
     for name, why, args in cases:
         try:
-            result = _timed_call(conn, name, args, timeout_s, lat)
+            result = _timed_call(conn, name, args, timeout_s, lat, meta)
         except ServerGone as exc:
             report.add(
                 "wrong_calls",
@@ -225,8 +311,9 @@ def _check_wrong_calls(
 
 def _check_episode(report: Report, spec: Any, episode_state: str, reset_tool: str, task: Any,
                    timeout_s: float, start_timeout_s: float, max_turns: int, rng: Any,
-                   lat: dict) -> None:  # fmt: skip
-    """A random-policy episode through the trainer's own session path."""
+                   lat: dict, allowed: set[str]) -> None:  # fmt: skip
+    """A random-policy episode through the trainer's own session path, calling only the
+    `allowed` tools (the calls check's choice)."""
     from arena_core.tools.mcp_session import MCPServers
     from arena_core.tools.protocol import ToolSessionError
     from arena_core.validate.mcp_schema import example_arguments
@@ -245,7 +332,7 @@ def _check_episode(report: Report, spec: Any, episode_state: str, reset_tool: st
     try:
         session = servers.open_session()
         try:
-            tools = session.tools()
+            tools = [t for t in session.tools() if t["function"]["name"] in allowed]
             for _ in range(max_turns if tools else 0):
                 fn = rng.choice(tools)["function"]
                 args = example_arguments(fn.get("parameters") or {}, rng)
@@ -299,13 +386,16 @@ def validate_mcp_env(
     *,
     overrides: list[str] | None = None,
     config: dict[str, Any] | None = None,
-    timeout_s: float = 10.0,
+    timeout_s: float | None = None,
     seed: int = 0,
     task: Any = None,
+    call_tools: str | None = None,
 ) -> Report:
     """A registered MCP env: its config composed as arena-run does, its task built, then its
     server validated, the episode check run through the task's own sessions. A `task` given
-    (built from `config`) is used and left open, its servers reused."""
+    (built from `config`) is used and left open, its servers reused. `timeout_s` bounds each
+    call (default: the env's `tool_timeout_s`); `call_tools` says which tools are called
+    (default: the env's `preflight_call_tools`, "read_only": see `validate_mcp`)."""
     from arena_core.errors import ArenaError, ConfigError
 
     report = Report(subject=name, kind="env")
@@ -335,13 +425,16 @@ def validate_mcp_env(
             url=cfg.url,
             episode_state=cfg.episode_state,
             reset_tool=cfg.reset_tool,
-            timeout_s=min(timeout_s, cfg.tool_timeout_s),
+            timeout_s=cfg.tool_timeout_s if timeout_s is None else timeout_s,
             start_timeout_s=cfg.start_timeout_s,
             max_turns=cfg.max_turns,
             seed=seed,
             report=report,
             task=task,
             isolate=cfg.isolate_server,
+            call_tools=call_tools or cfg.preflight_call_tools,
+            call_tools_key="--call-tools" if call_tools else "env.preflight_call_tools",
+            timeout_key="--timeout" if timeout_s is not None else "env.tool_timeout_s",
         )
         report.subject = name
         _check_reward(report, config.get("reward") or task.reward)

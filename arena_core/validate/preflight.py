@@ -10,11 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from arena_core.errors import ArenaError
+from arena_core.validate.env import CLASSIC_SOURCES, classic_source
 from arena_core.validate.report import FAIL, SKIP, Report
-
-# The env options that wrap another environment for the classic-RL loops (envs/gym.py): the
-# pre-flight checks the wrapped one (arena_core/classic/envs.py reads them the same way).
-CLASSIC_SOURCES = ("gym", "pettingzoo")
 
 
 class ValidationFailed(ArenaError):
@@ -65,13 +62,19 @@ def preflight_report(cfg: dict[str, Any]) -> Report:
         report.subject = part.subject or name
         _merge(report, part)
         return report
+    from arena_core.validate.env import own_validator
+
+    if own_validator(name, cfg) is not None:  # it checks its own data and reward (AWM)
+        _merge(report, validate_env(name, config=cfg, policy=policy))
+        return report
     path, mapping = env_cfg.get("path"), env_cfg.get("column_mapping")
     category = str(env_cfg.get("category") or "reasoning")
     local = bool(path) and Path(str(path)).expanduser().exists()
     if local:
         _merge(report, validate_dataset(str(path), category=category, column_mapping=mapping))
     elif path:
-        report.add("dataset.load", FAIL, f"env.path {path} does not exist")
+        where = f" (relative paths are resolved from the working directory, {Path.cwd()})"
+        report.add("dataset.load", FAIL, f"env.path {path} does not exist{where}")
     elif "path" in env_cfg:
         report.add("dataset", SKIP, "no env.path: the dataset comes from the hub when training")
     else:
@@ -80,7 +83,11 @@ def preflight_report(cfg: dict[str, Any]) -> Report:
         return report
     rows: list[tuple[str, ...]] = []
     if name in get_plugins().registries.envs and report.verdict != FAIL:
-        part = validate_env(name, config=cfg, timeout_s=60.0, policy=policy)  # slow datasets
+        from arena_core.validate.mcp import is_mcp_env
+
+        # slow datasets get a minute per operation; an MCP env's calls its own tool_timeout_s
+        timeout = None if is_mcp_env(name, cfg) else 60.0
+        part = validate_env(name, config=cfg, timeout_s=timeout, policy=policy)
         _merge(report, part)
         rows = [tuple(r) for r in part.info.get("rows") or []]
     reward = cfg.get("reward") or env_cfg.get("reward")
@@ -104,19 +111,16 @@ def preflight_report(cfg: dict[str, Any]) -> Report:
 
 def _classic_env(env_cfg: dict[str, Any], policy: Any, seed: int) -> Report:
     """`arena validate env` of what `+env=gym` / `+env=pettingzoo` names (env.path or env.id),
-    built with env.kwargs: a step() that returns 4 values or observations outside the declared
-    space stop the run here, with the check's message and the file and line, not mid-training."""
+    built with env.kwargs and the wrappers (flatten_observation, max_episode_steps): a step()
+    that returns 4 values or observations outside the declared space stop the run here, with
+    the check's message and the file and line, not mid-training."""
     from arena_core.validate.env import validate_env
 
-    target = str(env_cfg.get("path") or env_cfg.get("id") or "")
+    target, source = classic_source(env_cfg)
     if not target:  # the loop's own error says what to give
         report = Report(subject="", kind="env")
         report.add("target", SKIP, "no env.id or env.path: nothing to check")
         return report
-    source = {
-        "kwargs": dict(env_cfg.get("kwargs") or {}),
-        "kind": "parallel" if env_cfg.get("name") == "pettingzoo" else "gymnasium",
-    }
     timeout = max(float(env_cfg.get("step_timeout_s") or 30.0), 30.0)
     return validate_env(target, seed=seed, timeout_s=timeout, policy=policy, source=source)
 

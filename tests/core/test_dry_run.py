@@ -74,7 +74,8 @@ def test_a_failing_preflight_still_shows_config_and_plan_first(
     lines = captured.out.splitlines()
     plan = next(i for i, line in enumerate(lines) if line.startswith("# plan: "))
     verdict = lines[-1]
-    assert plan == len(lines) - 2 and "1 trainer" in lines[plan]
+    assert plan == len(lines) - 3 and "1 trainer" in lines[plan]
+    assert lines[plan + 1].startswith("# forecast: ~")  # the whole run's predicted time
     assert verdict.startswith("# pre-flight: FAIL (dataset.load)") and "exit code 1" in verdict
     assert f"env.path {missing} does not exist" in captured.err  # the report, on stderr
 

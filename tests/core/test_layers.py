@@ -1,5 +1,5 @@
-"""The import graph of arena_core ratchets: no new folder cycle, no new import that climbs a layer,
-no new long module or function.
+"""The import graph of arena_core ratchets: no new folder cycle, no new import that climbs a layer.
+Size is left to review: a line cap turned into a target that files were split to meet.
 
 The graph is drawn from the source alone, as `house_check.py` draws it: every `import` in
 arena_core, lazy ones inside functions included, one node per sub-package (`runtime`) or top-level
@@ -63,6 +63,7 @@ LAYERS: dict[str, int] = {
     # 6: pre-flight checks, serving and the dashboard, conformance suites
     "validate": 6,
     "serve": 6,
+    "tinker": 6,
     "testing": 6,
     # 7: the doors, and the recipes they run (each a loop driver, top to bottom, that nothing
     # below may import: a lower room that needs a recipe's piece needs it moved down)
@@ -78,14 +79,6 @@ ALLOWED_CYCLES: list[frozenset[str]] = []
 
 # Imports that climb a layer today. MUST ONLY SHRINK: delete an entry once its cause is gone.
 ALLOWED_CLIMBS: set[tuple[str, str]] = set()
-
-MAX_MODULE_LINES = 500
-MAX_FUNCTION_LINES = 80
-REASON_MARK = "# reason:"  # in a module's first 30 lines: why it may pass MAX_MODULE_LINES
-
-# Long modules and functions of today. MUST ONLY SHRINK.
-ALLOWED_LONG_MODULES: set[str] = set()
-ALLOWED_LONG_FUNCTIONS: set[str] = set()
 
 
 def room_of(module: str, root: str) -> str | None:
@@ -228,38 +221,6 @@ def test_no_new_folder_cycle() -> None:
 
 def test_no_new_import_climbs_a_layer() -> None:
     problems = climb_problems(climbs(import_graph(CORE), LAYERS), ALLOWED_CLIMBS)
-    assert problems == [], "\n".join(problems)
-
-
-def _long_parts(base: Path) -> tuple[set[str], set[str]]:
-    modules, functions = set(), set()
-    for path in sorted(base.rglob("*.py")):
-        rel = str(path.relative_to(base.parent))
-        text = path.read_text(encoding="utf-8")
-        head = "\n".join(text.splitlines()[:30])
-        if text.count("\n") + 1 > MAX_MODULE_LINES and REASON_MARK not in head:
-            modules.add(rel)
-        for node in ast.walk(ast.parse(text)):
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                if (node.end_lineno or node.lineno) - node.lineno + 1 > MAX_FUNCTION_LINES:
-                    functions.add(f"{rel}:{node.name}")
-    return modules, functions
-
-
-def test_no_new_long_module_or_function() -> None:
-    modules, functions = _long_parts(CORE)
-    problems = [
-        f"{m} is over {MAX_MODULE_LINES} lines: split it, or say why at its top ({REASON_MARK} ...)"
-        for m in sorted(modules - ALLOWED_LONG_MODULES)
-    ]
-    problems += [
-        f"{f} is over {MAX_FUNCTION_LINES} lines: split it into named steps"
-        for f in sorted(functions - ALLOWED_LONG_FUNCTIONS)
-    ]
-    problems += [
-        f"{p} is no longer long: delete it from the allowlist (the list only shrinks)"
-        for p in sorted((ALLOWED_LONG_MODULES - modules) | (ALLOWED_LONG_FUNCTIONS - functions))
-    ]
     assert problems == [], "\n".join(problems)
 
 

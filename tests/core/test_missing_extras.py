@@ -96,7 +96,7 @@ def test_a_ray_plan_without_the_ray_extra(monkeypatch, capsys, tmp_path: Path) -
     assert HINT.format("ray") in err and "no module 'ray'" in err
 
 
-@pytest.mark.parametrize("extra", ["serve", "ray", "mcp"])
+@pytest.mark.parametrize("extra", ["serve", "ray", "mcp", "tinker"])
 def test_every_extra_named_is_one_pyproject_declares(extra: str) -> None:
     import tomllib
 

@@ -35,7 +35,20 @@ def test_bundles_mirror_the_plan() -> None:
     assert [len(n) for n in two.nodes] == [2, 2]
     assert [s.group for s in two.trainers + two.engines] == [0, 0, 1, 1]
     with pytest.raises(ConfigError, match="hardware.nodes=3"):
-        bundle_plan(Layout(trainer_devices=1, engines=2, colocate="none", nodes=3))
+        bundle_plan(Layout(trainer_devices=2, engines=1, colocate="shared", nodes=3))
+
+
+def test_the_driver_s_node_is_a_node() -> None:
+    """The trainer in the driver + one engine on two nodes (one training box, one generation
+    box): the engine's bundle goes to the other node, kept off the driver's."""
+    one = bundle_plan(Layout(trainer_devices=1, engines=1, colocate="none", nodes=2))
+    assert one.nodes == [[{"CPU": 1.0}]] and one.avoid_driver_node
+    assert [(s.group, s.bundle) for s in one.engines] == [(0, 0)] and not one.trainers
+    three = bundle_plan(Layout(trainer_devices=1, engines=2, colocate="none", nodes=3))
+    assert [s.group for s in three.engines] == [0, 1]  # one engine on each other node
+    with pytest.raises(ConfigError, match="driver's node holds the trainer.*nodes<=2"):
+        bundle_plan(Layout(trainer_devices=1, engines=1, colocate="none", nodes=3))
+    assert not bundle_plan(Layout(trainer_devices=2, engines=2, nodes=2)).avoid_driver_node
 
 
 def test_only_a_split_or_multi_worker_plan_needs_processes() -> None:
@@ -104,7 +117,8 @@ def test_a_plan_spread_over_two_nodes(tmp_path) -> None:
     )
     try:
         nodes.add_node(num_cpus=1)
-        layout = Layout(trainer_devices=1, engines=2, colocate="none", nodes=2)
+        # the trainer in the driver (its node is one of the two) and the engine on the other
+        layout = Layout(trainer_devices=1, engines=1, colocate="none", nodes=2)
         with RayCluster(layout, address=nodes.address, run_dir=tmp_path) as cluster:
             assert not cluster.started_ray  # joined: the cluster is not ours to stop
 
@@ -117,7 +131,8 @@ def test_a_plan_spread_over_two_nodes(tmp_path) -> None:
                 cluster.track(Probe.options(**cluster.options(s)).remote())
                 for s in cluster.plan.engines
             ]
-            assert len(set(ray.get([p.node.remote() for p in probes]))) == 2
+            (engine_node,) = ray.get([p.node.remote() for p in probes])
+            assert engine_node != ray.get_runtime_context().get_node_id()  # not the driver's
         assert ray.is_initialized()  # still connected to the cluster we joined
         assert _free_cpus(ray, 2.0) == 2.0  # our bundles were released
         assert "joined" in (tmp_path / "ray" / "cluster.txt").read_text()

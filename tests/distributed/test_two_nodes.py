@@ -259,7 +259,8 @@ def test_a_lost_node_with_no_room_left_is_a_clear_error(nodes, tmp_path) -> None
 
     first, second = nodes.add_node(num_cpus=1), nodes.add_node(num_cpus=1)
     nodes.wait_for_nodes()
-    layout = Layout(trainer_devices=1, engines=2, colocate="none", nodes=2)
+    # the driver's node (the head: the trainer) and one engine on each of the other two
+    layout = Layout(trainer_devices=1, engines=2, colocate="none", nodes=3)
     try:
         with RayCluster(layout, address="auto", run_dir=tmp_path) as cluster:
             where = [cluster.record("engine", i, s) for i, s in enumerate(cluster.plan.engines)]

@@ -49,11 +49,11 @@ def test_a_tp2_engine_gets_two_gpu_bundles_and_vllm_places_its_workers_there(ray
     plan = bundle_plan(layout, cpus_per_bundle=0.25)
     assert plan.nodes == [[{"CPU": 0.25, "GPU": 1.0}] * 4]
     assert [s.tp_bundles for s in plan.engines] == [(0, 1), (2, 3)]
-    # two nodes: each engine's TP pair on its own node
-    two = bundle_plan(Layout(1, 2, 2, "none", nodes=2, device="cuda"))
+    # the trainer's node (the driver's) and two more: each engine's TP pair on its own node
+    two = bundle_plan(Layout(1, 2, 2, "none", nodes=3, device="cuda"))
     assert [(s.group, s.tp_bundles) for s in two.engines] == [(0, (0, 1)), (1, (0, 1))]
     with pytest.raises(ConfigError, match="plan.engine_tp=2.*one node"):
-        bundle_plan(Layout(1, 3, 2, "none", nodes=2, device="cuda"))  # 3 bundles a node
+        bundle_plan(Layout(1, 3, 2, "none", nodes=3, device="cuda"))  # 3 bundles a node
 
     cfg = engine_backend_cfg(VLLM, 2)["engine_kwargs"]
     assert cfg == {"tensor_parallel_size": 2, "distributed_executor_backend": "ray"}

@@ -13,7 +13,7 @@ from arena_core.models import load_policy
 from arena_core.pipeline.build import build_task
 from arena_core.pipeline.groups import PromptEncoder
 from arena_core.recipes.llm import run_training
-from arena_core.runtime.finish import plan_check
+from arena_core.runtime.plan_check import plan_check
 
 
 def test_quickstart_plan_measures_prompts_as_the_runtime_encodes_them(

@@ -64,9 +64,7 @@ def test_no_loop_does_the_run_sessions_chores_itself() -> None:
     seen: set[tuple[str, str]] = set()
     for path in sorted(CORE.rglob("*.py")):
         rel = path.relative_to(CORE).as_posix()
-        if (
-            rel.startswith(OWNERS) or rel == "runtime/finish.py"
-        ):  # finish.py: old names, re-exported
+        if rel.startswith(OWNERS):
             continue
         for name in sorted(_uses(path)):
             seen.add((rel, name))

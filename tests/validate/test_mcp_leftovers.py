@@ -45,7 +45,8 @@ SERVER = textwrap.dedent(
                              "capabilities": {}, "serverInfo": {"name": "h", "version": "0"}})
         elif msg["method"] == "tools/list":
             send(msg["id"], {"tools": [{"name": "wait", "description": "waits",
-                                        "inputSchema": {"type": "object"}}]})
+                                        "inputSchema": {"type": "object"},
+                                        "annotations": {"readOnlyHint": True}}]})
         elif msg["method"] == "tools/call":
             time.sleep(600)
     time.sleep(600)  # stdin closed: linger (SIGTERM ignored except in "silent")

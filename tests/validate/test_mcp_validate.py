@@ -51,7 +51,8 @@ HOSTILE = textwrap.dedent(
                              "capabilities": {}, "serverInfo": {"name": mode, "version": "0"}})
         elif msg["method"] == "tools/list":
             send(msg["id"], {"tools": [{"name": "count", "description": "count to n",
-                                        "inputSchema": schema}]})
+                                        "inputSchema": schema,
+                                        "annotations": {"readOnlyHint": True}}]})
         elif msg["method"] == "tools/call":
             args = msg["params"].get("arguments") or {}
             if mode == "hang":
@@ -91,11 +92,14 @@ def _validate(capsys, *argv: str) -> tuple[int, dict]:
 
 
 def test_embedded_kv_store_passes_every_check(capsys, no_leftover_children) -> None:
-    code, checks = _validate(capsys, "--mcp-command", KV, "--episode-state", "fresh")
+    code, checks = _validate(
+        capsys, "--mcp-command", KV, "--episode-state", "fresh", "--call-tools", "all"
+    )
     assert code == 0 and checks["_report"]["verdict"] == "PASS"
     names = ["start", "tools", "input_schemas", "calls", "wrong_calls", "episode", "latency"]
     assert all(checks[n]["status"] == "PASS" for n in names), checks
     info = checks["_report"]["info"]
+    assert info["call_timeout_s"] == 30.0  # above server-everything's 10 s tool
     assert info["tools"] == ["set", "get", "delete", "list_keys", "reset"]
     assert set(info["latency_ms"]) >= {"set", "get"} and info["latency_ms"]["set"]["calls"] >= 1
     assert "random-policy episode (fresh state)" in checks["episode"]["detail"]
@@ -106,7 +110,11 @@ def test_embedded_kv_store_passes_every_check(capsys, no_leftover_children) -> N
     [
         ("no_start", "start", "no module named 'databse'"),
         ("bad_schema", "input_schemas", "tool 'count': not valid JSON Schema at properties/n"),
-        ("hang", "calls", "did not answer within 1 s; the server was stopped"),
+        (
+            "hang",
+            "calls",
+            "within 1 s; the server was stopped (raise the per-call limit with --timeout)",
+        ),
         ("exit", "calls", "closed the connection during 'count' (it exited)"),
         ("malformed", "calls", "with a malformed result (ValidationError"),
     ],
@@ -151,7 +159,7 @@ def test_streamable_http_url(capsys, tmp_path, no_leftover_children) -> None:
                     break
             time.sleep(0.1)
         url = f"http://127.0.0.1:{port}/mcp"
-        code, checks = _validate(capsys, "--mcp-url", url)
+        code, checks = _validate(capsys, "--mcp-url", url, "--episode-state", "reset")
         assert code == 0, checks
         assert checks["_report"]["info"]["transport"] == "http"
         assert checks["start"]["status"] == "PASS" and "arena-todo" in checks["start"]["detail"]
@@ -175,6 +183,7 @@ def test_registered_mcp_env_by_name(capsys, tmp_path, no_leftover_children) -> N
     )
     assert code == 0, checks
     assert checks["_report"]["info"]["isolation"].startswith("bubblewrap")
+    assert checks["_report"]["info"]["call_timeout_s"] == 30.0  # the env's tool_timeout_s
     assert checks["config"]["status"] == "PASS" and checks["construction"]["status"] == "PASS"
     assert "random-policy episode (reset state)" in checks["episode"]["detail"]
     assert "receives the episode's final state" in checks["reward"]["detail"]

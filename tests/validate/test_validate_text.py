@@ -187,9 +187,10 @@ def test_the_trainer_refuses_what_the_validator_refuses(register_arena_plugin) -
         check_contract(_Halfway())
 
 
-def test_a_registered_env_that_builds_an_env_source_is_not_refused(capsys) -> None:
-    """`+env=gym` returns what the classic-RL loop builds environments from: the pre-flight of a
-    PPO run must not call it an unknown environment."""
+def test_a_registered_env_that_builds_an_env_source_checks_the_env_it_names(capsys) -> None:
+    """`+env=gym` returns what the classic-RL loop builds environments from: validating it
+    checks the env that `env.id` names, built as the loop builds it."""
     assert run_cli("env", "gym", "env.id=CartPole-v1", "--json") == 0
-    kind = checks_of(capsys)["kind"]
-    assert kind["status"] == "SKIP" and "EnvSource" in kind["detail"]
+    checks = checks_of(capsys)
+    assert checks["kind"]["status"] == "PASS" and "Gymnasium Env" in checks["kind"]["detail"]
+    assert checks["step_return"]["status"] == "PASS"

@@ -254,7 +254,7 @@ def _plan_html(plan: dict[str, Any] | None) -> str:
             "colocate",
             "fused_logprob",
             "lora_rank",
-            # the plans of SFT/DPO and PPO/IPPO runs (arena_core.runtime.plan_file)
+            # the plans of SFT/DPO and PPO/IPPO runs (written by the run session: RunSession.write_plan)
             "device",
             "torch_threads",
             "rows_per_step",

@@ -1,25 +1,10 @@
-"""How a run is checked while it runs: the plan check against the measured steps.
-
-The resume checks and the failed and closing summaries moved to the run session
-(`arena_core.session.ending`); they are re-exported here under their old names.
-"""
+"""How a run is checked while it runs: the plan's predicted step time against the measured steps,
+so a plan that is off on this machine says so early, with the load it was priced at."""
 
 from __future__ import annotations
 
 import statistics
 from typing import Any
-
-from arena_core.session.ending import (  # noqa: F401 - re-exported under their old names
-    SUMMARY_FILE,
-    RunFailed,
-    RunInterrupted,
-    check_resume_config,
-    closing_summary,
-    failed_summary,
-    finished_already,
-    last_good,
-    warning_lines,
-)
 
 
 def plan_check(plan: dict[str, Any], step_seconds: list[float]) -> str:

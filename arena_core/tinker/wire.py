@@ -1,0 +1,141 @@
+"""The Tinker SDK's binary wire format, server side: forward_backward requests in, results out.
+
+SDK 0.38 sends `forward_backward` as a protobuf `ForwardBackwardRequest` and will only read the
+results of forward/backward and of sampling as protobuf (`Accept: application/x-protobuf`): a
+`ForwardBackwardOutput` whose per-datum outputs are one `ArrayRecord` of `BatchedTensor`s (all
+datums' values concatenated, int64 byte offsets between them), and a `SampleResponse` whose
+tokens are int32 bytes and logprobs float32 bytes. The message classes are the SDK's own
+(`tinker.proto.tinker_public_pb2`), and decoding a request tensor reuses the SDK's own decoder,
+so this module holds only the packing the SDK does not ship (it is a client).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from tinker.proto import tinker_public_pb2 as pb
+from tinker.proto.response_conv import _tensor_data_from_proto
+
+from arena_core.errors import ArenaError
+
+PROTO = "application/x-protobuf"
+
+
+class WireError(ArenaError):
+    """A request body the server cannot read; the message names the datum and the field."""
+
+
+@dataclass
+class WireDatum:
+    """One decoded datum: its input tokens and its `loss_fn_inputs` as flat numpy arrays."""
+
+    tokens: list[int]
+    inputs: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+@dataclass
+class FwdBwdRequest:
+    """A decoded `ForwardBackwardRequest`."""
+
+    model_id: str
+    seq_id: int
+    loss_fn: str
+    loss_fn_config: dict[str, float | str]
+    forward_only: bool
+    data: list[WireDatum]
+
+
+def decode_forward_backward(body: bytes) -> FwdBwdRequest:
+    """Parse the SDK's protobuf `forward_backward` body (zstd already undone by the caller)."""
+    msg = pb.ForwardBackwardRequest()
+    try:
+        msg.ParseFromString(body)
+    except Exception as exc:  # protobuf raises DecodeError, a plain Exception subclass
+        raise WireError(
+            f"forward_backward: the body is not a ForwardBackwardRequest ({exc})"
+        ) from None
+    config: dict[str, float | str] = {k: float(v) for k, v in msg.loss_fn_config.items()}
+    for key, value in msg.loss_fn_config_v2.items():  # v2 wins: it also carries strings
+        config[key] = value.text if value.WhichOneof("value") == "text" else float(value.number)
+    data = []
+    for i, datum in enumerate(msg.data):
+        tokens: list[int] = []
+        for chunk in datum.model_input:
+            kind = chunk.WhichOneof("chunk")
+            if kind != "encoded_text":
+                raise WireError(
+                    f"data[{i}].model_input holds a {kind} chunk: this server takes token "
+                    "chunks only (ModelInput.from_ints); images and audio are not supported"
+                )
+            tokens.extend(np.frombuffer(chunk.encoded_text.tokens, dtype=np.int32).tolist())
+        inputs = {}
+        for name, tensor in datum.loss_fn_inputs.items():
+            try:
+                inputs[name] = np.asarray(_tensor_data_from_proto(tensor).to_numpy()).reshape(-1)
+            except Exception as exc:
+                raise WireError(
+                    f"data[{i}].loss_fn_inputs['{name}'] cannot be read: {exc}"
+                ) from None
+        data.append(WireDatum(tokens, inputs))
+    return FwdBwdRequest(
+        model_id=msg.model_id,
+        seq_id=int(msg.seq_id),
+        loss_fn=msg.loss_fn,
+        loss_fn_config=config,
+        forward_only=bool(msg.forward_only),
+        data=data,
+    )
+
+
+def _batched(arrays: list[np.ndarray], dtype: np.dtype, proto_dtype: int) -> pb.BatchedTensor:
+    flat = [np.ascontiguousarray(a, dtype=dtype).reshape(-1) for a in arrays]
+    sizes = np.array([0] + [a.nbytes for a in flat], dtype=np.int64)
+    return pb.BatchedTensor(
+        data=b"".join(a.tobytes() for a in flat),
+        offsets=np.cumsum(sizes).astype(np.int64).tobytes(),
+        dtype=proto_dtype,
+    )
+
+
+def encode_forward_backward_output(
+    outputs: list[dict[str, np.ndarray]], metrics: dict[str, float]
+) -> bytes:
+    """A `ForwardBackwardOutput`: one float32 record per datum (every datum has the same fields)."""
+    record = pb.ArrayRecord(type_tag="ArrayRecord", num_datums=len(outputs))
+    for name in outputs[0] if outputs else []:
+        record.fields[name].CopyFrom(
+            _batched([o[name] for o in outputs], np.dtype(np.float32), pb.DTYPE_FLOAT32)
+        )
+    msg = pb.ForwardBackwardOutput(loss_fn_output_type="ArrayRecord", metrics=metrics)
+    if outputs:
+        msg.loss_fn_outputs.append(record)
+    return msg.SerializeToString()
+
+
+@dataclass
+class Sequence:
+    """One sampled continuation: its tokens, their logprobs, and why it stopped."""
+
+    tokens: list[int]
+    logprobs: list[float]
+    stopped: bool  # True: a stop token/string or EOS; False: max_tokens
+
+
+def encode_sample_response(
+    sequences: list[Sequence], prompt_logprobs: list[float] | None = None
+) -> bytes:
+    """A `SampleResponse`; `prompt_logprobs` has NaN where there is none (position 0), which the
+    SDK turns into None."""
+    msg = pb.SampleResponse()
+    for seq in sequences:
+        msg.sequences.append(
+            pb.SampledSequence(
+                stop_reason=pb.STOP_REASON_STOP if seq.stopped else pb.STOP_REASON_LENGTH,
+                tokens=np.asarray(seq.tokens, dtype=np.int32).tobytes(),
+                logprobs=np.asarray(seq.logprobs, dtype=np.float32).tobytes(),
+            )
+        )
+    if prompt_logprobs is not None:
+        msg.prompt_logprobs = np.asarray(prompt_logprobs, dtype=np.float32).tobytes()
+    return msg.SerializeToString()

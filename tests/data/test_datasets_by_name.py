@@ -1,0 +1,90 @@
+"""Datasets by name: `arena datasets add NAME SOURCE --category ... --map ...` validates once and
+records the dataset in Arena's home; `list`, `show`, `rm`; a run then says `env.dataset=NAME`
+(env=dataset and env=gsm8k) instead of the path, category and column mapping. Through the
+`arena` and `arena-run` entry points, with the registry in a temporary $ARENA_CACHE_DIR."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from arena_core.cli.main import main as arena
+from arena_core.cli.run import main as arena_run
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("ARENA_CACHE_DIR", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def _write(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_add_list_show_rm_and_a_run_by_name(
+    home: Path, tmp_path: Path, tmp_runs: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows = [{"instruction": f"{i} + 1 =", "output": str(i + 1)} for i in range(12)]
+    data = _write(tmp_path / "demos.jsonl", rows)
+    monkeypatch.chdir(tmp_path)  # a relative source is recorded as an absolute path
+    args = ["datasets", "add", "demos", "demos.jsonl", "--category", "sft"]
+    assert arena([*args, "--map", "prompt=instruction,response=output"]) == 0
+    out = capsys.readouterr().out
+    assert "registered demos: sft data, 12 rows" in out and "env.dataset=demos" in out
+    registry = json.loads((home / "datasets.json").read_text())["datasets"]
+    assert registry["demos"]["source"] == str(data)
+    assert registry["demos"]["column_mapping"] == {"prompt": "instruction", "response": "output"}
+
+    assert arena(["datasets", "list"]) == 0
+    assert "demos" in capsys.readouterr().out
+    assert arena(["datasets", "show", "demos", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"] == 12
+
+    # a run by name: the path, category and mapping come from the registry
+    run = ["+algo=sft", "+env=dataset", "env.dataset=demos", "model=tiny", "env.eval_size=4"]
+    assert arena_run([*run, "dry_run=true", f"paths.runs={tmp_runs}"]) == 0
+    out = capsys.readouterr().out
+    assert f"path: {data}" in out and "category: sft" in out and "instruction" in out
+    assert "# pre-flight: PASS" in out
+
+    # the same name twice is refused; a wrong mapping is refused before anything is recorded
+    assert arena(args) == 1
+    assert "already registered as 'demos'" in capsys.readouterr().err
+    bad = ["datasets", "add", "other", str(data), "--category", "sft"]
+    assert arena([*bad, "--map", "prompt=nope"]) == 1
+    assert "no column 'nope'" in capsys.readouterr().err
+    assert "other" not in json.loads((home / "datasets.json").read_text())["datasets"]
+
+    assert arena(["datasets", "rm", "demos"]) == 0
+    assert data.is_file()  # the data stay
+    assert arena_run([*run, "dry_run=true", f"paths.runs={tmp_runs}"]) == 2
+    assert "no dataset registered as 'demos'" in capsys.readouterr().err
+
+
+def test_gsm8k_by_name_and_a_category_that_does_not_fit(
+    home: Path, tmp_path: Path, tmp_runs: Path, capsys
+) -> None:
+    rows = [
+        {"problem": f"What is {i} + 1?", "solution": f"{i} + 1 = {i + 1}\n#### {i + 1}"}
+        for i in range(20)
+    ]
+    data = _write(tmp_path / "math.jsonl", rows)
+    add = ["datasets", "add", "math", str(data), "--category", "reasoning"]
+    assert arena([*add, "--map", "question=problem,answer=solution"]) == 0
+    capsys.readouterr()
+    run = ["+experiment=quickstart", "env=gsm8k", "env.dataset=math", "env.eval_size=4"]
+    assert arena_run([*run, "dry_run=true", f"paths.runs={tmp_runs}"]) == 0
+    out = capsys.readouterr().out
+    assert f"path: {data}" in out and "question: problem" in out
+
+    prefs = _write(tmp_path / "prefs.jsonl", [{"prompt": "p", "chosen": "a", "rejected": "b"}])
+    assert arena(["datasets", "add", "prefs", str(prefs), "--category", "preference"]) == 0
+    capsys.readouterr()
+    assert arena_run([*run[:2], "env.dataset=prefs", "dry_run=true"]) == 2
+    assert "is preference data, but this environment needs reasoning data" in (
+        capsys.readouterr().err
+    )

@@ -1,0 +1,119 @@
+"""What a run says before and after it trains, told truthfully, through `arena-run` (its main()):
+
+- the pre-flight checks that the model can be had (a directory, Arena's cache, the Hugging Face
+  cache or a reachable hub) and FAILs with the offline options when it cannot;
+- the forecast of the whole run is printed, and past the limit the pre-flight warns with the
+  overrides that would make the run fit;
+- a dry run reports the thread count the run will set;
+- a missing dataset path says where relative paths are looked up;
+- a model that fails to load ends the run `failed`, not also `interrupted`;
+- saving a LoRA adapter whose base is another run's adapter asks no hub and warns nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+from arena_core.cli.run import main
+
+QUICK = ["+experiment=quickstart", "train.max_steps=2", "sandbox.workers=1", "logger.names=[csv]"]
+
+
+def test_a_hub_model_offline_fails_the_preflight_naming_the_offline_models(
+    tmp_runs: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    model = "model.name_or_path=SomeOrg/not-cached-model"
+    assert main([*QUICK, model, "dry_run=true", f"paths.runs={tmp_runs}"]) == 1
+    err = capsys.readouterr().err
+    assert "model.available" in err and "SomeOrg/not-cached-model" in err
+    assert "model=smollm2-135m-instruct" in err and "model=tiny" in err
+    assert not list(tmp_runs.iterdir())
+
+
+def test_a_missing_model_directory_says_where_it_was_looked_up(
+    tmp_runs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    args = [*QUICK, "model.name_or_path=./models/mine", "dry_run=true", f"paths.runs={tmp_runs}"]
+    assert main(args) == 1
+    err = " ".join(capsys.readouterr().err.split())  # the report's table wraps lines
+    assert "relative paths are resolved from the working directory" in err
+    assert str(tmp_path) in err.replace("│ ", "").replace(" │", "")
+
+
+def test_the_forecast_is_printed_and_warns_past_the_limit(
+    tmp_runs: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    assert main([*QUICK, "dry_run=true", f"paths.runs={tmp_runs}"]) == 0
+    out = capsys.readouterr().out
+    assert "# forecast: ~" in out and "2 steps x ~" in out and "2 evaluations x ~" in out
+    assert "# pre-flight: PASS" in out
+
+    monkeypatch.setenv("ARENA_FORECAST_WARN_HOURS", "0.00001")  # any run is too long
+    assert main([*QUICK, "dry_run=true", f"paths.runs={tmp_runs}"]) == 0
+    captured = capsys.readouterr()
+    err = " ".join(captured.err.replace("│", " ").split())
+    assert "run.forecast" in err and "WARN" in err and "To fit:" in err
+    assert "# pre-flight: WARN" in captured.out
+
+
+def test_a_dry_run_reports_the_threads_the_run_sets(tmp_runs: Path, tmp_path: Path, capsys) -> None:
+    data = tmp_path / "sft.jsonl"
+    data.write_text(
+        "".join(json.dumps({"prompt": f"{i}+1=", "response": str(i + 1)}) + "\n" for i in range(8))
+    )
+    args = ["+algo=sft", "+env=dataset", f"env.path={data}", "model=tiny", "runtime.threads=2"]
+    assert main([*args, "dry_run=true", f"paths.runs={tmp_runs}"]) == 0
+    out = capsys.readouterr().out
+    assert "threads: 2" in out and "# plan: CPU, torch threads 2;" in out
+
+
+def test_a_missing_dataset_path_says_where_relative_paths_are_resolved(
+    tmp_runs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    args = ["+algo=sft", "+env=dataset", "env.path=data/missing.jsonl", "model=tiny"]
+    assert main([*args, "dry_run=true", f"paths.runs={tmp_runs}"]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "data/missing.jsonl" in err
+    assert f"relative paths are resolved from the working directory, {tmp_path}" in err
+
+
+def test_a_model_that_fails_to_load_ends_failed_not_interrupted(
+    tmp_runs: Path, tmp_path: Path, capsys
+) -> None:
+    broken = tmp_path / "broken-model"
+    broken.mkdir()
+    (broken / "config.json").write_text('{"model_type": "no-such-architecture"}')
+    assert main([*QUICK, f"model.name_or_path={broken}", f"paths.runs={tmp_runs}"]) != 0
+    (run_dir,) = tmp_runs.iterdir()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["interrupted"] is False
+
+
+def test_a_lora_adapter_on_another_adapter_saves_without_asking_the_hub(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    from arena_core.models.loading import load_policy, save_policy
+    from arena_core.store.checkpoints import save_checkpoint
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    policy = load_policy({"name_or_path": "arena:tiny", "lora": {"r": 4}}, device="cpu")
+    start = tmp_path / "first-run" / "checkpoints" / "step_000002" / "adapter"
+    start.mkdir(parents=True)  # what a run started from a LoRA run names as its base
+    for adapter in policy.model.peft_config.values():
+        adapter.base_model_name_or_path = str(start)
+    optimizer = torch.optim.AdamW(policy.trainable_parameters())
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        save_policy(policy, tmp_path / "export")
+        save_checkpoint(tmp_path / "run", 1, policy.model, optimizer, {"step": 1})
+    assert not [w for w in seen if "Could not find a config file" in str(w.message)]
+    assert (tmp_path / "export" / "adapter_model.safetensors").is_file()

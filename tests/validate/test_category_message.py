@@ -1,0 +1,46 @@
+"""GRPO on a dataset read with the wrong `env.category` says what the file actually holds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from arena_core.cli.run import main as arena_run
+
+
+def _file(tmp_path: Path, rows: list[dict]) -> Path:
+    path = tmp_path / "data.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+def _error(capsys: pytest.CaptureFixture[str], path: Path, *extra: str) -> str:
+    code = arena_run(["+algo=grpo", "+env=dataset", f"env.path={path}", "model=tiny", *extra,
+                      "--dry-run"])  # fmt: skip
+    assert code != 0
+    return capsys.readouterr().err
+
+
+def test_question_answer_rows_read_as_sft_get_the_category_to_set(capsys, tmp_path) -> None:
+    path = _file(tmp_path, [{"question": f"{i}+1?", "answer": f"{i + 1}"} for i in range(8)])
+    err = _error(capsys, path)  # the dataset env's default category is sft
+    assert (
+        "its columns question, answer look like reasoning data. Set env.category=reasoning" in err
+    )
+    assert "provides env.category=sft" not in err and "+algo=sft" not in err
+    assert arena_run(["+algo=grpo", "+env=dataset", f"env.path={path}", "model=tiny",
+                      "env.category=reasoning", "--dry-run"]) == 0  # fmt: skip
+
+
+def test_real_sft_rows_get_the_algorithm_to_use(capsys, tmp_path) -> None:
+    path = _file(tmp_path, [{"prompt": "hi", "response": "hello"}] * 4)
+    err = _error(capsys, path)
+    assert "Use +algo=sft for sft data" in err
+
+
+def test_preference_rows_are_named_as_such(capsys, tmp_path) -> None:
+    path = _file(tmp_path, [{"prompt": "p", "chosen": "a", "rejected": "b"}] * 4)
+    err = _error(capsys, path)
+    assert "look like preference data: set env.category=preference and use +algo=dpo" in err
