@@ -127,7 +127,8 @@ def ray_cluster(ray_resources: dict[str, float]) -> Iterator[object]:
     must find none running. Skips the module when Ray is not installed."""
     ray = pytest.importorskip("ray")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(**ray_resources, include_dashboard=False, log_to_driver=False)
+    # address="local": never join a cluster another xdist worker's test started on this machine
+    ray.init(address="local", **ray_resources, include_dashboard=False, log_to_driver=False)
     try:
         yield ray
     finally:

@@ -275,7 +275,11 @@ class RayCluster:
         # directory and are linked (then copied) into RUN/ray/.
         self._temp_dir = tempfile.mkdtemp(prefix="arena-ray-")
         try:
-            ray.init(num_cpus=cpus, num_gpus=gpus, _temp_dir=self._temp_dir, **common)
+            # address="local": a new private instance even where another Ray runs on this machine
+            # (without it ray.init joins the latest `ray start` cluster and refuses num_cpus)
+            ray.init(
+                address="local", num_cpus=cpus, num_gpus=gpus, _temp_dir=self._temp_dir, **common
+            )
         except Exception as exc:
             raise ClusterError(
                 f"cannot start a local Ray ({cpus} CPUs, {gpus} GPUs): {type(exc).__name__}: "
