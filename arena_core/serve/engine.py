@@ -99,8 +99,10 @@ class Job:
 
     def batch_key(self) -> tuple[Any, ...]:
         r = self.request
-        # a seeded request decodes alone: its samples must not depend on who else was waiting
-        alone = self.id if r.seed is not None else None
+        # a seeded request decodes alone: its samples must not depend on who else was waiting;
+        # so does a constrained one on a backend without continuous batching (its grammar goes
+        # to the backend in the call's SamplingParams, shared by every row)
+        alone = self.id if r.seed is not None or r.grammar is not None else None
         rule = (r.temperature if r.temperature > 0 else 0.0, r.top_p, r.top_k)
         return (self.model.name, *rule, alone)
 
@@ -334,6 +336,7 @@ class Engine:
             top_p=req.top_p,
             top_k=req.top_k,
             seed=req.seed,
+            grammar=req.grammar.lark if req.grammar is not None else None,
         )
         self.batches += 1
         self.max_rows_seen = max(self.max_rows_seen, len(prompts))

@@ -78,12 +78,15 @@ def _vocab_size(model: Any) -> int:
 class Grammar:
     """A compiled grammar for one served model; `matcher()` starts one row's state."""
 
-    def __init__(self, model: Any, grammar: str) -> None:
+    def __init__(self, model: Any, grammar: str, lark: str) -> None:
         self.tokenizer = _lltokenizer(model)
         error = _llguidance().LLMatcher.validate_grammar(grammar, self.tokenizer)
         if error:
             raise GrammarError(error)
         self.grammar = grammar
+        # the same constraint as Lark text: what a backend with its own llguidance (vLLM's
+        # guidance backend) takes through SamplingParams.grammar
+        self.lark = lark
 
     def matcher(self) -> RowMatcher:
         return RowMatcher(self)
@@ -139,7 +142,7 @@ def json_grammar(model: Any, schema: dict[str, Any] | None) -> Grammar:
         grammar = LLMatcher.grammar_from_json_schema(body)
     except Exception as exc:  # noqa: BLE001 - the library's own message is the answer
         raise GrammarError(str(exc)) from None
-    return Grammar(model, grammar)
+    return Grammar(model, grammar, f"start: %json {json.dumps(body)}\n")
 
 
 def tool_call_schema(tools: list[dict[str, Any]]) -> dict[str, Any]:
@@ -175,4 +178,4 @@ def tool_call_grammar(
         grammar = LLMatcher.grammar_from_lark(lark)
     except Exception as exc:  # noqa: BLE001 - the library's own message is the answer
         raise GrammarError(str(exc)) from None
-    return Grammar(model, grammar)
+    return Grammar(model, grammar, lark)
