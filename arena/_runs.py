@@ -148,12 +148,20 @@ def train(config: Sequence[str] | Mapping[str, Any] | str, *, check: bool = True
     through arena-run's launcher (`arena_core.cli.launch`): the same dataset-category check, the
     same recipe, and with `check` (the default) the same pre-flight (reward, env and dataset
     validation), whose report the run keeps as validation.json.
+
+    A resume is one call, as it is one command: `arena.train(["train.resume=RUN"])` (a run
+    directory, run id, run name or `latest`) continues the run with its own saved config, taking
+    only overrides that cannot change what it learns (`train.max_steps` upward, threads,
+    logging...) and refusing the others with their list; the same `resumed_config` as
+    `arena-run train.resume=RUN`, so the SDK and the CLI cannot disagree about a resume.
     """
     from arena_core.cli.launch import launch
     from arena_core.config import compose_run_config
     from arena_core.errors import ConfigError
+    from arena_core.session.ending import resumed_config
 
-    cfg = compose_run_config(to_overrides(config))
+    overrides = to_overrides(config)
+    cfg = resumed_config(overrides) or compose_run_config(overrides)
     if cfg.get("dry_run"):
         raise ConfigError(
             "dry_run=true: arena.train trains and returns the Run; for the checks and the plan "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from arena_core.cli.options import METRIC_HELP, add_runs_option, add_threads_option
+from arena_core.cli.options import METRIC_HELP, add_runs_option
 from arena_core.serve.protocol import Limits
 
 EPILOG = """examples:
@@ -20,7 +20,7 @@ EPILOG = """examples:
   arena deploy RUN --backend vllm                          generate with vLLM
   arena deploy --model a=RUN_A:best --model b=RUN_B:40     two models, picked by `model`
   arena deploy RUN --host 0.0.0.0 --api-key "$KEY"        reachable from the network
-  arena deploy RUN --threads 2                             two torch threads (a quiet machine)
+  arena deploy RUN --threads 1                             one torch thread
 
 then, with the openai client:
   OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="secret")
@@ -33,6 +33,14 @@ completions: model, prompt (text, list of texts, token ids, list of token id lis
 temperature, top_p, n, stop, seed, stream, stream_options, logprobs (<= 20), echo (false only);
 vLLM's extensions (extra_body): top_k, ignore_eos, return_token_ids. Any other field is a 400
 naming it (docs/serving.md)."""
+
+# the rule runs follow (arena_core.runtime.threads.default_threads), so a server and a run on
+# the same machine share it the same way
+THREADS_HELP = (
+    "torch threads for generation (default: as a run picks them, every usable core while "
+    "OpenMP's threads wait passively, which `import arena_core` arranges, else the cores other "
+    "processes leave free; see docs/serving.md)"
+)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -71,12 +79,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--api-key", help="require `Authorization: Bearer KEY` (or ARENA_API_KEY)")
     p.add_argument("--metric", help=METRIC_HELP)
     p.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:1)")
-    add_threads_option(
-        p,
-        "torch threads for generation (default 1: steady latency on a busy machine; measured "
-        "on a shared 2-core one, 0.10 s per chat request with 1 against 0.1-4.4 s with one per "
-        "core; 0: torch's own default, one per core)",
-    )
+    p.add_argument("--threads", type=int, default=None, metavar="N", help=THREADS_HELP)
     p.add_argument(
         "--backend",
         default="torch",
@@ -125,9 +128,10 @@ def run(args: argparse.Namespace) -> int:
             f"--grace-s {args.grace_s} / --max-queue {args.max_pending}: the grace period must be "
             "0 or more seconds and the queue hold at least 1 request"
         )
-    if args.threads < 0:
+    if args.threads is not None and args.threads < 1:
         raise ArenaError(
-            f"--threads {args.threads}: give a count of 1 or more (0: torch's default)"
+            f"--threads {args.threads}: give a count of 1 or more, or leave it out for the "
+            "default (every usable core while OpenMP waits passively)"
         )
     refs = ([args.ref] if args.ref else []) + list(args.model)
     if not refs:

@@ -1,10 +1,13 @@
-"""Checks that run before any model loads: the sandbox, the reward, the environment, the dataset,
-that the model can be had, and (once the plan is known) the forecast of the whole run.
+"""Checks that run before training: the sandbox, the reward, the environment, the dataset,
+that the model can be had, (once the plan is known) the forecast of the whole run, and, for a
+GRPO-family run, whether the reward varies on the starting model's own samples.
 
 They reuse `arena validate`'s validators, so a run stops with the same report a user would get
 from `arena validate`, before spending compute. The model check is cheap on purpose (a directory
 exists, a cache holds it, the hub or the package index answers): loading weights is the run's
 job, but a model the run cannot load must stop it here, not after the plan half a minute later.
+The one check that loads the model is the last (`reward.base_samples`, a few sampled groups):
+a run that would train on nothing should say so before its first hour, not in every step's log.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from arena_core.validate.preflight import ValidationFailed, preflight_report
-from arena_core.validate.report import FAIL, PASS, WARN, Report
+from arena_core.validate.report import FAIL, PASS, SKIP, WARN, Report
 
 # recipes that load `model.name_or_path` (the others train the algorithm's own network)
 MODEL_RECIPES = frozenset({"llm", "population", "offline"})
@@ -30,6 +33,8 @@ def preflight(
     report = preflight_report(cfg)
     if model:
         model_check(cfg, report)
+        if plan is None and not cfg.get("dry_run") and report.verdict != FAIL:
+            flat_check(cfg, report)
     if plan is not None:
         forecast_check(cfg, report, plan)
     if report.verdict != PASS:
@@ -54,6 +59,32 @@ def model_check(cfg: dict[str, Any], report: Report) -> None:
         return
     ok, detail = model_availability(str(model.get("name_or_path") or ""))
     report.add("model.available", PASS if ok else FAIL, detail)
+
+
+def flat_check(cfg: dict[str, Any], report: Report) -> None:
+    """`reward.base_samples` (arena_core.validate.base_samples): a WARN when the starting model's
+    own samples all score the same, so every GRPO group would be flat. Only for the single LLM
+    recipe's group-based algorithms; never on a dry run, which loads no model (the check's model
+    load and sampling cost seconds on SmolLM2); off with ARENA_PREFLIGHT_SAMPLE_PROMPTS=0."""
+    from arena_core.plugins import get_plugins
+    from arena_core.registry import DEFAULT_RECIPE, algorithm_recipe
+    from arena_core.validate.base_samples import check_base_samples, sample_prompts
+
+    prompts = sample_prompts()
+    entry = get_plugins().registries.algorithms.entries.get(
+        str((cfg.get("algo") or {}).get("name"))
+    )
+    if prompts <= 0 or entry is None or algorithm_recipe(entry.obj) != DEFAULT_RECIPE:
+        return
+    if (cfg.get("evolution") or {}).get("enabled") is True:
+        return  # a population samples from many models: its members' first steps say it
+    from arena_core.errors import ArenaError
+    from arena_core.recipes.base import RunInputs
+
+    try:
+        check_base_samples(RunInputs.of(cfg).core, report, prompts=prompts)
+    except ArenaError as exc:  # the run meets it again and records it as the run's failure
+        report.add("reward.base_samples", SKIP, f"could not sample the base model: {exc}")
 
 
 def forecast_check(cfg: dict[str, Any], report: Report, plan: Any) -> None:

@@ -81,8 +81,8 @@ def deployed(deploy_banner: str) -> str:
 @pytest.fixture(scope="session")
 def deploy_banner(quick_run) -> Iterator[str]:
     """`arena deploy RUN:best` in a child process, with a key and small limits, on its default
-    torch threads (no OMP_NUM_THREADS: the default must be the steady one); yields the line it
-    printed once serving."""
+    torch threads (no OMP_NUM_THREADS: the default rule, tests/serve/test_deploy_threads.py);
+    yields the line it printed once serving."""
     args = [f"{quick_run.path}:best", "--port", "0", "--api-key", API_KEY]
     args += ["--max-pending", "4", "--max-batch", "8", "--max-tokens", "64"]
     args += ["--max-request-bytes", "20000"]

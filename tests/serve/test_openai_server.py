@@ -201,10 +201,3 @@ def test_seeded_sampling_repeats_and_top_p_is_honoured(client: OpenAI, model: st
     assert ask(7) == ask(7)
     greedy = client.completions.create(model=model, prompt="3+4=", max_tokens=16, temperature=0)
     assert ask(1, top_p=1e-6) == ask(2, top_p=1e-6) == greedy.choices[0].text  # only the top token
-
-
-def test_deploy_decodes_on_one_torch_thread_by_default(deploy_banner: str) -> None:
-    """More threads than free cores make a busy machine's latency erratic (0.1-4.4 s per chat
-    request measured with one thread per core, 0.10 s with one): one is the default, and the
-    server says what it runs on. Its child was started without OMP_NUM_THREADS."""
-    assert "(1 torch thread; Ctrl-C stops)" in deploy_banner

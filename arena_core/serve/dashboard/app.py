@@ -1,4 +1,4 @@
-"""The dashboard app: pages `/`, `/runs/{run}`, `/compare` and the JSON API under them.
+"""The dashboard app: pages `/`, `/runs/{run}`, `/compare`, `/datasets` and the JSON API under them.
 
 API (all GET, JSON unless said):
   /api/runs[?project=P]                         the runs, newest first (the `arena runs list` rows)
@@ -11,6 +11,8 @@ API (all GET, JSON unless said):
                                                 every 0.5 s) and `status` (when it changes)
   /api/runs/{run}/checkpoints                   checkpoints with scores, marks and commands
   /api/runs/{run}/population                    members, fitness curves, events, lineage
+  /api/datasets                                 the registered datasets (`arena datasets list`):
+                                                name, category, source, rows, mapping
 Errors are `{"error": {"message", "type", "code"}}` with 404 for an unknown run; anything a run
 directory holds that cannot be read is reported in `problems`, never as a 500.
 """
@@ -115,6 +117,10 @@ def _add_api_routes(app: FastAPI, root: Path) -> None:
     def api_population(run: str) -> JSONResponse:
         return _json(data.population(run_or_404(run)))
 
+    @app.get("/api/datasets")
+    def api_datasets() -> JSONResponse:
+        return _json(data.datasets())
+
     @app.get("/api/runs/{run}/events")
     async def api_events(run: str, request: Request, since: int | None = None) -> Any:
         info = run_or_404(run)
@@ -125,7 +131,7 @@ def _add_api_routes(app: FastAPI, root: Path) -> None:
 
 
 def _add_page_routes(app: FastAPI, root: Path) -> None:
-    """The HTML pages: the runs table, one run, and runs compared."""
+    """The HTML pages: the runs table, one run, runs compared, and the registered datasets."""
 
     @app.get("/", response_class=HTMLResponse)
     def page_runs(project: str | None = None) -> str:
@@ -149,6 +155,10 @@ def _add_page_routes(app: FastAPI, root: Path) -> None:
         except Exception as exc:  # a run directory nobody foresaw: say so, not a blank 500
             print(f"arena dashboard: {info.path}: {type(exc).__name__}: {exc}", file=sys.stderr)
             return HTMLResponse(pages.broken_run_page(info.name, f"{type(exc).__name__}: {exc}"))
+
+    @app.get("/datasets", response_class=HTMLResponse)
+    def page_datasets() -> str:
+        return pages.datasets_page(data.datasets())
 
     @app.get("/compare", response_class=HTMLResponse)
     def page_compare(run: Annotated[list[str] | None, Query()] = None) -> str:

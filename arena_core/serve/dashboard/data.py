@@ -439,3 +439,31 @@ def population(info: index.RunInfo) -> dict[str, Any]:
 
 def _member_id(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def datasets() -> dict[str, Any]:
+    """The datasets `arena datasets add` registered (name, category, source, rows, mapping),
+    sorted by name, with the registry's path; a registry that cannot be read is a problem on
+    the page, not an error page. Read at each request, so a dataset added while the dashboard
+    runs appears on the next load."""
+    from arena_core.data.registry import list_datasets, registry_path
+
+    try:
+        entries = list_datasets()
+        problems: list[str] = []
+    except ArenaError as exc:
+        entries, problems = {}, [str(exc)]
+    rows = [
+        {
+            "name": name,
+            "category": entry.get("category"),
+            "source": entry.get("source"),
+            "kind": entry.get("kind"),
+            "rows": entry.get("rows"),
+            "split": entry.get("split"),
+            "column_mapping": entry.get("column_mapping"),
+            "added": entry.get("added"),
+        }
+        for name, entry in sorted(entries.items())
+    ]
+    return {"datasets": rows, "registry": str(registry_path()), "problems": problems}

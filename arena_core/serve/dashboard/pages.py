@@ -71,7 +71,8 @@ def _page(title: str, body: str, *, script: bool = True) -> str:
         f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f'<link rel="stylesheet" href="/static/dashboard.css">{js}</head><body>'
-        '<header><a href="/" class="brand">Arena</a> <span>dashboard</span></header>'
+        '<header><a href="/" class="brand">Arena</a> <span>dashboard</span> '
+        '<nav class="sections"><a href="/">runs</a> <a href="/datasets">datasets</a></nav></header>'
         f"<main>{body}</main></body></html>"
     )
 
@@ -443,6 +444,38 @@ def compare_page(names: list[str], keys: list[str] | None = None) -> str:
     return _page(
         "Compare · Arena", f'<h1>Compare</h1><p>{links}</p><div class="charts">{charts}</div>'
     )
+
+
+def datasets_page(listing: dict[str, Any]) -> str:
+    """`/datasets`: what `arena datasets list` shows, so a run's `env.dataset=NAME` can be
+    looked up beside the runs that used it."""
+    head = (
+        "<tr><th>name</th><th>category</th><th>source</th><th>rows</th><th>split</th>"
+        "<th>mapping</th><th>added</th></tr>"
+    )
+    body = []
+    for d in listing["datasets"]:
+        mapping = ", ".join(f"{k}={v}" for k, v in (d.get("column_mapping") or {}).items())
+        body.append(
+            f'<tr class="dataset" data-dataset="{_e(d["name"])}"><td>{_e(d["name"])}</td>'
+            f"<td>{_e(d.get('category'))}</td><td><code>{_e(d.get('source'))}</code></td>"
+            f"<td>{_fmt(d.get('rows'))}</td><td>{_e(d.get('split') or '')}</td>"
+            f"<td>{_e(mapping)}</td><td>{_e(d.get('added') or '')}</td></tr>"
+        )
+    table = (
+        f'<table class="runs" id="datasets">{head}{"".join(body)}</table>'
+        if body
+        else f'<p class="empty">No datasets registered in {_e(listing["registry"])} yet. Add one: '
+        "<code>arena datasets add NAME SOURCE --category reasoning|preference|sft</code></p>"
+    )
+    trouble = "".join(f"<li>{_e(p)}</li>" for p in listing.get("problems") or [])
+    if trouble:
+        table = f'<ul class="problems" id="problems">{trouble}</ul>{table}'
+    note = (
+        "<p>Train on one with <code>env.dataset=NAME</code>; registry: "
+        f"<code>{_e(listing['registry'])}</code></p>"
+    )
+    return _page("Arena datasets", f"<h1>Datasets</h1>{note}{table}", script=False)
 
 
 def not_found_page(message: str) -> str:
