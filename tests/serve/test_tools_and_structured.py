@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Literal
 
 import openai
 import pytest
@@ -19,34 +18,10 @@ from arena_core.serve.chat import read_tool_calls, render_chat
 from arena_core.serve.protocol import ChatRequest
 from arena_core.serve.responses import ToolStream
 from arena_core.serve.server import serve_policy
+from tests.serve.tool_schemas import ASK, SCHEMAS, TOOLS, Answer
 
 pytest.importorskip("llguidance")
 jsonschema = pytest.importorskip("jsonschema")  # the reference validator of the schemas
-
-ASK = [{"role": "user", "content": "What is 2+3?"}]
-ADD = {
-    "type": "object",
-    "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 99}},
-    "required": ["a"],
-    "additionalProperties": False,
-}
-ECHO = {
-    "type": "object",
-    "properties": {"t": {"type": "string", "maxLength": 4}},
-    "required": ["t"],
-    "additionalProperties": False,
-}
-TOOLS = [
-    {"type": "function", "function": {"name": "add", "parameters": ADD}},
-    {"type": "function", "function": {"name": "echo", "parameters": ECHO}},
-]
-SCHEMAS = {"add": ADD, "echo": ECHO}
-
-
-class Answer(BaseModel):
-    value: int = Field(ge=0, le=100)
-    ok: bool
-    kind: Literal["sum", "product"]
 
 
 @pytest.fixture(scope="module")

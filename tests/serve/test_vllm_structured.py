@@ -13,43 +13,17 @@ import importlib.util
 import json
 import os
 from collections.abc import Iterator
-from typing import Literal
 
 import pytest
-from pydantic import BaseModel, Field
 
 from bench._arena_child import start_deploy
+from tests.serve.tool_schemas import ASK, SCHEMAS, TOOLS, Answer
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("vllm") is None,
     reason="vLLM not installed (pip install 'arena-rl[vllm]')",
 )
 jsonschema = pytest.importorskip("jsonschema")  # the reference validator of the schemas
-
-ASK = [{"role": "user", "content": "What is 2+3?"}]
-ADD = {
-    "type": "object",
-    "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 99}},
-    "required": ["a"],
-    "additionalProperties": False,
-}
-ECHO = {
-    "type": "object",
-    "properties": {"t": {"type": "string", "maxLength": 4}},
-    "required": ["t"],
-    "additionalProperties": False,
-}
-TOOLS = [
-    {"type": "function", "function": {"name": "add", "parameters": ADD}},
-    {"type": "function", "function": {"name": "echo", "parameters": ECHO}},
-]
-SCHEMAS = {"add": ADD, "echo": ECHO}
-
-
-class Answer(BaseModel):
-    value: int = Field(ge=0, le=100)
-    ok: bool
-    kind: Literal["sum", "product"]
 
 
 @pytest.fixture(scope="module")
