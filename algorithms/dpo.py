@@ -6,7 +6,7 @@ default), IPO: `(h - 1/(2 beta))^2` on length-averaged log-probabilities (Azar e
 computes it). `nll_alpha > 0` adds the chosen response's token-mean negative log-likelihood
 (AgileRL's DPO+NLL, TRL's `rpo_alpha`). The reference is the LoRA base with the adapter disabled,
 or, for full fine-tuning, log-probabilities computed once before training: never a second model
-in memory. The offline loop (`arena_core/recipes/offline.py`) runs it on `preference` data.
+in memory. The offline loop (`arena_core/sft_dpo/recipe.py`) runs it on `preference` data.
 """
 
 from __future__ import annotations

@@ -52,35 +52,15 @@ class GSPOConfig(GroupRelativeConfig):
     )
 
 
-def gspo_token_loss(
-    logp: Tensor,
-    old_logp: Tensor,
-    advantages: Tensor,
-    seq_ids: Tensor,
-    *,
-    eps_low: float,
-    eps_high: float,
-) -> tuple[Tensor, Tensor]:
-    """GSPO-token per-token loss and the per-token clip indicator (see the module docstring).
-
-    The sequence ratio is fed to the PPO-clip kernel as a shifted logprob: with
-    `logp' = logp + sg(mean_log_ratio - log_ratio)`, `exp(logp' - old)` has the value `s_i` and
-    the gradient `s_i * grad logp`, which is exactly `sg[s_i] * pi / sg[pi]`."""
-    from arena_core.learn.losses import grpo_token_loss
-    from arena_core.learn.mismatch import sequence_mean
-
-    log_ratio = logp - old_logp
-    seq_log_ratio = sequence_mean(log_ratio.detach(), seq_ids)
-    shifted = logp + (seq_log_ratio - log_ratio.detach())
-    return grpo_token_loss(shifted, old_logp, advantages, eps_low=eps_low, eps_high=eps_high)
-
-
 class GSPO(GroupRelativeAlgorithm):
     """Group sequence policy optimisation (see module docstring)."""
 
     config_class = GSPOConfig
 
     def surrogate(self, batch: TokenBatch) -> tuple[Tensor, Tensor]:
+        # one implementation, shared with `arena tinker serve`'s "gspo" loss
+        from arena_core.learn.losses import gspo_token_loss
+
         if batch.seq_ids is None:
             raise ValueError(
                 "GSPO needs each token's sequence (TokenBatch.seq_ids): Arena's learner fills "

@@ -4,7 +4,7 @@ Each agent learns from its own observations, rewards and advantages with PPO's l
 with the same observation and action spaces and the same name prefix (`adversary_0`,
 `adversary_1` -> group `adversary`) form a group; with `share_parameters` (the default) a group
 shares one network, otherwise every agent has its own. Agents that die or join mid-episode are
-followed through the parallel API's `agents` list. The loop is arena_core/recipes/ippo.py.
+followed through the parallel API's `agents` list. The loop is arena_core/classic_rl/ippo.py.
 """
 
 from __future__ import annotations

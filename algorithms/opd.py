@@ -114,7 +114,7 @@ class OPD(GroupRelativeAlgorithm):
         if batch.teacher_logp is None:
             raise ValueError(
                 "algo=opd got no teacher logprobs: this learner was built without the teacher "
-                "(arena_core.pipeline.build.build_learner loads algo.teacher; sharded trainer "
+                "(arena_core.run_parts.build.build_learner loads algo.teacher; sharded trainer "
                 "ranks do not load one yet: run OPD with one trainer, hardware.count=1)"
             )
         return (batch.old_logp - batch.teacher_logp).detach()

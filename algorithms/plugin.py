@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from arena_algorithms.cispo import CISPO, CISPOConfig
 from arena_algorithms.dpo import DPO, DPOConfig
 from arena_algorithms.grpo import GRPO, GRPOConfig
@@ -85,6 +87,19 @@ def register_algorithms(register: Register) -> None:
         description="Independent PPO for PettingZoo parallel envs: shared or per-agent "
         "networks per agent group",
     )
+
+
+def _act_serving() -> Any:
+    from arena_core.serve.act import act_serving
+
+    return act_serving()
+
+
+@hookimpl
+def register_serving(register: Register) -> None:
+    # `arena deploy` of a PPO or IPPO checkpoint answers POST /v1/act
+    for kind in ("ppo", "ippo"):
+        register(kind, _act_serving, description="POST /v1/act: the policy's action")
 
 
 @hookimpl

@@ -7,7 +7,7 @@ them `+algo=ppo +env=gym env.id=CartPole-v1` reaches a held-out return of 500 in
 steps (CleanRL's own defaults ended at ~430-460 there). The `+experiment=cartpole` and
 `lunarlander` presets use rl-zoo's tuned values instead. The class
 holds only the loss: rollouts, GAE and the update schedule live in the on-policy loop
-(arena_core/recipes/ppo.py), the `ppo` recipe the class names in `recipe`, so `arena-run`
+(arena_core/classic_rl/ppo.py), the `ppo` recipe the class names in `recipe`, so `arena-run`
 knows which loop runs it.
 """
 
@@ -66,8 +66,6 @@ class PPO:
 
     config_class: ClassVar[type[BaseModel]] = PPOConfig
     recipe: ClassVar[str] = "ppo"  # the training loop, by its registered name
-    # `arena deploy` of its checkpoints answers POST /v1/act (IPPO inherits it)
-    serving: ClassVar[str] = "arena_core.serve.act:register_serving"
 
     def __init__(self, config: BaseModel | dict[str, Any] | None = None) -> None:
         if not isinstance(config, self.config_class):

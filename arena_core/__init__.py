@@ -7,7 +7,7 @@ __version__ = "0.1.0"
 
 # Set before anything loads torch's OpenMP runtime, which reads it once: an idle pool thread then
 # sleeps instead of spinning, so a core that another process holds costs a run that core's share
-# rather than a collapse (bench/threads_contention.py; arena_core/runtime/threads.py decides the
+# rather than a collapse (bench/threads_contention.py; arena_core/threads.py decides the
 # thread count from whether it took effect). A value the user set is kept.
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 PASSIVE_OPENMP = (

@@ -21,20 +21,20 @@ def register_hardware(register: Register) -> None:
 
 
 def _torch_backend(policy: Any, cfg: Any) -> Any:
-    from arena_core.rollout.torch_backend import _factory
+    from arena_core.engines.torch_backend import _factory
 
     return _factory(policy, cfg)
 
 
 def _vllm_backend(policy: Any, cfg: Any) -> Any:
-    from arena_core.rollout.vllm_backend import _factory
+    from arena_core.engines.vllm_backend import _factory
 
     return _factory(policy, cfg)
 
 
 @hookimpl
 def register_backends(register: Register) -> None:
-    from arena_core.rollout.backend_configs import TorchBackendConfig, VLLMBackendConfig
+    from arena_core.engines.backend_configs import TorchBackendConfig, VLLMBackendConfig
 
     register(
         "torch",
@@ -69,8 +69,52 @@ def register_tool_parsers(register: Register) -> None:
     )
 
 
+def _llm_recipe() -> type:
+    from arena_core.llm_rl.recipe import LLMRecipe
+
+    return LLMRecipe
+
+
+def _population_recipe() -> type:
+    from arena_core.population.recipe import PopulationRecipe
+
+    return PopulationRecipe
+
+
+def _ppo_recipe() -> type:
+    from arena_core.classic_rl.ppo import PPORecipe
+
+    return PPORecipe
+
+
+def _ippo_recipe() -> type:
+    from arena_core.classic_rl.ippo import IPPORecipe
+
+    return IPPORecipe
+
+
+def _sft_dpo_recipe() -> type:
+    from arena_core.sft_dpo.recipe import OfflineRecipe
+
+    return OfflineRecipe
+
+
 @hookimpl
 def register_recipes(register: Register) -> None:
-    from arena_core.recipes.builtin import register_builtin_recipes
-
-    register_builtin_recipes(register)
+    # loaders, not classes: each recipe imports torch, and `arena plugins` must not pay for that
+    register(
+        "llm",
+        _llm_recipe,
+        description="LLM RL: generate, score with the reward, learn (sync or async, planned)",
+    )
+    register(
+        "population",
+        _population_recipe,
+        description="LLM RL population (an llm algorithm with evolution.enabled=true): members "
+        "take turns, tournament selection, mutation",
+    )
+    register("ppo", _ppo_recipe, description="Classic RL: PPO on Gymnasium envs (vector envs, GAE)")
+    register(
+        "ippo", _ippo_recipe, description="Classic multi-agent RL: IPPO on PettingZoo parallel envs"
+    )
+    register("offline", _sft_dpo_recipe, description="Offline training on datasets: SFT, DPO")

@@ -119,8 +119,20 @@ def register_recipes(register: Register) -> None:
     (chosen instead of ``llm`` when ``evolution.enabled``), ``ppo``, ``ippo`` and ``offline``.
 
     :param register: call ``register(name, recipe_class, description="")``; ``recipe_class`` is a
-        subclass of ``arena_core.recipes.Recipe`` built without arguments once per run (set up,
+        subclass of ``arena_core.session.recipe.Recipe`` built without arguments once per run (set up,
         train, save, clean up; see docs/plugins.md, "Recipes").
+    """
+
+
+@hookspec
+def register_serving(register: Register) -> None:
+    """Register how `arena deploy` serves checkpoints of an algorithm that is not a language model.
+
+    :param register: call ``register(kind, support, description="")``: ``kind`` is the algorithm's
+        name as a run's config records it (``ppo``); ``support`` is an
+        ``arena_core.serve.models.KindServing`` (a loader ``(name, run_dir, checkpoint, device) ->
+        ServedModel`` and ``add_routes(app, models)``), or a function without arguments that
+        returns one, called only when such a checkpoint is served.
     """
 
 
@@ -142,6 +154,7 @@ ALL_HOOKS: tuple[str, ...] = (
     "register_loggers",
     "register_tool_parsers",
     "register_recipes",
+    "register_serving",
     "config_searchpath",
 )
 
@@ -154,4 +167,5 @@ KIND_OF_HOOK: dict[str, str] = {
     "register_loggers": "loggers",
     "register_tool_parsers": "tool_parsers",
     "register_recipes": "recipes",
+    "register_serving": "serving",
 }

@@ -6,7 +6,6 @@ list of what is installed. Lookups are plain dict reads, cheap enough for any lo
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +21,7 @@ KINDS: tuple[str, ...] = (
     "loggers",
     "tool_parsers",
     "recipes",
+    "serving",
 )
 SINGULAR = {
     "envs": "environment",
@@ -32,6 +32,7 @@ SINGULAR = {
     "loggers": "logger",
     "tool_parsers": "tool-call parser",
     "recipes": "recipe",
+    "serving": "served algorithm kind",
 }
 DEFAULT_RECIPE = "llm"  # the recipe of an algorithm that names none (GRPO, CISPO, ...)
 
@@ -54,32 +55,9 @@ def algorithm_recipe(algorithm: Any) -> str:
     """The recipe a registered algorithm class trains with: its `recipe` attribute, else "llm".
 
     Here, at the bottom of the core, so that any layer can ask "is this an LLM-loop algorithm?"
-    (the dataset-category and population checks do) without importing the recipes. A legacy
-    `training_loop = "module:function"` (deprecated) is returned as that path: it names no
-    registered recipe, and the launcher runs it through a compatibility adapter.
+    (the dataset-category and population checks do) without importing the recipes.
     """
-    recipe = getattr(algorithm, "recipe", None)
-    if recipe:
-        return str(recipe)
-    loop = str(getattr(algorithm, "training_loop", None) or DEFAULT_RECIPE)
-    if loop in MOVED_CORE_LOOPS:  # a plugin that reused a core loop by its old module path
-        warnings.warn(
-            f"training_loop = {loop!r} is deprecated and that module has moved: declare "
-            f"recipe = {MOVED_CORE_LOOPS[loop]!r} on the algorithm instead (docs/plugins.md)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return MOVED_CORE_LOOPS[loop]
-    return loop
-
-
-# The core's own loops as plugins named them before recipes (issue 24 moved these modules into
-# arena_core/classic/ and arena_core/offline/): such a plugin runs the named recipe instead.
-MOVED_CORE_LOOPS: dict[str, str] = {
-    "arena_core.runtime.gym_loop:run_gym_training": "ppo",
-    "arena_core.runtime.marl_loop:run_marl_training": "ippo",
-    "arena_core.runtime.offline_loop:run_offline_training": "offline",
-}
+    return str(getattr(algorithm, "recipe", None) or DEFAULT_RECIPE)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ def tiny_policy():
 
 
 def grpo(group_size: int = 8, **overrides):
-    from arena_core.plugins import get_plugins
+    from arena_core.plugin_loader import get_plugins
 
     entry = get_plugins().registries.algorithms.get("grpo")
     return entry.obj(entry.schema(group_size=group_size, lr=1e-5, **overrides))

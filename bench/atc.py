@@ -55,10 +55,10 @@ def main() -> None:
     args = parser.parse_args()
     from arena_atc.env import heading_to_exit
 
-    from arena_core.classic.policy import load_gym_policy
+    from arena_core.classic_rl.policy import load_gym_policy
+    from arena_core.classic_rl.ppo import PPORecipe
     from arena_core.config import compose_config
-    from arena_core.recipes import RunInputs
-    from arena_core.recipes.ppo import PPORecipe
+    from arena_core.session.recipe import RunInputs
 
     random = play(lambda env, obs: env.action_space.sample(), args.episodes)
     print(f"random: {random}", flush=True)

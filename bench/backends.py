@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from arena_core.rollout.base import SamplingParams
+from arena_core.engines.base import SamplingParams
 
 
 def _throughput(backend, prompts: list[list[int]], params: SamplingParams, repeats: int) -> float:
@@ -60,7 +60,7 @@ def _greedy(backend, prompts: list[list[int]], new: int) -> list[list[int]]:
 
 def _torch_greedy(model, tok, prompts: list[list[int]], new: int) -> list[list[int]]:
     """One prompt at a time (no padding), so the reference is as plain as it gets."""
-    from arena_core.rollout.torch_backend import TorchBackend
+    from arena_core.engines.torch_backend import TorchBackend
 
     ref = TorchBackend(model, tok)
     return [_greedy(ref, [p], new)[0] for p in prompts]
@@ -77,14 +77,14 @@ def main() -> None:
         type=int,
         default=1,
         help="torch threads of this process (the torch backend); 1 because two OpenMP threads on a "
-        "busy 2-core machine make small matmuls ~10x slower (tests/rollout/test_torch_backend.py)",
+        "busy 2-core machine make small matmuls ~10x slower (tests/engines/test_torch_backend.py)",
     )
     args = parser.parse_args()
     torch.set_num_threads(args.torch_threads)
 
+    from arena_core.engines.torch_backend import TorchBackend
+    from arena_core.engines.vllm_backend import VLLMBackend
     from arena_core.models.tiny import build_tiny
-    from arena_core.rollout.torch_backend import TorchBackend
-    from arena_core.rollout.vllm_backend import VLLMBackend
 
     model, tok = build_tiny("arena:tiny-init")
     prompts = [

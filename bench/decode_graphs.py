@@ -27,8 +27,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from device_check import CONFIG, SMOKE, build_model, word_tokenizer  # noqa: E402
 
-from arena_core.rollout.base import SamplingParams  # noqa: E402
-from arena_core.rollout.torch_backend import TorchBackend  # noqa: E402
+from arena_core.engines.base import SamplingParams  # noqa: E402
+from arena_core.engines.torch_backend import TorchBackend  # noqa: E402
 
 
 def _timed(backend: TorchBackend, prompts: list[list[int]], params: SamplingParams, repeats: int):

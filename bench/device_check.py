@@ -100,10 +100,10 @@ def grpo_steps(args: argparse.Namespace, cfg: dict, dev) -> dict:
     _import_algorithms()
     from arena_algorithms.grpo import GRPO
 
+    from arena_core.engines.base import SamplingParams
+    from arena_core.engines.torch_backend import TorchBackend
     from arena_core.learn.learner import Learner
     from arena_core.learn.packing import Sample
-    from arena_core.rollout.base import SamplingParams
-    from arena_core.rollout.torch_backend import TorchBackend
 
     dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}[dev.dtype]
     device = torch.device(dev.device)

@@ -6,8 +6,7 @@ fine-tuning), it times forward + backward of a GRPO token-mean loss for:
 
 * ``naive``: full logits, log_softmax in fp32 (what a plain trainer does);
 * ``torch``: chunked torch row ops (``fused_linear_logprob(impl="torch")`` then the loss);
-* ``triton``: the same with the Triton row kernels;
-* ``triton_1pass``: ``fused_policy_loss(impl="triton")``, gradients formed in the forward.
+* ``triton``: the same with the Triton row kernels.
 
 Correctness (T=4,096 only, first 1,024 tokens, so the reference stays small): logprobs and grads
 of every variant against the naive one, relative to the tensor's max, bound 1e-2 (bf16).
@@ -28,7 +27,7 @@ import torch
 
 HEADS = {"qwen2.5-0.5b": (896, 151_936), "qwen3.6-35b-a3b": (2048, 248_320)}
 TOKENS = (4096, 16384)
-VARIANTS = ("naive", "torch", "triton", "triton_1pass")
+VARIANTS = ("naive", "torch", "triton")
 
 
 def _sync(device: torch.device) -> None:
@@ -38,15 +37,13 @@ def _sync(device: torch.device) -> None:
 
 def _step(variant: str, hidden, weight, targets, old, adv):
     """One forward + backward; returns (logprobs, grad_hidden, grad_weight or None)."""
-    from arena_core.kernels import fused_policy_loss
+    from arena_core.kernels import fused_linear_logprob, grpo_token_loss
 
     hidden.grad = weight.grad = None
-    impl = {"naive": "naive", "torch": "torch", "triton": "triton", "triton_1pass": "triton"}
-    out = fused_policy_loss(
-        hidden, weight, targets, old, adv, impl=impl[variant], one_pass=variant == "triton_1pass"
-    )
-    out.loss.backward()
-    return out.logprobs.detach(), hidden.grad, weight.grad
+    logprobs = fused_linear_logprob(hidden, weight, targets, impl=variant)
+    loss = grpo_token_loss(logprobs, old, adv, eps_low=0.2, eps_high=0.2).loss
+    loss.mean().backward()
+    return logprobs.detach(), hidden.grad, weight.grad
 
 
 def _inputs(T: int, h: int, V: int, weight_grad: bool, device, dtype, seed: int = 0):

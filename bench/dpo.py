@@ -34,7 +34,7 @@ LAST_NUMBER = re.compile(r"-?\d+")
 def _pair(task, ex, rng: random.Random) -> dict[str, str]:
     """The task's demonstration (the format arena:tiny was warm-started on) as chosen, the same
     text with a wrong final number as rejected."""
-    from arena_core.offline.data import demonstration
+    from arena_core.sft_dpo.data import demonstration
 
     chosen = demonstration(task, ex)
     last = list(LAST_NUMBER.finditer(chosen))[-1]
@@ -44,7 +44,7 @@ def _pair(task, ex, rng: random.Random) -> dict[str, str]:
 
 
 def make_data(root: Path, n_train: int, n_eval: int) -> list[dict[str, str]]:
-    from arena_core.pipeline.build import make_env
+    from arena_core.run_parts.build import make_env
 
     task = make_env({"name": "arithmetic"})
     rng = random.Random(0)
@@ -58,7 +58,7 @@ def make_data(root: Path, n_train: int, n_eval: int) -> list[dict[str, str]]:
 
 
 def seq_logps(model, tokenizer, rows: list[dict[str, str]], key: str) -> torch.Tensor:
-    from arena_core.offline.data import Encoder
+    from arena_core.sft_dpo.data import Encoder
 
     enc = Encoder(tokenizer, 256)
     out = []

@@ -1,7 +1,7 @@
 """The learner's LM head -> logprob -> GRPO loss -> backward vs naive, on CPU: peak memory, time.
 
 Shape: Qwen2.5-0.5B's head (V=151,936, h=896), T=4,096 tokens, fp32. Settings: weight frozen
-(LoRA) or requiring grad (full fine-tuning); with ``--one-pass`` also each with an entropy bonus.
+(LoRA) or requiring grad (full fine-tuning).
 
 How memory is measured, and why this way: torch has no allocator statistics on CPU and
 tracemalloc does not see its allocations, so each (variant, setting) runs in a fresh child process
@@ -17,15 +17,12 @@ Time is the wall time of the same workload in the same child (the best of ``--re
 machine is shared, so each pair (naive, fused) runs back to back and only the ratio is reported.
 
 Variants: ``naive`` (full logits, log-softmax, gather, then the learner's GRPO token loss) and
-``learner`` (by default): exactly what ``Learner`` runs, its default head function
+``learner``: exactly what ``Learner`` runs, its default head function
 (``arena_core.learn.logprobs.default_logprob_fn``: ``fused_linear_logprob``, which recomputes the
-logits in backward when the weight needs a gradient) followed by the same GRPO token loss. With
-``--one-pass``, also ``fused_one_pass`` (``fused_policy_loss``, gradients formed during the
-forward: :mod:`arena_core.kernels.fused_loss`), a kernel the learner does not use today, and the
-entropy settings (the learner has no entropy bonus).
+logits in backward when the weight needs a gradient) followed by the same GRPO token loss.
 
-Usage: ``python bench/fused_logprob.py [--tokens 4096] [--repeats 1] [--one-pass]``; the last
-line printed is one JSON object (ratios are variant / naive; ``*_one_pass`` keys for that one).
+Usage: ``python bench/fused_logprob.py [--tokens 4096] [--repeats 1]``; the last line printed is
+one JSON object (ratios are learner / naive).
 """
 
 from __future__ import annotations
@@ -38,12 +35,7 @@ import sys
 import time
 
 V, H = 151_936, 896
-SETTINGS = {  # name -> (weight requires grad, entropy bonus)
-    "frozen": (False, False),
-    "weight_grad": (True, False),
-    "frozen_entropy": (False, True),
-    "weight_grad_entropy": (True, True),
-}
+SETTINGS = {"frozen": False, "weight_grad": True}  # name -> the LM head weight requires grad
 
 
 def _inputs(T: int, vocab: int, weight_grad: bool, seed: int = 0):
@@ -56,9 +48,6 @@ def _inputs(T: int, vocab: int, weight_grad: bool, seed: int = 0):
     old_logprobs = torch.full((T,), -12.0)  # ~log(1/V): ratios near 1, some clipped
     advantages = torch.randn(T, generator=g)
     return hidden, weight, targets, old_logprobs, advantages
-
-
-LEARNER_SETTINGS = ("frozen", "weight_grad")  # the learner computes no entropy
 
 
 def _learner_path_step(variant: str, inputs) -> None:
@@ -77,42 +66,20 @@ def _learner_path_step(variant: str, inputs) -> None:
     (loss.sum() / loss.numel()).backward()
 
 
-def _step(variant: str, inputs, entropy: bool) -> None:
-    if not entropy and variant in ("naive", "learner"):
-        _learner_path_step(variant, inputs)
-        return
-    from arena_core.kernels import fused_policy_loss
-
-    impl, one_pass = {"naive": ("naive", False), "fused_one_pass": ("torch", True)}[variant]
-    hidden, weight, targets, old_logprobs, advantages = inputs
-    hidden.grad = weight.grad = None
-    out = fused_policy_loss(
-        hidden,
-        weight,
-        targets,
-        old_logprobs,
-        advantages,
-        entropy_coef=0.01 if entropy else 0.0,
-        impl=impl,
-        one_pass=one_pass,
-    )
-    out.loss.backward()
-
-
 def _max_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
 
 def child(variant: str, setting: str, T: int, repeats: int) -> dict:
     """One fresh process: warm up, baseline, workload; returns peak-above-inputs and best time."""
-    weight_grad, entropy = SETTINGS[setting]
-    _step(variant, _inputs(64, 2048, weight_grad), entropy)  # library warm-up, tiny
+    weight_grad = SETTINGS[setting]
+    _learner_path_step(variant, _inputs(64, 2048, weight_grad))  # library warm-up, tiny
     inputs = _inputs(T, V, weight_grad)
     base = _max_rss_bytes()
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        _step(variant, inputs, entropy)
+        _learner_path_step(variant, inputs)
         times.append(time.perf_counter() - t0)
     return {"peak_bytes": _max_rss_bytes() - base, "seconds": min(times)}
 
@@ -131,11 +98,6 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=4096)
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--settings", default=None, help="comma-separated; default: all that apply")
-    ap.add_argument(
-        "--one-pass",
-        action="store_true",
-        help="also time fused_policy_loss (not the learner's path) and the entropy settings",
-    )
     ap.add_argument("--child", nargs=2, metavar=("VARIANT", "SETTING"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -144,13 +106,9 @@ def main() -> None:
     summary: dict[str, float | int | str] = {"T": args.tokens, "V": V, "h": H, "dtype": "float32"}
     summary["default_variant"] = "learner (Learner's default_logprob_fn + GRPO token loss)"
     settings = args.settings.split(",") if args.settings else list(SETTINGS)
-    if not args.one_pass and not args.settings:
-        settings = list(LEARNER_SETTINGS)
     print(f"{'setting':<22}{'variant':<16}{'peak GB':>9}{'mem x':>8}{'s':>8}{'time x':>8}")
     for setting in settings:
-        fused_variants = ["learner"] if setting in LEARNER_SETTINGS else []
-        if args.one_pass:
-            fused_variants.append("fused_one_pass")
+        fused_variants = ["learner"]
         naive = _run_child("naive", setting, args.tokens, args.repeats)
         print(
             f"{setting:<22}{'naive':<16}{naive['peak_bytes'] / 1e9:>9.2f}{1:>8.3f}"
@@ -168,9 +126,8 @@ def main() -> None:
                 f"{fused['seconds']:>8.1f}{tim:>8.3f}",
                 flush=True,
             )
-            suffix = "" if variant == "learner" else "_one_pass"
-            summary[f"mem_ratio_{setting}{suffix}"] = round(mem, 4)
-            summary[f"time_ratio_{setting}{suffix}"] = round(tim, 4)
+            summary[f"mem_ratio_{setting}"] = round(mem, 4)
+            summary[f"time_ratio_{setting}"] = round(tim, 4)
             summary[f"{variant}_peak_gb_{setting}"] = round(fused["peak_bytes"] / 1e9, 3)
             summary[f"{variant}_s_{setting}"] = round(fused["seconds"], 2)
     print(json.dumps(summary))

@@ -16,9 +16,9 @@ import time
 
 import torch
 
+from arena_core.engines.base import SamplingParams
+from arena_core.engines.torch_backend import TorchBackend
 from arena_core.models import load_policy
-from arena_core.rollout.base import SamplingParams
-from arena_core.rollout.torch_backend import TorchBackend
 
 
 def _prompts(backend: TorchBackend, batch: int) -> list[list[int]]:

@@ -57,7 +57,7 @@ TRL_FLAT = re.compile(r"'frac_reward_zero_std': '?([0-9.e-]+)")  # TRL's per-ste
 def gsm8k_task(data: Path) -> Any:
     """The gsm8k env exactly as `+env=gsm8k env.path=DATA` builds it (its prompts and reward)."""
     from arena_core.config import compose_config
-    from arena_core.pipeline.build import build_task
+    from arena_core.run_parts.build import build_task
 
     cfg = compose_config(["+algo=grpo", "+env=gsm8k", f"env.path={data}"])
     return build_task(cfg["env"])

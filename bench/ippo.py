@@ -49,10 +49,10 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=100)
     parser.add_argument("--lr", type=float, default=2.5e-4)
     args = parser.parse_args()
-    from arena_core.classic.policy import load_gym_policy
+    from arena_core.classic_rl.ippo import IPPORecipe
+    from arena_core.classic_rl.policy import load_gym_policy
     from arena_core.config import compose_config
-    from arena_core.recipes import RunInputs
-    from arena_core.recipes.ippo import IPPORecipe
+    from arena_core.session.recipe import RunInputs
 
     random = play(lambda agent, obs, env: env.action_space(agent).sample(), args.episodes)
     print(f"random: {random}", flush=True)

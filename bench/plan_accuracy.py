@@ -1,26 +1,26 @@
-"""Is the plan right on a real model? Predicted against measured, step time and peak memory, for
-the tiny quickstart and for SmolLM2-135M-Instruct (LoRA and full fine-tuning), in one run.
+"""Is the CPU plan's price right on a quiet and on a busy machine? Price against measured step,
+for the tiny quickstart and for both stages of the SmolLM2 GSM8K tutorial, in one run.
 
-Each setting is a real `arena-run` in a child process, out of the box (an empty calibration
-cache: the shipped CPU calibration, priced at the rates the planner measures when the run starts,
-see arena_core/planner/live.py). From each run:
+Each case is a real `arena-run` in a child process, out of the box (an empty calibration cache:
+the shipped CPU calibration on this machine's own rates, `planner.machine_rates`), priced at the
+CPU the run gets as it starts (`planner.live`: a half-second probe of the run's torch threads):
 
-- predicted: plan.json's step seconds (generate, learn, total) and its memory peak (trainer plus
-  engine: the torch engine shares the trainer's module and process);
-- measured: metrics.csv's mean seconds per step (the first step, which warms up, excluded) and the
-  child's peak RSS (`os.wait4`, so it is that run alone).
+- tiny: `+experiment=quickstart` as shipped (8 prompts x 8, 48 new tokens, one thread);
+- sft: `+experiment=gsm8k_smollm2_coldstart` (the tutorial's cold start: LoRA SFT, 8 rows a step,
+  2 threads), priced by `planner.sft_price`;
+- grpo: `+experiment=gsm8k_smollm2` from that cold start (GRPO, 6 prompts x 8, 192 new tokens,
+  the tutorial's own reward, at most 2 generation rounds, 2 threads). Its groups are often flat, so
+  its price is the plan's step re-priced at the flat-group rate the run observed
+  (`planner.refill`, plan.json `repriced`); the one-round price is shown beside it.
 
-SmolLM2 runs use bench/_plan_accuracy_reward.py, whose reward varies within every group: the
-question is what a training step costs, and a flat reward would train on nothing.
-The machine is shared: the load average before and after each run is printed; the planner's
-own note (the rates it measured, the load then) is copied from the run's plan.json, and the same
-load average is sampled here every 5 s during the run (`LoadSampler`), so the line also gives
-the step ratio at the load the measured steps really ran beside (`step_ratio_at_steps_load`):
-what the cost model is worth once the load's drift between plan time and the steps is taken out.
-Goal (issue 22 item 4): step within 30%, memory within 20%, for at least two SmolLM2 settings,
-and the tiny quickstart no worse than bench/planner_calibration.py's figure.
+Both conditions run in one go: quiet (whatever else the shared machine runs: its load average is
+printed), then busy: `--busy N` busy-loop processes (default: one per usable CPU) start before the
+run, so its plan is priced under that load too, and stop after it. Measured: metrics.csv's mean
+`time/step_s` without the first step (it warms up). Goal (issue 44 item 4): every price within
+30% of the measured step, in both conditions.
 
-    python bench/plan_accuracy.py [--steps 4] [--only tiny,smollm2-lora,smollm2-full,smollm2-lora-bf16]
+    python bench/plan_accuracy.py [--data DIR] [--only tiny,sft,grpo] [--conditions quiet,busy]
+        [--steps 4] [--grpo-steps 3] [--busy N] [extra Hydra overrides for the SmolLM2 cases]
 """
 
 from __future__ import annotations
@@ -41,22 +41,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _arena_child import ARENA_RUN, last_run_dir  # noqa: E402
 
-HERE = Path(__file__).resolve().parent
-REWARD = HERE / "_plan_accuracy_reward.py"
-SMOL = [
-    "model=smollm2-135m-instruct",
-    "train.prompts_per_step=2",
-    "algo.group_size=4",
-    "generation.max_new_tokens=32",
-    f"env.reward={REWARD}",
+REPO = Path(__file__).resolve().parents[1]
+TOLERANCE = 0.30
+QUICK = [  # what a bench does not measure: evaluations kept tiny, no checkpoints
+    "eval.every=0",
+    "train.checkpoint_every=0",
+    "runtime.progress=lines",
 ]
-SETTINGS = {
-    "tiny": [],  # the quickstart as shipped (8 prompts x 8, 48 new tokens, full fine-tuning)
-    "smollm2-lora": SMOL,  # LoRA r16 on q,k,v,o: the model config's default
-    "smollm2-full": [*SMOL, "model.lora.r=0"],
-    # the bf16 CPU decode, priced as the fp32 one (an upper bound): the ratio says how far off
-    "smollm2-lora-bf16": [*SMOL, "backend.decode_dtype=bfloat16"],
-}
+
+
+def case_args(name: str, data: Path, extra: list[str]) -> list[str]:
+    if name == "tiny":
+        return ["+experiment=quickstart", "eval.num_prompts=2"]
+    tutorial = [
+        f"env.path={data}",
+        "env.eval_size=2",
+        "eval.num_prompts=2",
+        "eval.max_new_tokens=16",
+        *extra,
+    ]
+    if name == "sft":
+        return ["+experiment=gsm8k_smollm2_coldstart", *tutorial]
+    return ["+experiment=gsm8k_smollm2", *tutorial]  # init_from: the newest cold start in runs
 
 
 def empty_calibration_cache() -> str:
@@ -69,49 +75,9 @@ def empty_calibration_cache() -> str:
     return cache
 
 
-def run(name: str, steps: int, cache: str) -> dict:
-    runs = tempfile.mkdtemp(prefix=f"arena-bench-acc-{name}-")
-    cmd = [
-        *ARENA_RUN,
-        "+experiment=quickstart",
-        *SETTINGS[name],
-        f"train.max_steps={steps}",
-        "eval.num_prompts=2",
-        "eval.every=0",
-        "train.checkpoint_every=0",
-        "runtime.progress=lines",
-        f"paths.runs={runs}",
-    ]
-    print("$", " ".join(cmd[2:]), flush=True)
-    load_before = os.getloadavg()[0]
-    log = Path(runs) / "stdout.log"
-    with open(log, "w") as fh:
-        child = subprocess.Popen(
-            cmd, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, "ARENA_CACHE_DIR": cache}
-        )
-        sampler = LoadSampler(Path(runs))
-        sampler.start()
-        _, status, usage = os.wait4(child.pid, 0)
-        sampler.stop.set()
-        sampler.join()
-    text = log.read_text()
-    if os.waitstatus_to_exitcode(status) != 0:
-        print(text[-3000:], file=sys.stderr)
-        raise SystemExit(f"{name}: arena-run failed")
-    run_dir = last_run_dir(text)
-    if run_dir is None:
-        raise SystemExit(f"{name}: arena-run printed no run directory (log: {log})")
-    out = compare(run_dir)
-    out["load_during_steps"] = sampler.mean_over_steps(2, steps)
-    out["rss_peak_gb"] = usage.ru_maxrss * 1024 / 1e9  # Linux: KiB
-    out["load_before"], out["load_after"] = load_before, os.getloadavg()[0]
-    return out
-
-
 class LoadSampler(threading.Thread):
-    """The 1-minute load average every few seconds while a run goes, tagged with the step the run
-    is in (rows of its metrics.csv): the load during the measured steps, to set beside the load
-    the plan was priced at when the run started (planner.live). Reading it costs no CPU."""
+    """The 1-minute load average every few seconds while a run goes, tagged with the steps the
+    run has finished (rows of its metrics.csv). Reading it costs no CPU."""
 
     def __init__(self, runs: Path, every_s: float = 5.0) -> None:
         super().__init__(daemon=True)
@@ -120,106 +86,164 @@ class LoadSampler(threading.Thread):
         self.samples: list[tuple[int, float]] = []  # (steps finished, load average)
 
     def steps_done(self) -> int:
-        found = list(self.runs.glob("*/metrics.csv"))
-        return max(0, len(found[0].read_text().splitlines()) - 1) if found else -1
+        found = sorted(self.runs.glob("*/metrics.csv"), key=lambda p: p.stat().st_mtime)
+        return max(0, len(found[-1].read_text().splitlines()) - 1) if found else -1
 
     def run(self) -> None:
         while not self.stop.wait(self.every_s):
             self.samples.append((self.steps_done(), os.getloadavg()[0]))
 
-    def mean_over_steps(self, first: int, last: int) -> float:
-        """Mean load while steps first..last ran (step k runs after k-1 rows were written)."""
-        inside = [x for done, x in self.samples if first - 1 <= done <= last - 1]
+    def mean_from_step(self, first: int) -> float:
+        """Mean load while steps `first`.. ran (step k runs after k-1 rows were written)."""
+        inside = [x for done, x in self.samples if done >= first - 1]
         return statistics.fmean(inside) if inside else float("nan")
+
+
+def busy_loops(n: int) -> list[subprocess.Popen]:
+    """`n` processes that spin a core each until stopped: the busy machine."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
+def run_case(name: str, args: list[str], steps: int, runs: Path, cache: str) -> dict:
+    cmd = [*ARENA_RUN, *args, f"train.max_steps={steps}", *QUICK, f"paths.runs={runs}"]
+    print("$", " ".join(cmd[2:]), flush=True)
+    load_before = os.getloadavg()[0]
+    log = runs / f"{name}.log"
+    with open(log, "w") as fh:
+        child = subprocess.Popen(
+            cmd, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, "ARENA_CACHE_DIR": cache}
+        )
+        sampler = LoadSampler(runs)
+        sampler.start()
+        _, status, usage = os.wait4(child.pid, 0)
+        sampler.stop.set()
+        sampler.join()
+    text = log.read_text()
+    if os.waitstatus_to_exitcode(status) != 0:
+        print(text[-3000:], file=sys.stderr)
+        raise SystemExit(f"{name}: arena-run failed (log: {log})")
+    run_dir = last_run_dir(text)
+    if run_dir is None:
+        raise SystemExit(f"{name}: arena-run printed no run directory (log: {log})")
+    out = compare(run_dir)
+    out["load_during_steps"] = sampler.mean_from_step(2)
+    out["load_before"], out["load_after"] = load_before, os.getloadavg()[0]
+    out["rss_peak_gb"] = usage.ru_maxrss * 1024 / 1e9  # Linux: KiB
+    out["lines"] = [
+        x for x in text.splitlines() if x.startswith(("plan re-priced", "plan check", "forecast"))
+    ]
+    return out
 
 
 def compare(run_dir: Path) -> dict:
     plan = json.loads((run_dir / "plan.json").read_text())
-    pred = plan["predicted"]
     with open(run_dir / "metrics.csv") as fh:
         rows = [
-            {k: float(v) for k, v in r.items() if v not in ("", None)} for r in csv.DictReader(fh)
+            {k: float(v) for k, v in r.items() if v not in ("", None, "nan")}
+            for r in csv.DictReader(fh)
         ][1:]  # the first step warms up allocators
     mean = lambda key: statistics.fmean(r.get(key, 0.0) for r in rows)  # noqa: E731
-    mem = pred["memory_per_device_gb"]
-    shared = plan.get("colocate") == "shared"
+    one_round = plan["predicted"]["step_seconds"]
+    repriced = (plan.get("repriced") or {}).get("step_seconds")
+    price = repriced or one_round
+    note = next((n for n in plan.get("notes", []) if n.startswith("priced at")), plan.get("note"))
     return {
-        "predicted_step_s": pred["step_seconds"]["total"],
-        "measured_step_s": mean("time/step_s"),
-        "predicted_generate_s": pred["step_seconds"]["generate"],
+        "price_s": price["total"],
+        "price_generate_s": price.get("generate", 0.0),
+        "price_learn_s": price.get("learn", 0.0),
+        "one_round_s": one_round["total"],
+        "first_step_price_s": ((plan.get("repriced_first") or {}).get("step_seconds") or {}).get(
+            "total"
+        ),
+        "flat_rate": (plan.get("repriced") or {}).get("flat_rate"),
+        "rounds": (plan.get("repriced") or {}).get("rounds"),
+        "measured_s": mean("time/step_s"),
         "measured_generate_s": mean("time/generate_s"),
-        "predicted_learn_s": pred["step_seconds"]["learn"],
         "measured_learn_s": mean("time/learn_s"),
-        "measured_reward_s": mean("time/reward_s"),
-        "predicted_memory_gb": mem["trainer"] + mem["engine"] if shared else mem["trainer"],
         "steps_measured": len(rows),
-        "calibration": plan.get("calibration", "?"),
-        "planner_note": next((n for n in plan.get("notes", []) if "load average" in n), ""),
+        "speed": plan.get("priced_at_speed"),
         "priced_at_load": plan.get("priced_at_load"),
+        "note": note or "",
     }
 
 
-def show(name: str, r: dict) -> None:
+def show(name: str, cond: str, r: dict) -> None:
+    ratio = r["price_s"] / r["measured_s"]
+    verdict = "PASS" if abs(ratio - 1) <= TOLERANCE else "FAIL"
+    speed = r["speed"] or {}
     print(
-        f"{name}  ({r['steps_measured']} steps; {r['calibration']}; load {r['load_before']:.1f}"
-        f" -> {r['load_after']:.1f})"
+        f"{cond:5s} {name:5s} price {r['price_s']:7.2f} s  measured {r['measured_s']:7.2f} s  "
+        f"ratio {ratio:5.2f}  {verdict}   ({r['steps_measured']} steps; load "
+        f"{r['load_before']:.1f} before, {r['load_during_steps']:.1f} during; priced at learn "
+        f"{speed.get('learn', float('nan')):.2f} / decode {speed.get('decode', float('nan')):.2f}"
+        " of an idle thread)",
+        flush=True,
     )
-    if r["planner_note"]:
-        print(f"  planner: {r['planner_note']}")
-    print(f"  load average during the measured steps: {r['load_during_steps']:.1f}")
-    print(f"  {'':10s}{'predicted':>11s}{'measured':>11s}{'ratio':>8s}")
-    for key, unit in (("generate", "s"), ("learn", "s"), ("step", "s")):
-        p, m = r[f"predicted_{key}_s"], r[f"measured_{key}_s"]
-        print(f"  {key:10s}{p:10.2f}{unit}{m:10.2f}{unit}{p / m:8.2f}")
-    p, m = r["predicted_memory_gb"], r["rss_peak_gb"]
-    print(f"  {'memory':10s}{p:9.2f}GB{m:9.2f}GB{p / m:8.2f}   (peak RSS)")
-
-
-def fair_share(threads: int, cores: int, load: float) -> float:
-    from arena_core.planner.live import fair_share as share
-
-    return share(threads, cores, load)
+    if r["flat_rate"] is not None:
+        print(
+            f"      refill: {r['flat_rate']:.0%} of groups flat, {r['rounds']} rounds/step: "
+            f"one round priced {r['one_round_s']:.2f} s, after step 1 "
+            f"{r['first_step_price_s'] or float('nan'):.2f} s, over the run {r['price_s']:.2f} s"
+        )
+    print(
+        f"      generate {r['price_generate_s']:.2f} vs {r['measured_generate_s']:.2f} s, learn "
+        f"{r['price_learn_s']:.2f} vs {r['measured_learn_s']:.2f} s",
+        flush=True,
+    )
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=4, help="steps per run (the first warms up)")
-    ap.add_argument("--only", default=",".join(SETTINGS), help="comma-separated settings")
-    args = ap.parse_args()
+    ap.add_argument("--data", default=str(REPO / "../shared/data/gsm8k"), help="GSM8K env.path")
+    ap.add_argument("--only", default="tiny,sft,grpo", help="comma-separated cases")
+    ap.add_argument("--conditions", default="quiet,busy", help="quiet, busy or both")
+    ap.add_argument("--steps", type=int, default=4, help="steps of tiny and sft (1st warms up)")
+    ap.add_argument("--grpo-steps", type=int, default=3, help="steps of grpo (1st warms up)")
+    ap.add_argument("--busy", type=int, default=0, help="busy loops (0: one per usable CPU)")
+    args, extra = ap.parse_known_args()
+    cases = args.only.split(",")
+    if "grpo" in cases and "sft" not in cases:
+        raise SystemExit("grpo starts from the sft case's cold start: add sft to --only")
+    data = Path(args.data).resolve()
+    busy_n = args.busy or len(os.sched_getaffinity(0))
     started = time.perf_counter()
     result: dict = {}
-    for name in args.only.split(","):
-        r = run(name, args.steps, empty_calibration_cache())
-        show(name, r)
-        step_ratio = r["predicted_step_s"] / r["measured_step_s"]
-        mem_ratio = r["predicted_memory_gb"] / r["rss_peak_gb"]
-        at_plan = r["priced_at_load"]
-        # every term scales with the fair share of the cores (planner.live; tested in
-        # tests/planner/test_real_model_shape.py): the prediction at the load the steps ran at
-        same_load = None
-        if at_plan is not None and r["load_during_steps"] == r["load_during_steps"]:
-            cores = os.cpu_count() or 1
-            same_load = (
-                step_ratio
-                * fair_share(1, cores, at_plan)
-                / fair_share(1, cores, r["load_during_steps"])
-            )
-        result[name] = {
-            "predicted_step_s": round(r["predicted_step_s"], 2),
-            "measured_step_s": round(r["measured_step_s"], 2),
-            "step_ratio": round(step_ratio, 3),
-            "step_within_30pct": abs(step_ratio - 1) <= 0.30,
-            "load_at_plan_and_steps": [
-                round(at_plan, 1) if at_plan is not None else None,
-                round(r["load_during_steps"], 1),
-            ],
-            "step_ratio_at_steps_load": round(same_load, 3) if same_load else None,
-            "predicted_memory_gb": round(r["predicted_memory_gb"], 3),
-            "rss_peak_gb": round(r["rss_peak_gb"], 3),
-            "memory_ratio": round(mem_ratio, 3),
-            "memory_within_20pct": abs(mem_ratio - 1) <= 0.20,
-            "load": [round(r["load_before"], 1), round(r["load_after"], 1)],
-        }
+    for cond in args.conditions.split(","):
+        runs = Path(tempfile.mkdtemp(prefix=f"arena-bench-acc-{cond}-"))
+        loops = busy_loops(busy_n) if cond == "busy" else []
+        if loops:
+            print(f"busy: {busy_n} busy-loop processes started", flush=True)
+            time.sleep(3)
+        try:
+            for name in cases:
+                steps = args.grpo_steps if name == "grpo" else args.steps
+                r = run_case(
+                    name, case_args(name, data, extra), steps, runs, empty_calibration_cache()
+                )
+                show(name, cond, r)
+                ratio = r["price_s"] / r["measured_s"]
+                result[f"{cond}/{name}"] = {
+                    "price_s": round(r["price_s"], 2),
+                    "measured_s": round(r["measured_s"], 2),
+                    "ratio": round(ratio, 3),
+                    "within_30pct": abs(ratio - 1) <= TOLERANCE,
+                    "one_round_price_s": round(r["one_round_s"], 2),
+                    "flat_rate": r["flat_rate"],
+                    "speed": r["speed"],
+                    "load_before_during_after": [
+                        round(r["load_before"], 1),
+                        round(r["load_during_steps"], 1),
+                        round(r["load_after"], 1),
+                    ],
+                    "rss_peak_gb": round(r["rss_peak_gb"], 2),
+                }
+        finally:
+            for p in loops:
+                p.kill()
+                p.wait()
+    result["all_within_30pct"] = all(
+        v["within_30pct"] for v in result.values() if isinstance(v, dict)
+    )
     result["wall_s"] = round(time.perf_counter() - started, 1)
     print(json.dumps(result))
     return 0

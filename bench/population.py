@@ -16,7 +16,7 @@ same rows as one plain single-adapter batch (the ceiling: what the batch costs w
 per-row work). Rows never stop early (EOS off) so every side does equal work. One torch thread by default: on a
 shared 2-core machine two threads contend with other processes (`--threads 2` to compare).
 Every side runs the torch engine as a user gets it, fp32 decode linears through oneDNN
-(`arena_core.rollout.onednn_linear`); `--no-onednn` runs every side on torch's default kernel
+(`arena_core.engines.onednn_linear`); `--no-onednn` runs every side on torch's default kernel
 (MKL) instead, which on AMD CPUs is ~2x slower at 32 rows and so caps the batch's advantage.
 
     python bench/population.py [--rows 1,4] [--new-tokens 32] [--repeats 3] [--threads 1] [--vllm]
@@ -77,7 +77,7 @@ def build(seed: int = 0, lora: bool = True) -> tuple[Any, Any]:
 
 
 def _population(model: Any, n: int, perturb: bool) -> Any:
-    from arena_core.evolution.adapters import AdapterBank
+    from arena_core.population.adapters import AdapterBank
 
     bank = AdapterBank(model)
     g = torch.Generator().manual_seed(1)
@@ -98,9 +98,9 @@ def _prompts(n: int, vocab: int) -> list[list[int]]:
 
 def memory_worker(n: int) -> dict[str, Any]:
     """Runs in a fresh process: peak RSS growth and tensor bytes with `n` members."""
-    from arena_core.rollout.base import SamplingParams
-    from arena_core.rollout.multi_lora import generate_population
-    from arena_core.rollout.torch_backend import TorchBackend
+    from arena_core.engines.base import SamplingParams
+    from arena_core.engines.multi_lora import generate_population
+    from arena_core.engines.torch_backend import TorchBackend
 
     before = psutil.Process().memory_info().rss
     model, tok = build()
@@ -131,8 +131,8 @@ def memory_worker(n: int) -> dict[str, Any]:
 
 
 def throughput(rows: int, new_tokens: int, repeats: int) -> dict[str, float]:
-    from arena_core.rollout.base import SamplingParams
-    from arena_core.rollout.torch_backend import TorchBackend
+    from arena_core.engines.base import SamplingParams
+    from arena_core.engines.torch_backend import TorchBackend
 
     model, tok = build()
     bank = _population(model, 8, perturb=True)
@@ -182,10 +182,10 @@ def vllm_check(rows: int, new_tokens: int) -> dict[str, Any]:
     import tempfile
     from pathlib import Path
 
-    from arena_core.rollout.base import SamplingParams
-    from arena_core.rollout.multi_lora import generate_population
-    from arena_core.rollout.torch_backend import TorchBackend
-    from arena_core.rollout.vllm_backend import VLLMBackend
+    from arena_core.engines.base import SamplingParams
+    from arena_core.engines.multi_lora import generate_population
+    from arena_core.engines.torch_backend import TorchBackend
+    from arena_core.engines.vllm_backend import VLLMBackend
 
     model, tok = build()
     bank = _population(model, 8, perturb=True)

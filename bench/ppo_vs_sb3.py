@@ -36,9 +36,9 @@ HP = {"lr": 1e-3, "gamma": 0.98, "gae": 0.8, "epochs": 20, "clip": 0.2}
 
 
 def run_arena(seed: int, updates: int, runs: Path) -> dict:
+    from arena_core.classic_rl.ppo import PPORecipe
     from arena_core.config import compose_config
-    from arena_core.recipes import RunInputs
-    from arena_core.recipes.ppo import PPORecipe
+    from arena_core.session.recipe import RunInputs
 
     cfg = compose_config(
         [

@@ -101,7 +101,7 @@ def engine_seconds(ref: str, max_tokens: int, repeats: int = 5) -> float:
     `repeats`."""
     import torch
 
-    from arena_core.rollout.base import SamplingParams
+    from arena_core.engines.base import SamplingParams
     from arena_core.serve.backends import serving_backend
     from arena_core.serve.models import model_source
     from arena_core.store.index import select_checkpoint

@@ -26,8 +26,8 @@ import torch
 
 def make_data(root: Path, n_train: int, n_eval: int) -> list[dict[str, str]]:
     """train.jsonl / test.jsonl of (prompt, response) from the arithmetic env's demonstrations."""
-    from arena_core.offline.data import demonstration
-    from arena_core.pipeline.build import make_env
+    from arena_core.run_parts.build import make_env
+    from arena_core.sft_dpo.data import demonstration
 
     task = make_env({"name": "arithmetic"})
     stream = task.train_examples(0)
@@ -45,7 +45,7 @@ def make_data(root: Path, n_train: int, n_eval: int) -> list[dict[str, str]]:
 
 def held_out_loss(model, tokenizer, rows: list[dict[str, str]], max_length: int) -> float:
     """Token-mean NLL of the completions (the same code for both trainers' models)."""
-    from arena_core.offline.data import Encoder
+    from arena_core.sft_dpo.data import Encoder
 
     enc = Encoder(tokenizer, max_length)
     model.eval()

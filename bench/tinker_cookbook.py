@@ -1,17 +1,23 @@
-"""tinker-cookbook's RL recipe (math_rl, the offline ArithmeticEnv) against `arena tinker serve`.
+"""tinker-cookbook's recipes, as installed, against `arena tinker serve` on SmolLM2-135M-Instruct.
 
-Starts `arena tinker serve` in a child process, then runs the cookbook's own `math_rl` entry
-(`tinker_cookbook.recipes.math_rl.train.cli_main`) as installed, on SmolLM2-135M-Instruct from
-Arena's model cache. Only what a user of another Tinker server would change is changed: the base
-URL, the renderer (SmolLM2 is ChatML: the cookbook's `qwen3_instruct` renderer fits), and, since
-the hub may be unreachable, the tokenizer is registered through the cookbook's own
-`register_tokenizer` to load from Arena's cache. `recipe_unmodified` is true only when every
-file of the installed cookbook still hashes to what its wheel's RECORD says. Rewards are the
-cookbook's own metrics (`env/all/reward/total` in its metrics.jsonl).
+`rl` (default): the RL recipe `math_rl` on its offline ArithmeticEnv
+(`tinker_cookbook.recipes.math_rl.train.cli_main`); `sl`: the supervised training loop
+`sl_basic` runs (`tinker_cookbook.supervised.train.main`) on the cookbook's own example
+conversations (`tinker_cookbook/example_data/conversations.jsonl`, the file sl_basic names for
+swapping in one's own data). Each starts `arena tinker serve` in a child process first. Only
+what a user of another Tinker server would change is changed: the base URL, the renderer
+(SmolLM2 is ChatML: the cookbook's `qwen3_instruct` renders exactly `<|im_start|>role\n...
+<|im_end|>`), the recipe's own knobs (batch, group size, learning rate, loss), and, since the hub
+may be unreachable, the tokenizer is registered through the cookbook's own `register_tokenizer`
+to load from Arena's cache. `recipe_unmodified` is true only when every file of the installed
+cookbook still hashes to what its wheel's RECORD says. Rewards and losses are the cookbook's own
+metrics (its metrics.jsonl): `env/all/reward/total` for RL, `train_mean_nll` for SL.
 
-    python bench/tinker_cookbook.py --steps 20
+    python bench/tinker_cookbook.py rl --minutes 30
+    python bench/tinker_cookbook.py sl --steps 8
 
-Prints one JSON line: recipe_unmodified, reward_before, reward_after, steps, wall_s, step_s.
+Prints one JSON line: recipe_unmodified, reward_before, reward_after (rl: the mean of the first
+and last quarter of the steps; sl: nll_before, nll_after), steps, wall_s, step_s.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from importlib import metadata
 from pathlib import Path
@@ -36,6 +43,7 @@ _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+RENDERER = "qwen3_instruct"
 KEY = "tml-arena-bench"
 
 
@@ -57,27 +65,109 @@ def start_server(state: Path, threads: int) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     for line in proc.stdout:
         found = re.search(r"TINKER_BASE_URL=(\S+)", line)
-        if found:
+        if found:  # keep reading its log (to stderr), so a full pipe never stalls the server
+            threading.Thread(target=lambda: sys.stderr.writelines(proc.stdout), daemon=True).start()
             return proc, found.group(1)
     raise SystemExit("arena tinker serve did not start")
 
 
-def rewards(log_path: Path) -> list[float]:
+def rl(args: argparse.Namespace, url: str, work: Path) -> dict:
+    """The math_rl recipe (its CLI config) until --steps or --minutes, whichever comes first."""
+    from tinker_cookbook.recipes.math_rl import train
+
+    config = train.CLIConfig(
+        model_name=MODEL,
+        renderer_name=RENDERER,
+        base_url=url,
+        env="arithmetic",
+        lora_rank=32,
+        group_size=args.group_size,
+        groups_per_batch=args.groups,
+        learning_rate=args.lr,
+        loss_fn=args.loss,
+        eval_every=0,
+        save_every=0,
+        max_steps=args.steps,
+        log_path=str(work / "log"),
+        behavior_if_log_dir_exists="delete",
+    )
+    try:
+        asyncio.run(asyncio.wait_for(train.cli_main(config), timeout=args.minutes * 60))
+    except TimeoutError:
+        pass  # the wall-clock budget is over: the steps logged so far are the result
+    seen = _metric(work / "log", "env/all/reward/total")
+    k = max(1, len(seen) // 4)  # first and last quarter of the steps, to see past the noise
+    return {
+        "reward_before": round(sum(seen[:k]) / k, 4) if seen else None,
+        "reward_after": round(sum(seen[-k:]) / k, 4) if seen else None,
+        "steps": len(seen),
+        "groups_x_size": f"{args.groups}x{args.group_size}",
+        "loss_fn": args.loss,
+    }
+
+
+def sl(args: argparse.Namespace, url: str, work: Path) -> dict:
+    """sl_basic's supervised loop on the cookbook's example conversations."""
+    import tinker_cookbook
+    from tinker_cookbook.renderers import TrainOnWhat
+    from tinker_cookbook.supervised import train
+    from tinker_cookbook.supervised.data import FromConversationFileBuilder
+    from tinker_cookbook.supervised.types import ChatDatasetBuilderCommonConfig
+
+    data = Path(tinker_cookbook.__file__).parent / "example_data" / "conversations.jsonl"
+    common = ChatDatasetBuilderCommonConfig(
+        model_name_for_tokenizer=MODEL,
+        renderer_name=RENDERER,
+        max_length=512,
+        batch_size=args.batch,
+        train_on_what=TrainOnWhat.ALL_ASSISTANT_MESSAGES,
+    )
+    config = train.Config(
+        log_path=str(work / "log"),
+        model_name=MODEL,
+        recipe_name="recipe_sl_basic",
+        renderer_name=RENDERER,
+        dataset_builder=FromConversationFileBuilder(common_config=common, file_path=str(data)),
+        learning_rate=args.lr,
+        lr_schedule="linear",
+        num_epochs=args.epochs,
+        lora_rank=16,
+        base_url=url,
+        eval_every=0,
+        save_every=0,
+        max_steps=args.steps,
+    )
+    asyncio.run(train.main(config))
+    seen = _metric(work / "log", "train_mean_nll")
+    return {
+        "nll_before": round(seen[0], 4) if seen else None,
+        "nll_after": round(seen[-1], 4) if seen else None,
+        "steps": len(seen),
+        "batch": args.batch,
+    }
+
+
+def _metric(log_path: Path, key: str) -> list[float]:
     rows = [json.loads(line) for line in (log_path / "metrics.jsonl").read_text().splitlines()]
-    return [r["env/all/reward/total"] for r in rows if "env/all/reward/total" in r]
+    return [r[key] for r in rows if key in r]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--groups", type=int, default=8, help="groups per batch")
-    parser.add_argument("--group-size", type=int, default=4)
-    parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument("recipe", nargs="?", choices=("rl", "sl"), default="rl")
+    parser.add_argument("--steps", type=int, default=None, help="rl: default until --minutes")
+    parser.add_argument("--minutes", type=float, default=30.0, help="rl: wall-clock budget")
+    parser.add_argument("--groups", type=int, default=4, help="rl: groups per batch")
+    parser.add_argument("--group-size", type=int, default=16, help="rl: samples per problem")
+    parser.add_argument("--loss", default="importance_sampling", help="rl: the loss_fn")
+    parser.add_argument("--batch", type=int, default=16, help="sl: conversations per step")
+    parser.add_argument("--epochs", type=int, default=1, help="sl: passes over the file")
+    parser.add_argument("--lr", type=float, default=None, help="rl 5e-4, sl 2e-4")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
+    args.lr = args.lr or (5e-4 if args.recipe == "rl" else 2e-4)
 
     from tinker_cookbook import tokenizer_utils
-    from tinker_cookbook.recipes.math_rl import train
     from transformers import AutoTokenizer
 
     from arena_core.models.cache import resolve_model
@@ -88,46 +178,16 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="tinker-cookbook-"))
     proc, url = start_server(work / "state", args.threads)
     os.environ["TINKER_API_KEY"] = KEY
-    config = train.CLIConfig(
-        model_name=MODEL,
-        renderer_name="qwen3_instruct",
-        base_url=url,
-        env="arithmetic",
-        lora_rank=32,
-        group_size=args.group_size,
-        groups_per_batch=args.groups,
-        learning_rate=args.lr,
-        loss_fn="importance_sampling",
-        eval_every=0,
-        save_every=0,
-        max_steps=args.steps,
-        log_path=str(work / "log"),
-        behavior_if_log_dir_exists="delete",
-    )
     start = time.perf_counter()
     try:
-        asyncio.run(train.cli_main(config))
+        result = (rl if args.recipe == "rl" else sl)(args, url, work)
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)
     wall = time.perf_counter() - start
-    seen = rewards(work / "log")
-    k = max(1, len(seen) // 4)  # first and last quarter of the steps, to see past the noise
-    print(
-        json.dumps(
-            {
-                "recipe_unmodified": unmodified,
-                "reward_before": round(sum(seen[:k]) / k, 4) if seen else None,
-                "reward_after": round(sum(seen[-k:]) / k, 4) if seen else None,
-                "steps": len(seen),
-                "wall_s": round(wall, 1),
-                "step_s": round(wall / max(1, len(seen)), 1),
-                "model": MODEL,
-                "groups_x_size": f"{args.groups}x{args.group_size}",
-                "lr": args.lr,
-            }
-        )
-    )
+    line = {"recipe": args.recipe, "recipe_unmodified": unmodified, **result}
+    line |= {"wall_s": round(wall, 1), "step_s": round(wall / max(1, result["steps"]), 1)}
+    print(json.dumps({**line, "model": MODEL, "renderer": RENDERER, "lr": args.lr}), flush=True)
 
 
 if __name__ == "__main__":

@@ -64,12 +64,13 @@ def main() -> int:
 
     import torch
 
+    from arena_core.engines.base import SamplingParams
+    from arena_core.engines.torch_backend import TorchBackend
     from arena_core.learn.learner import Learner
     from arena_core.learn.packing import Sample
-    from arena_core.pipeline.groups import GroupCollector, PromptEncoder
-    from arena_core.pipeline.scoring import RewardScorer
-    from arena_core.rollout.base import SamplingParams
-    from arena_core.rollout.torch_backend import TorchBackend
+    from arena_core.llm_rl.groups import GroupCollector
+    from arena_core.run_parts.prompts import PromptEncoder
+    from arena_core.run_parts.scoring import RewardScorer
     from arena_core.sandbox import RewardPool
 
     policy = tiny_policy()

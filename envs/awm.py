@@ -4,7 +4,7 @@ Each scenario of the folder (`arena_envs.awm_data`) is an MCP environment of its
 FastAPI app served by `arena_envs.awm_server` (AWM's engine rewrite, the MCP side on mcp 2.x)
 as a stdio child of Arena's MCP sessions (`arena_core.tools.mcp_session.MCPServers`: per-episode
 state directories, timeouts, process-group kills, under bubblewrap when the kernel allows it).
-There is no other tool stack: the runtime's multi-turn episodes (`arena_core.rollout.
+There is no other tool stack: the runtime's multi-turn episodes (`arena_core.engines.
 multi_turn`) drive the sessions like any MCP env's.
 
 - Per episode: the state directory gets `initial.db` and `final.db`, copies of the scenario's
@@ -21,6 +21,11 @@ multi_turn`) drive the sessions like any MCP env's.
   left out with its reason (`task.skipped`, printed once with a count); a verifier that raises
   takes its task out. `arena validate env awm env.path=FOLDER` shows the same probe per
   scenario, with the tools the model will see.
+- A model whose chat template ignores `tools=` (SmolLM2's ChatML) reads the tools and the call
+  format from the system prompt (`env.tools_in_prompt`). Its cold start: `python -m
+  arena_envs.awm demonstrations OUT [overrides]` writes the oracle's chat transcripts of the
+  training tasks (`demonstrations`), which Arena's SFT trains on (`+experiment=
+  awm_smollm2_coldstart`, then CISPO: `+experiment=awm_smollm2`, docs/awm.md).
 """
 
 from __future__ import annotations
@@ -111,6 +116,11 @@ class AWMConfig(PromptConfig, ToolEnvFields):
     probe: bool = Field(
         True, description="Probe every scenario in the sandbox at start (code runs, verifiers)."
     )
+    tools_in_prompt: bool = Field(
+        False,
+        description="Also list the scenario's tools and the call format in the system prompt, "
+        "for a model whose chat template ignores `tools=` (SmolLM2's ChatML); needs env.probe.",
+    )
 
 
 _PROBES: dict[tuple[Any, ...], list[dict[str, Any]]] = {}  # probe results by folder state
@@ -162,6 +172,11 @@ class AWMTask(PromptedTask):
 
     def __init__(self, cfg: AWMConfig, *, policy: Any = None) -> None:
         super().__init__(cfg)
+        if cfg.tools_in_prompt and not cfg.probe:
+            raise ConfigError(
+                "env.tools_in_prompt=true lists the tools the start-up probe found: "
+                "set env.probe=true (or env.tools_in_prompt=false)"
+            )
         self.reward = cfg.reward or REWARD_FILE
         require_awm()
         self.cfg = cfg
@@ -379,6 +394,8 @@ class AWMTask(PromptedTask):
     def messages(self, example: Example) -> list[dict[str, str]]:
         scenario = example.meta.get("scenario", "")
         system = self.system_prompt.replace("{scenario}", scenario)
+        if self.cfg.tools_in_prompt:
+            system = f"{system}\n\n{tool_listing(self.probes.get(scenario, {}).get('tools') or [])}"
         user = self.user_template.replace("{question}", example.question)
         return ([{"role": "system", "content": system}] if system else []) + [
             {"role": "user", "content": user}
@@ -419,10 +436,123 @@ class AWMTask(PromptedTask):
         self._remove_work()
 
 
+def read_oracle(path: str | Path) -> dict[tuple[str, int], dict[str, Any]]:
+    """`oracle.jsonl` (`{scenario, task_idx, task, calls: [{name, arguments}], final_answer}`,
+    the shipped suite's) by (scenario, task index); a bad line is named with its number."""
+    out: dict[tuple[str, int], dict[str, Any]] = {}
+    if not Path(path).is_file():
+        raise ConfigError(
+            f"no oracle file at {path}: the demonstrations replay each training task's solution "
+            "({scenario, task_idx, task, calls: [{name, arguments}], final_answer} per line, as "
+            "envs/awm_suite/oracle.jsonl)"
+        )
+    with Path(path).open(encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                out[(str(rec["scenario"]), int(rec["task_idx"]))] = rec
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ConfigError(f"{path}:{n}: not an oracle record ({exc})") from None
+    return out
+
+
+def demonstrations(
+    task: AWMTask, oracle: str | Path | None = None, *, timeout_s: float = 10.0
+) -> list[dict[str, Any]]:
+    """Chat transcripts of the oracle's solutions of the TRAINING tasks only (a held-out
+    scenario is never shown): each task's prompt exactly as an episode renders it (system prompt,
+    with the tool listing under env.tools_in_prompt, and the task), then one assistant turn per
+    oracle call (`<tool_call>{...}</tool_call>`, the format `env.tool_parser` reads), the tool's
+    real answer from the scenario's server on a fresh database (as an episode gets it), and the
+    final answer. These are `messages` rows for Arena's SFT (`+algo=sft +env=dataset`), whose loss
+    keeps the assistant turns only: the cold start of `+experiment=awm_smollm2`."""
+    calls_of = read_oracle(oracle or Path(task.cfg.path or SUITE) / "oracle.jsonl")
+    rows = []
+    for ex in task.train_rows:
+        key = (ex.meta["scenario"], int(ex.meta["task_idx"]))
+        rec = calls_of.get(key)
+        if rec is None:
+            continue
+        messages: list[dict[str, Any]] = list(task.messages(ex))
+        session = task.open_session(ex, 0)
+        try:
+            for call in rec["calls"]:
+                body = {"name": call["name"], "arguments": call.get("arguments") or {}}
+                messages.append(
+                    {"role": "assistant", "content": f"<tool_call>{json.dumps(body)}</tool_call>"}
+                )
+                result = session.call(call["name"], body["arguments"], timeout_s)
+                text = result.text
+                if result.is_error and not text.startswith("Error"):
+                    text = f"Error: {text}"
+                messages.append({"role": "tool", "name": call["name"], "content": text})
+        finally:
+            session.close()
+        messages.append({"role": "assistant", "content": str(rec.get("final_answer") or "Done.")})
+        rows.append({"messages": messages, "scenario": key[0], "task_idx": key[1]})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m arena_envs.awm demonstrations OUT.jsonl [arena-run overrides]`: the cold-start
+    transcripts (`demonstrations`) of the env section those overrides compose (e.g.
+    `+experiment=awm_smollm2`), written as JSONL `messages` rows."""
+    import argparse
+
+    from arena_core.config.compose import compose_config
+
+    p = argparse.ArgumentParser(prog="python -m arena_envs.awm", description=main.__doc__)
+    p.add_argument("what", choices=["demonstrations"])
+    p.add_argument("out")
+    p.add_argument("overrides", nargs="*")
+    a = p.parse_args(argv)
+    try:
+        env = dict(compose_config(list(a.overrides))["env"])
+        if env.get("name") != "awm":
+            raise ConfigError(f"the overrides compose env={env.get('name')}, not awm: add +env=awm")
+        task = AWMTask(AWMConfig(**env))
+        try:
+            rows = demonstrations(task)
+        finally:
+            task.close()
+    except ArenaError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    with Path(a.out).open("w", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write(json.dumps(row) + "\n")
+    names = sorted({r["scenario"] for r in rows})
+    print(f"wrote {len(rows)} demonstrations of {len(names)} training scenarios to {a.out}")
+    return 0
+
+
 def make_awm(env_cfg: dict) -> AWMTask:
     """Registered factory: the validated `env` section -> the task."""
     cfg = env_cfg if isinstance(env_cfg, AWMConfig) else AWMConfig(**env_cfg)
     return AWMTask(cfg)
+
+
+def tool_listing(tools: list[dict[str, Any]]) -> str:
+    """The tools and the Hermes call format as system-prompt text (`env.tools_in_prompt`): one
+    line per tool with typed parameters (`?` marks optional ones), short enough for a small model's
+    context on a CPU."""
+    lines = ["Tools:"]
+    for tool in tools:
+        schema = tool.get("inputSchema") or {}
+        required = set(schema.get("required") or [])
+        params = [
+            f"{p}{'' if p in required else '?'}: {(spec or {}).get('type', 'any')}"
+            for p, spec in (schema.get("properties") or {}).items()
+        ]
+        about = f" - {tool['description']}" if tool.get("description") else ""
+        lines.append(f"{tool['name']}({', '.join(params)}){about}")
+    lines.append(
+        'Call a tool with <tool_call>{"name": NAME, "arguments": {...}}</tool_call>, one per turn.'
+    )
+    return "\n".join(lines)
 
 
 def _signature(tool: dict[str, Any]) -> str:
@@ -568,3 +698,7 @@ def _check_server(report: Any, task: AWMTask, name: str) -> None:
 
 
 make_awm.validate = validate_awm  # type: ignore[attr-defined]  # arena validate env awm
+
+
+if __name__ == "__main__":
+    sys.exit(main())

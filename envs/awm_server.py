@@ -1,4 +1,4 @@
-"""One AWM scenario served over MCP (stdio), the way AWM's own server does it, with mcp 2.x.
+"""One AWM scenario served over MCP (stdio), the way AWM's own server does it.
 
 `python -m arena_envs.awm_server --spec SPEC.json --template INITIAL.db --state-dir DIR`
 
@@ -6,10 +6,11 @@ AWM's server (`awm/server.py` in Snowflake-Labs/agent-world-model) rewrites ever
 scenario's `full_code` that calls `create_engine(` into
 `create_engine('sqlite:///<episode db>', connect_args={'check_same_thread': False})`, then mounts
 `fastapi_mcp.FastApiMCP(app)`, so each FastAPI route is an MCP tool named by its `operation_id`.
-fastapi-mcp needs `mcp<2` and Arena's client needs mcp>=2.3, so this module mounts the MCP side
-itself, on mcp 2.x's low-level server (`mcp.server.lowlevel.Server`: tools whose schemas come
-from elsewhere, here the app's OpenAPI), and keeps AWM's rewrite as it is (a `create_engine(`
-call spread over several lines is replaced whole, where AWM's line rule would leave its tail):
+fastapi-mcp needs `mcp<2` and Arena takes mcp 1.x or 2.x, so this module mounts the MCP side
+itself, on the SDK's low-level server (`arena_core.tools.mcp_api.serve_stdio`: tools whose
+schemas come from elsewhere, here the app's OpenAPI), and keeps AWM's rewrite as it is (a
+`create_engine(` call spread over several lines is replaced whole, where AWM's line rule would
+leave its tail):
 
 - tools: one per route, from `app.openapi()`: the name is the `operationId`, the parameters are
   the path and query parameters plus the JSON body's fields (flattened, `$ref`s inlined), as
@@ -304,31 +305,10 @@ class ScenarioServer:
 
 
 async def serve(server: ScenarioServer) -> None:
-    """Serve `server` on stdin/stdout until stdin closes (mcp 2.x low-level server)."""
-    import mcp_types as mt
-    from mcp.server.lowlevel import Server
-    from mcp.server.stdio import stdio_server
+    """Serve `server` on stdin/stdout until stdin closes (the mcp SDK's low-level server)."""
+    from arena_core.tools.mcp_api import serve_stdio
 
-    async def list_tools(ctx: Any, params: Any) -> Any:
-        return mt.ListToolsResult(
-            tools=[
-                mt.Tool(name=t["name"], description=t["description"], input_schema=t["inputSchema"])
-                for t in server.listing()
-            ]
-        )
-
-    async def call_tool(ctx: Any, params: Any) -> Any:
-        meta = params.meta if isinstance(params.meta, dict) else None
-        text, is_error = await server.call(params.name, dict(params.arguments or {}), meta)
-        return mt.CallToolResult(
-            content=[mt.TextContent(type="text", text=text)], is_error=is_error
-        )
-
-    low = Server(
-        f"arena-awm-{server.spec['name']}", on_list_tools=list_tools, on_call_tool=call_tool
-    )
-    async with stdio_server() as (read, write):
-        await low.run(read, write, low.create_initialization_options())
+    await serve_stdio(f"arena-awm-{server.spec['name']}", server.listing, server.call)
 
 
 def main(argv: list[str] | None = None) -> None:

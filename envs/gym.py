@@ -4,7 +4,7 @@
 `env.kwargs`), `+env=gym env.id=my_pkg.envs:MyEnv`, or `+env=gym env.path=my_env.py:MyEnv`
 (user code: it steps in sandbox workers). `+env=pettingzoo env.id=mpe2.simple_spread_v3`
 takes a PettingZoo module with `parallel_env()` the same way. The factories return an
-`arena_core.classic.envs.EnvSource`, which the classic-RL loops build environments from.
+`arena_core.classic_rl.envs.EnvSource`, which the classic-RL loops build environments from.
 """
 
 from __future__ import annotations
@@ -57,12 +57,12 @@ class PettingZooEnvConfig(GymEnvConfig):
 
 
 def make_gym(config: GymEnvConfig) -> Any:
-    from arena_core.classic.envs import source_from_config
+    from arena_core.classic_rl.envs import source_from_config
 
     return source_from_config(config.model_dump())
 
 
 def make_pettingzoo(config: PettingZooEnvConfig) -> Any:
-    from arena_core.classic.envs import source_from_config
+    from arena_core.classic_rl.envs import source_from_config
 
     return source_from_config(config.model_dump())

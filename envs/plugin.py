@@ -11,6 +11,7 @@ from arena_envs.mcp import MCPEnvConfig, make_mcp
 from arena_envs.openenv import OpenEnvConfig, make_openenv
 from arena_envs.reasoning_gym import ReasoningGymConfig, make_reasoning_gym
 from arena_envs.tool_calc import ToolCalcConfig, make_tool_calc
+from arena_envs.verifiers_env import VerifiersConfig, make_verifiers
 
 from arena_core import hookimpl
 from arena_core.hookspecs import Register
@@ -87,6 +88,14 @@ def register_envs(register: Register) -> None:
         description="Any OpenEnv environment (env.app=module:app served for the run, env.url=... "
         "or env.environment=module:Class in process): observations in, replies as actions; "
         "needs pip install 'arena-rl[openenv]'",
+    )
+    register(
+        "verifiers",
+        make_verifiers,
+        schema=VerifiersConfig,
+        description="Any verifiers environment by id (env.id=vf-foo env.args.KEY=VALUE): its "
+        "dataset, eval set and rubric; single-turn, MultiTurnEnv, ToolEnv, v1 Tasksets; needs "
+        "pip install 'arena-rl[verifiers]'",
     )
 
 

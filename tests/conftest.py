@@ -175,7 +175,7 @@ def _pip_install_editable(name: str) -> None:
 
 def _make_importable(name: str) -> None:
     """The distribution's .pth read as `site` would at start-up; the plugins reloaded."""
-    from arena_core import plugins as plugins_module
+    from arena_core import plugin_loader as plugins_module
 
     dist = distribution(name)
     for file in dist.files or []:

@@ -14,7 +14,7 @@ from arena_core.cli.options import (
 )
 from arena_core.store import index
 from arena_core.store.best import ranking_for
-from arena_core.store.export import FORMATS
+from arena_core.store.export_manifest import FORMATS
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -72,6 +72,8 @@ def run_list(args: argparse.Namespace) -> int:
         marks = " ".join(
             m for m, on in (("best", c.best), ("latest", c.latest), ("elite", c.elite)) if on
         )
+        if not c.dir.name.startswith("step_"):  # a named save (`arena tinker serve`'s)
+            marks = f"{c.dir.name} {marks}".strip()
         print(f"{c.step:>6}  {c.kind:<5} {scores}  {_mib(c.size_bytes):>10}  {marks}")
     return 0
 

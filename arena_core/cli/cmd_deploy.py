@@ -17,6 +17,7 @@ EPILOG = """examples:
   arena deploy quickstart:best                            a run_name, a run id or a run directory
   arena deploy quickstart-20250101-120000:best            one of several runs of that name
   arena deploy RUN --port 8001 --api-key secret
+  arena deploy tinker://RUN/sampler_weights/NAME          what `arena tinker serve` saved
   arena deploy RUN --backend vllm                          generate with vLLM
   arena deploy --model a=RUN_A:best --model b=RUN_B:40     two models, picked by `model`
   arena deploy RUN --host 0.0.0.0 --api-key "$KEY"        reachable from the network
@@ -34,7 +35,7 @@ temperature, top_p, n, stop, seed, stream, stream_options, logprobs (<= 20), ech
 vLLM's extensions (extra_body): top_k, ignore_eos, return_token_ids. Any other field is a 400
 naming it (docs/serving.md)."""
 
-# the rule runs follow (arena_core.runtime.threads.default_threads), so a server and a run on
+# the rule runs follow (arena_core.threads.default_threads), so a server and a run on
 # the same machine share it the same way
 THREADS_HELP = (
     "torch threads for generation (default: as a run picks them, every usable core while "
@@ -120,8 +121,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from arena_core.errors import ArenaError
-    from arena_core.runtime.threads import torch_threads
     from arena_core.serve.server import ServeOptions, Server
+    from arena_core.threads import torch_threads
 
     if args.grace_s < 0 or args.max_pending < 1:
         raise ArenaError(
@@ -134,6 +135,10 @@ def run(args: argparse.Namespace) -> int:
             "default (every usable core while OpenMP waits passively)"
         )
     refs = ([args.ref] if args.ref else []) + list(args.model)
+    if any("tinker://" in r for r in refs):  # a checkpoint `arena tinker serve` saved
+        from arena_core.tinker.store import deploy_refs
+
+        refs = deploy_refs(refs, args.runs)
     if not refs:
         raise ArenaError(
             "name what to serve: `arena deploy RUN:best`, `arena deploy smollm2-135m-instruct` "

@@ -92,7 +92,7 @@ def _client(args: argparse.Namespace) -> Any:
 def _in_process_threads(args: argparse.Namespace) -> Any:
     """`--threads` for a checkpoint loaded here (nothing to set against a server)."""
     from arena_core.errors import ArenaError
-    from arena_core.runtime.threads import torch_threads
+    from arena_core.threads import torch_threads
 
     if args.threads < 0:
         raise ArenaError(

@@ -34,7 +34,7 @@ def add_parser(subparsers: Any) -> None:
 
 def run_export(args: argparse.Namespace) -> int:
     from arena_core.config import compose_config
-    from arena_core.evolution.manifest import dump_manifest, manifest_from_config
+    from arena_core.population.manifest import dump_manifest, manifest_from_config
 
     cfg = compose_config(list(args.overrides))
     print(dump_manifest(manifest_from_config(cfg)), end="")

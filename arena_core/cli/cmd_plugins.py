@@ -9,7 +9,7 @@ from typing import Any
 
 from arena_core.cli.options import ONE_JSON_OBJECT, add_json_flag
 from arena_core.config.searchpath import collect_options
-from arena_core.plugins import PluginSet, get_plugins
+from arena_core.plugin_loader import PluginSet, get_plugins
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

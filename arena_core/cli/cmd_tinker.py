@@ -7,7 +7,7 @@ import argparse
 from arena_core.cli.options import add_threads_option
 
 EPILOG = """examples:
-  arena tinker serve                                   127.0.0.1:8000, state in ./tinker-state
+  arena tinker serve                                   127.0.0.1:8000, runs in ./runs/tinker
   arena tinker serve --port 8001 --api-key tml-mykey --state-dir ~/tinker
 
 then, with the official SDK (pip install tinker), unmodified:
@@ -33,9 +33,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="serve the Tinker API",
         description="Serve the Tinker API (SDK 0.38): sessions, LoRA training clients sharing "
         "one base model per base, forward/backward with cross_entropy, importance_sampling, "
-        "ppo and cispo, AdamW steps, sampling, and checkpoints written atomically into "
-        "--state-dir (a restarted server loads them again). Binds 127.0.0.1 unless --host says "
-        "otherwise.",
+        "ppo, cispo, gspo and dro, AdamW steps, sampling, and checkpoints written atomically "
+        "into --state-dir as Arena runs (a restarted server loads them again; `arena runs "
+        "list`, `arena checkpoints` and `arena deploy` see them). Binds 127.0.0.1 unless --host "
+        "says otherwise.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -48,10 +49,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     s.add_argument(
         "--state-dir",
-        default="./tinker-state",
-        help="where checkpoints and tokenizers are written (default %(default)s)",
+        default="./runs/tinker",
+        help="where the runs (one per training client: checkpoints, config) and tokenizers are "
+        "written; the default is project 'tinker' of Arena's runs directory, so `arena runs "
+        "list`, `arena checkpoints` and `arena deploy` see them (default %(default)s)",
     )
     s.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:1)")
+    s.add_argument(
+        "--max-clients",
+        type=int,
+        default=None,
+        metavar="N",
+        help="training clients held at once (default: as many as the planner's memory model "
+        "fits on --device; one more is refused with a 400 saying why)",
+    )
     add_threads_option(s, "torch threads (default 1; 0: torch's own default, one per core)")
     s.add_argument("--log-level", default="warning", help="uvicorn log level")
     s.set_defaults(func=serve)
@@ -65,9 +76,11 @@ def _usage(p: argparse.ArgumentParser) -> int:
 
 def serve(args: argparse.Namespace) -> int:
     from arena_core.errors import ArenaError
-    from arena_core.runtime.threads import torch_threads
+    from arena_core.threads import torch_threads
     from arena_core.tinker.server import TinkerHost
 
+    if args.max_clients is not None and args.max_clients < 1:
+        raise ArenaError(f"--max-clients {args.max_clients}: give 1 or more")
     if args.threads < 0:
         raise ArenaError(f"--threads {args.threads}: give a count of 1 or more (0: torch's own)")
     from transformers.utils import logging as hf_logging
@@ -80,6 +93,7 @@ def serve(args: argparse.Namespace) -> int:
             api_key=args.api_key,
             state_dir=args.state_dir,
             device=args.device,
+            max_clients=args.max_clients,
             log_level=args.log_level,
         )
         print(

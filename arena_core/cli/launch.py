@@ -1,12 +1,11 @@
 """The one launcher behind `arena-run` and `arena.train`: the same checks, then the recipe.
 
-Before this module, each front end decided by itself which loop ran and what it checked first (the
-SDK skipped the dataset-category check). Now both call `launch(cfg)`, which goes, each step
+Both front ends call `launch(cfg)`, so they check the same things in the same order, each step
 refusing before the next costs anything:
 
 1. the dataset category fits the algorithm (`check_data_category`: DPO on sft data...);
-2. the recipe: the algorithm's `recipe` ("llm" without one; "population" instead of "llm" when
-   `evolution.enabled`) from the recipes registry; an unknown name is a "did you mean" error that
+2. the recipe: the algorithm's `recipe` ("llm" without one; with `evolution.enabled`, the
+   recipe that recipe names as its `population_recipe`) from the recipes registry; an unknown name is a "did you mean" error that
    names the algorithm which declared it;
 3. the config typed once (`RunInputs.of`: `CoreConfig` and each plugin section as its plugin's
    schema object), the one validation the recipe's run relies on; recipes read `inputs.core`,
@@ -31,17 +30,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from arena_core.recipes.base import Recipe, RunInputs
-
-POPULATION = "population"
+from arena_core.session.recipe import Recipe, RunInputs
 
 
 def launch(cfg: dict[str, Any], *, check: bool = True) -> Path | None:
     """Check and train as `cfg` (resolved and validated) says; returns the run directory, or
     None after a dry run (`dry_run=true`), which starts nothing."""
-    from arena_core.cli.preflight import MODEL_RECIPES, preflight, warn_forecast
+    from arena_core.cli.preflight import preflight, warn_forecast
+    from arena_core.data.category import check_data_category
     from arena_core.interrupts import sigterm_interrupts
-    from arena_core.offline.data import check_data_category
 
     check_data_category(cfg)  # config only: before any env, dataset or model loads
     name, recipe = choose_recipe(cfg)
@@ -49,7 +46,7 @@ def launch(cfg: dict[str, Any], *, check: bool = True) -> Path | None:
     if cfg.get("dry_run"):
         dry_run(inputs, name, recipe)
         return None
-    model = name in MODEL_RECIPES or recipe.planned
+    model = recipe.needs_model or recipe.planned
     report = preflight(cfg, model=model) if check and recipe.shared_preflight else None
     plan = None
     if recipe.planned:
@@ -67,34 +64,20 @@ def launch(cfg: dict[str, Any], *, check: bool = True) -> Path | None:
 
 def choose_recipe(cfg: dict[str, Any]) -> tuple[str, Recipe]:
     """(name, a fresh instance) of the recipe that trains `cfg`'s algorithm."""
-    from arena_core.errors import PluginError, UnknownNameError
-    from arena_core.plugins import get_plugins
-    from arena_core.recipes.builtin import LegacyLoopRecipe
+    from arena_core.plugin_loader import get_plugins
     from arena_core.registry import DEFAULT_RECIPE, algorithm_recipe
+    from arena_core.session.recipe import registered_recipe
 
     plugins = get_plugins()
     algo = str((cfg.get("algo") or {}).get("name"))
     entry = plugins.registries.algorithms.entries.get(algo)  # unknown: the config names it
-    declared = algorithm_recipe(entry.obj) if entry is not None else DEFAULT_RECIPE
-    if entry is not None and not getattr(entry.obj, "recipe", None) and ":" in declared:
-        return declared, LegacyLoopRecipe(declared, algo)
-    name = declared
-    if name == DEFAULT_RECIPE and (cfg.get("evolution") or {}).get("enabled") is True:
-        name = POPULATION
-    recipes = plugins.registries.recipes
-    if name not in recipes:
-        where = f"algorithm '{algo}' (from {entry.origin})" if entry is not None else "the run"
-        raise UnknownNameError(
-            f"{where} declares recipe = '{name}': {recipes.unknown_message(name)} Install the "
-            "plugin that provides it, or correct the algorithm's `recipe`."
-        )
-    provided = recipes.get(name)
-    if not (isinstance(provided.obj, type) and issubclass(provided.obj, Recipe)):
-        raise PluginError(
-            f"recipe '{name}' from {provided.origin} is {provided.obj!r}, not a subclass of "
-            "arena_core.recipes.Recipe: register the class (docs/plugins.md, Recipes)"
-        )
-    return name, provided.obj()
+    name = algorithm_recipe(entry.obj) if entry is not None else DEFAULT_RECIPE
+    where = f"algorithm '{algo}' (from {entry.origin})" if entry is not None else "the run"
+    recipe_cls = registered_recipe(name, where)
+    if (cfg.get("evolution") or {}).get("enabled") is True and recipe_cls.population_recipe:
+        name = recipe_cls.population_recipe
+        recipe_cls = registered_recipe(name, f"recipe '{name}' (evolution.enabled)")
+    return name, recipe_cls()
 
 
 def print_config(cfg: dict[str, Any]) -> None:
@@ -110,9 +93,9 @@ def dry_run(inputs: RunInputs, name: str, recipe: Recipe) -> None:
     Config and plan come first so that a failing check (a dataset the hub cannot serve offline)
     never hides them; a failing check still fails the dry run, with the run's exit code."""
     from arena_core.cli.plan_summary import print_plan_summary
-    from arena_core.cli.preflight import MODEL_RECIPES, preflight
+    from arena_core.cli.preflight import preflight
     from arena_core.errors import ArenaError
-    from arena_core.runtime.threads import run_threads
+    from arena_core.threads import run_threads
 
     cfg = inputs.cfg
     print_config(cfg)
@@ -125,7 +108,7 @@ def dry_run(inputs: RunInputs, name: str, recipe: Recipe) -> None:
     elif (found := print_plan_summary(cfg)) is None:
         print("# plan: unavailable (the reason is on stderr)")
     sys.stdout.flush()
-    model = name in MODEL_RECIPES or recipe.planned
+    model = recipe.needs_model or recipe.planned
     try:
         report = (
             preflight(cfg, prefix="# ", model=model, plan=found)

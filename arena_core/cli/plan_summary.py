@@ -31,8 +31,8 @@ def measured_prompt_tokens(cfg: dict[str, Any]) -> int | None:
     if not (name.startswith("arena:") or Path(name).is_dir()):
         return None
     try:
-        from arena_core.pipeline.build import build_task
-        from arena_core.pipeline.groups import PromptEncoder
+        from arena_core.run_parts.build import build_task
+        from arena_core.run_parts.prompts import PromptEncoder
 
         if name.startswith("arena:"):
             from arena_core.models.tokenizer import build_tiny_tokenizer

@@ -17,9 +17,6 @@ from typing import Any
 from arena_core.validate.preflight import ValidationFailed, preflight_report
 from arena_core.validate.report import FAIL, PASS, SKIP, WARN, Report
 
-# recipes that load `model.name_or_path` (the others train the algorithm's own network)
-MODEL_RECIPES = frozenset({"llm", "population", "offline"})
-
 
 def preflight(
     cfg: dict[str, Any], *, prefix: str = "", model: bool = False, plan: Any = None
@@ -66,7 +63,7 @@ def flat_check(cfg: dict[str, Any], report: Report) -> None:
     own samples all score the same, so every GRPO group would be flat. Only for the single LLM
     recipe's group-based algorithms; never on a dry run, which loads no model (the check's model
     load and sampling cost seconds on SmolLM2); off with ARENA_PREFLIGHT_SAMPLE_PROMPTS=0."""
-    from arena_core.plugins import get_plugins
+    from arena_core.plugin_loader import get_plugins
     from arena_core.registry import DEFAULT_RECIPE, algorithm_recipe
     from arena_core.validate.base_samples import check_base_samples, sample_prompts
 
@@ -79,7 +76,7 @@ def flat_check(cfg: dict[str, Any], report: Report) -> None:
     if (cfg.get("evolution") or {}).get("enabled") is True:
         return  # a population samples from many models: its members' first steps say it
     from arena_core.errors import ArenaError
-    from arena_core.recipes.base import RunInputs
+    from arena_core.session.recipe import RunInputs
 
     try:
         check_base_samples(RunInputs.of(cfg).core, report, prompts=prompts)

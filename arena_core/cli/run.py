@@ -89,7 +89,7 @@ def execute(overrides: list[str], manifest: str | None = None) -> int:
     from arena_core.config import compose_run_config
 
     if manifest:  # the same config as overrides, problems named by their manifest path
-        from arena_core.evolution.manifest import compose_manifest
+        from arena_core.population.manifest import compose_manifest
 
         cfg = compose_manifest(manifest, overrides)
     else:
@@ -148,7 +148,7 @@ def execute_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
         hydra_message,
         prepare_overrides,
     )
-    from arena_core.plugins import get_plugins
+    from arena_core.plugin_loader import get_plugins
 
     _refuse_unsupported(args)
     overrides = _overrides(args)
@@ -208,7 +208,7 @@ def execute_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
 def _checked(cfg: DictConfig, prepared: Overrides, overrides: Sequence[str]) -> dict[str, Any]:
     """A job's composed config checked as `compose_run_config` checks it (one ConfigError)."""
     from arena_core.config.compose import check_composed, plain_config, run_checks
-    from arena_core.plugins import get_plugins
+    from arena_core.plugin_loader import get_plugins
 
     plugins = get_plugins()
     checked = check_composed(plain_config(cfg), prepared, overrides, plugins)

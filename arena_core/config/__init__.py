@@ -1,5 +1,6 @@
 """Config composition (Hydra) and validation (pydantic)."""
 
+from arena_core.config.checks import validate_config
 from arena_core.config.compose import (
     available_options,
     compose_config,
@@ -7,7 +8,6 @@ from arena_core.config.compose import (
     compose_run_config,
     require_job,
 )
-from arena_core.config.validate import validate_config
 
 __all__ = [
     "available_options",

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from arena_core.config.checks import deleted_key_problems, validate_config
 from arena_core.config.evolution import override_problems
 from arena_core.config.resume import resolve_resume
 from arena_core.config.searchpath import (
@@ -25,9 +26,8 @@ from arena_core.config.searchpath import (
     ConfigOption,
     collect_options,
 )
-from arena_core.config.validate import deleted_key_problems, validate_config
 from arena_core.errors import ConfigError, did_you_mean
-from arena_core.plugins import PluginSet, get_plugins
+from arena_core.plugin_loader import PluginSet, get_plugins
 
 if TYPE_CHECKING:
     from hydra._internal.hydra import Hydra

@@ -1,10 +1,10 @@
 """The config typed once, at the door: `CoreConfig` and each plugin section as its schema object.
 
-Why: every training loop used to call `CoreConfig.model_validate(cfg)` again and carry both the
-model and the dict, with `core.algo`/`core.env` left as plain dicts that each builder turned into
-the plugin's schema object once more. The launcher (`arena_core.cli.launch`, behind `arena-run`
-and `arena.train`) now calls `typed_config` once and hands the result to the recipe in
-`arena_core.recipes.RunInputs`; the plain dict travels beside it only for what is written to
+Why once: a loop that validated again would carry both the model and the dict, and each builder
+would turn `algo`/`env` into the plugin's schema object once more. The launcher
+(`arena_core.cli.launch`, behind `arena-run` and `arena.train`) calls `typed_config` once and
+hands the result to the recipe in
+`arena_core.session.recipe.RunInputs`; the plain dict travels beside it only for what is written to
 config.yaml or crosses a process boundary (Ray member actors validate their copy once there).
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from arena_core.config.schema import CoreConfig
-from arena_core.plugins import PluginSet, get_plugins
+from arena_core.plugin_loader import PluginSet, get_plugins
 from arena_core.registry import Entry
 
 

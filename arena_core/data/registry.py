@@ -15,12 +15,12 @@ import datetime as dt
 import json
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from arena_core.data.loading import CATEGORIES, DatasetError, load_dataset, looks_local
 from arena_core.errors import ArenaError, did_you_mean
+from arena_core.store.atomic import atomic_write_text
 
 HOME_ENV = "ARENA_CACHE_DIR"
 REGISTRY_FILE = "datasets.json"
@@ -50,17 +50,9 @@ def _read() -> dict[str, dict[str, Any]]:
 def _write(entries: dict[str, dict[str, Any]]) -> None:
     path = registry_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps({"datasets": dict(sorted(entries.items()))}, indent=2) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{REGISTRY_FILE}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(
+        path, json.dumps({"datasets": dict(sorted(entries.items()))}, indent=2) + "\n"
+    )
 
 
 def list_datasets() -> dict[str, dict[str, Any]]:

@@ -26,7 +26,7 @@ import torch
 
 from arena_core.distributed.timeline import BusyClock
 from arena_core.distributed.weight_sync import WeightChecksumError, WeightPacket, state_checksums
-from arena_core.rollout.base import Completion, SamplingParams
+from arena_core.engines.base import Completion, SamplingParams
 
 MIN_VERSION_TIMEOUT_S = 600.0
 
@@ -48,7 +48,7 @@ class EngineActor:
             torch.set_num_threads(int(threads))
         from arena_core.distributed.engine_backend import replica_device
         from arena_core.models import load_policy
-        from arena_core.pipeline.build import build_backend
+        from arena_core.run_parts.build import build_backend
 
         name = str(backend_cfg.get("name", "torch"))
         policy = load_policy(model_cfg, device=replica_device(name, device), runs=runs or "./runs")

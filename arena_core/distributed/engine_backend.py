@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from arena_core.config.validate import check_engine_tp
+from arena_core.config.checks import check_engine_tp
 from arena_core.errors import ConfigError
 
 

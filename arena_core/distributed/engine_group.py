@@ -32,10 +32,8 @@ from torch import nn
 from arena_core.distributed.cluster import RayCluster
 from arena_core.distributed.engine_actor import EngineActor
 from arena_core.distributed.engine_backend import engine_actor_options, engine_backend_cfg
-from arena_core.distributed.weight_sync import BackgroundPoster, WeightPacket
-from arena_core.pipeline.async_rollout import trainable_state
-from arena_core.pipeline.batch_source import GenerationFailed
-from arena_core.rollout.base import Completion, SamplingParams
+from arena_core.distributed.weight_sync import BackgroundPoster, WeightPacket, trainable_state
+from arena_core.engines.base import Completion, GenerationFailed, SamplingParams
 
 READY_TIMEOUT_S = 300.0
 

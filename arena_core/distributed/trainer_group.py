@@ -175,7 +175,7 @@ class TrainerGroup:
         the hyperparameters and parameter groups of the in-process Learner's optimizer."""
         import torch
 
-        from arena_core.pipeline.build import build_algorithm
+        from arena_core.run_parts.build import build_algorithm
 
         algo = build_algorithm(self._algo_cfg)
         params = [p for p in self.model.parameters() if p.requires_grad]

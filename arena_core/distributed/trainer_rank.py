@@ -65,7 +65,7 @@ class TrainerRank:
         from arena_core.device import dist_backend
         from arena_core.distributed.fsdp import RankLearner, fsdp_options, shard_model
         from arena_core.models import load_policy
-        from arena_core.pipeline.build import build_algorithm
+        from arena_core.run_parts.build import build_algorithm
 
         os.environ.update(
             RANK=str(self.rank),

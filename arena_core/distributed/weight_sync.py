@@ -253,3 +253,8 @@ class BackgroundPoster:
                 with self._cond:
                     self._busy = False
                     self._cond.notify_all()
+
+
+def trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A detached copy of the tensors an update changes (all weights, or just the adapter)."""
+    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}

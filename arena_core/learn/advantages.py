@@ -14,6 +14,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from arena_core.learn.algorithm import ScalesBatchAdvantages, TokenAdvantages
+
 
 def rloo_advantages(rewards: Tensor) -> Tensor:
     """RLOO (Ahmadian et al. 2024): `A_i = r_i - mean_{j != i} r_j` within each group.
@@ -135,11 +137,10 @@ def apply_token_advantages(
 ) -> Tensor:
     """The learner's call of the optional `token_advantages` hook: the per-token advantages of
     the step, computed once before the first pass (unchanged when the algorithm has no hook)."""
-    hook = getattr(algorithm, "token_advantages", None)
-    if hook is None:
+    if not isinstance(algorithm, TokenAdvantages):
         return advantages
     ref = flat_refs(advantages.numel(), mbs, refs, behaviour_logp)
-    out = hook(advantages, lengths, behaviour_logp, ref)
+    out = algorithm.token_advantages(advantages, lengths, behaviour_logp, ref)
     if out.shape != advantages.shape:
         raise ValueError(
             f"{type(algorithm).__name__}.token_advantages returned shape {tuple(out.shape)}, "
@@ -152,11 +153,10 @@ def apply_batch_advantages(algorithm: Any, samples: list[Any], rewards: list[flo
     """The collector's call of the optional `batch_advantages` hook, once per step after every
     group is assembled: rewrites each sample's advantage in place (no-op without the hook).
     `rewards` are every reward of the step's kept groups (can be more than the samples)."""
-    hook = getattr(algorithm, "batch_advantages", None)
-    if hook is None or not samples:
+    if not isinstance(algorithm, ScalesBatchAdvantages) or not samples:
         return
     adv = torch.tensor([s.advantage for s in samples], dtype=torch.float32)
-    out = hook(adv, torch.tensor(rewards, dtype=torch.float32))
+    out = algorithm.batch_advantages(adv, torch.tensor(rewards, dtype=torch.float32))
     if out.shape != adv.shape:
         raise ValueError(
             f"{type(algorithm).__name__}.batch_advantages returned shape {tuple(out.shape)}, "

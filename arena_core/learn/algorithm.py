@@ -47,28 +47,9 @@ class Algorithm(Protocol):
 
     Built from the validated `algo` config section: `AlgorithmClass(config)`.
 
-    Optional members, called only when present (so they are not part of this Protocol's required
-    set; arena_core.learn.advantages has the call sites, arena_core.pipeline.groups the
-    collector side):
-
-    - `shape_rewards(rewards [1, g], lengths [g], max_new_tokens) -> (rewards, parts)`: the
-      collector reshapes one group's rewards before `advantages` (DAPO's overlong penalty);
-      `parts` ({name: [1, g]}) are logged as `reward/<name>` components.
-    - `mask_truncated: bool`: completions with finish_reason "length" count in their group's
-      statistics but are left out of the samples (counted in `samples/masked_truncated`).
-    - `batch_advantages(advantages [n], rewards [m]) -> [n]`: once per step after all groups are
-      assembled: the advantages of the n samples the learner will train on and the m (shaped)
-      rewards of their groups, masked completions included (`scale_rewards=batch`).
-    - `token_advantages(advantages [N], lengths, behaviour_logp [N], ref_logp [N] | None) -> [N]`:
-      the learner's per-token advantages, computed once before the first pass from the broadcast
-      sequence advantages, the sampler's logprobs and the reference's (present when beta > 0),
-      all in the step's flat token order (REINFORCE++'s KL-in-reward returns and global
-      normalisation).
-    - `keeps_flat_groups: bool`: the collector keeps a group whose advantages are all zero
-      instead of dropping it (on-policy distillation: the teacher grades every token anyway).
-    - `teacher: str`: a model reference (`RUN[:STEP|best]` or a model name) that the runtime
-      loads once, frozen, and whose logprobs of the sampled tokens the learner puts in
-      `TokenBatch.teacher_logp` (arena_core.pipeline.build.build_learner).
+    Optional members are the protocols below the class: an algorithm implements those it needs
+    and the call sites ask `isinstance(algorithm, ShapesRewards)` (and so on), so each member has
+    one typed signature and one documented meaning.
     """
 
     group_size: int
@@ -87,3 +68,74 @@ class Algorithm(Protocol):
         """Per-token loss [N] (not aggregated) and per-token diagnostics ([N] tensors such as
         `clipped` or `kl`) that the learner averages with the same weights as the loss."""
         ...
+
+
+@runtime_checkable
+class ShapesRewards(Protocol):
+    """Reshapes one group's rewards before `advantages` (DAPO's overlong penalty); the collector
+    logs `parts` ({name: [1, g]}) as `reward/<name>` components."""
+
+    def shape_rewards(
+        self, rewards: Tensor, lengths: Tensor, max_new_tokens: int
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """rewards [1, g], sampled lengths [g] -> (shaped rewards [1, g], parts)."""
+        ...
+
+
+@runtime_checkable
+class MasksTruncated(Protocol):
+    """`mask_truncated = True`: completions cut at max_new_tokens count in their group's
+    statistics but get no loss (counted in `samples/masked_truncated`)."""
+
+    mask_truncated: bool
+
+
+@runtime_checkable
+class KeepsFlatGroups(Protocol):
+    """`keeps_flat_groups = True`: a group whose advantages are all zero is kept, not dropped
+    (on-policy distillation: the teacher grades every token anyway)."""
+
+    keeps_flat_groups: bool
+
+
+@runtime_checkable
+class ScalesBatchAdvantages(Protocol):
+    """Rescales the step's advantages once its groups are assembled (`scale_rewards=batch`)."""
+
+    def batch_advantages(self, advantages: Tensor, rewards: Tensor) -> Tensor:
+        """advantages of the n samples [n], (shaped) rewards of their groups [m] -> [n]."""
+        ...
+
+
+@runtime_checkable
+class TokenAdvantages(Protocol):
+    """The learner's per-token advantages, computed once before the first pass (REINFORCE++'s
+    KL-in-reward returns and global normalisation)."""
+
+    def token_advantages(
+        self,
+        advantages: Tensor,
+        lengths: list[int],
+        behaviour_logp: Tensor,
+        ref_logp: Tensor | None,
+    ) -> Tensor:
+        """broadcast sequence advantages [N] -> per-token advantages [N] (flat token order)."""
+        ...
+
+
+@runtime_checkable
+class HasTeacher(Protocol):
+    """`teacher`: a model reference (`RUN[:STEP|best]` or a model name) loaded once, frozen;
+    its logprobs of the sampled tokens reach `TokenBatch.teacher_logp`."""
+
+    teacher: str | None
+
+
+def masks_truncated(algorithm: object) -> bool:
+    """Whether the algorithm leaves truncated completions out of the loss."""
+    return isinstance(algorithm, MasksTruncated) and bool(algorithm.mask_truncated)
+
+
+def keeps_flat_groups(algorithm: object) -> bool:
+    """Whether the algorithm trains on groups whose advantages are all zero."""
+    return isinstance(algorithm, KeepsFlatGroups) and bool(algorithm.keeps_flat_groups)

@@ -117,3 +117,35 @@ def cispo_token_loss(
     """
     out = _kernels.cispo_token_loss(logp, behaviour_logp, advantages, eps_low, eps_high)
     return out.loss, out.clipped.bool()
+
+
+def gspo_token_loss(
+    logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    seq_ids: Tensor,
+    *,
+    eps_low: float,
+    eps_high: float,
+    ratio_mask: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """GSPO-token (Zheng et al. 2025) per token: `-min(s_t A, clip(s_t, 1-eps_low, 1+eps_high) A)`
+    with `s_t = sg[s] * pi / sg[pi]`, `s` the sequence's geometric-mean ratio.
+
+    `s` is the mean log-ratio over each sequence's tokens (`seq_ids` labels them), or over only
+    those `ratio_mask` marks (Tinker's `sequence_ratio_mask`; a sequence with none marked has
+    `s = 1`). It is fed to the PPO-clip kernel as a shifted logprob: with
+    `logp' = logp + sg(seq_log_ratio - log_ratio)`, `exp(logp' - old)` has the value `s` and the
+    gradient `s * grad logp`. Returns (loss, clipped mask)."""
+    from arena_core.learn.mismatch import sequence_mean
+
+    log_ratio = (logp - old_logp).detach()
+    if ratio_mask is None:
+        seq_log_ratio = sequence_mean(log_ratio, seq_ids)
+    else:
+        mask = (ratio_mask != 0).to(log_ratio.dtype)
+        summed = sequence_mean(log_ratio * mask, seq_ids)
+        share = sequence_mean(mask, seq_ids)  # the fraction of marked tokens, same sequence
+        seq_log_ratio = torch.where(share > 0, summed / share.clamp_min(1e-30), 0.0)
+    shifted = logp + (seq_log_ratio - log_ratio)
+    return grpo_token_loss(shifted, old_logp, advantages, eps_low=eps_low, eps_high=eps_high)

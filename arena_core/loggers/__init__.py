@@ -68,7 +68,7 @@ class Loggers:
 def build_loggers(names: list[str], ctx: LoggerContext, registry: Any = None) -> Loggers:
     """One logger per name, from the plugin registry (`UnknownNameError` for an unknown one)."""
     if registry is None:
-        from arena_core.plugins import get_plugins
+        from arena_core.plugin_loader import get_plugins
 
         registry = get_plugins().registries.loggers
     built: list[tuple[str, Any]] = []

@@ -5,7 +5,7 @@ the tokenizer); a LoRA checkpoint is folded into its base first. `adapter`: the 
 (`PeftModel.from_pretrained(base, out)`), with the run's tokenizer beside it.
 
 Both are assembled in a temporary sibling directory and renamed into place only when complete;
-the manifest and its completion marker (`arena_core.store.export`) are written last. This lives
+the manifest and its completion marker (`arena_core.store.export_manifest`) are written last. This lives
 with the models because it loads them; the files' format stays with the run directories.
 """
 
@@ -20,7 +20,7 @@ from arena_core.errors import ArenaError
 from arena_core.models.cache import resolve_model
 from arena_core.models.loading import load_policy
 from arena_core.store.atomic import atomic_write_json
-from arena_core.store.export import FORMATS, check_lora_alpha, write_manifest
+from arena_core.store.export_manifest import FORMATS, check_lora_alpha, write_manifest
 from arena_core.store.index import CheckpointInfo
 from arena_core.store.rundir import read_config
 

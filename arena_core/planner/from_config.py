@@ -77,9 +77,9 @@ def workload_from_config(cfg: dict[str, Any], prompt_tokens: int | None = None) 
 def bf16_copy_bytes() -> int:
     """Bytes per multiplying parameter a CPU bf16 decode holds besides the trainer's weights:
     the bf16 copy, and where oneDNN packs bf16 weights on this CPU the packed twin Arena's
-    decode step multiplies by (`rollout/packed_linear.py`; an upper bound for models that take
+    decode step multiplies by (`engines/packed_linear.py`; an upper bound for models that take
     the module path)."""
-    from arena_core.rollout import packed_linear
+    from arena_core.engines import packed_linear
 
     return 4 if packed_linear.AVAILABLE else 2
 
@@ -140,16 +140,17 @@ def plan_from_config(
     implied_tp = backend != "vllm" and pinned.get("engine_tp") is None
     if implied_tp:
         pinned["engine_tp"] = 1  # only vLLM engines split over devices (tensor_parallel_size)
-    now, now_load, probe_note = _coefficients_now(cfg, hw, count)
+    now, priced, probe_note = _coefficients_now(cfg, hw, count)
     coef = None
     if now is not None:
         hw, coef = now
+    wl = workload_from_config(cfg, prompt_tokens)
     try:
         result = make_plan(
             spec,
             hw,
             count,
-            workload_from_config(cfg, prompt_tokens),
+            wl,
             lora_rank=lora,
             pinned=pinned,
             coefficients=coef,
@@ -165,8 +166,11 @@ def plan_from_config(
             exc.fixes,
         ) from exc
     if now is not None:
-        result.priced_at_load = now_load
+        result.priced_at_load = priced["load_average"]
+        result.priced_at_speed = {k: round(priced[k], 3) for k in ("learn", "decode", "share")}
         result.notes.append(probe_note)
+    if wl.group_size > 1:
+        result.refill = _refill_prices(cfg, spec, hw, result, wl, coef)
     if backend == "torch" and lookup(cfg, "backend.decode_dtype", None) == "bfloat16":
         result.notes.append(
             "backend.decode_dtype=bfloat16: generation priced as the fp32 decode, an upper bound "
@@ -182,12 +186,36 @@ def plan_from_config(
     return result
 
 
+def _refill_prices(
+    cfg: dict[str, Any],
+    spec: ModelSpec,
+    hw: HardwareProfile,
+    result: PlanResult,
+    wl: Workload,
+    coef: Any,
+) -> dict[str, Any]:
+    """What a refill round costs (`arena_core.planner.refill`): the run re-prices its step with
+    these once it has seen how many of its groups are flat."""
+    from arena_core.planner.calibrate import coefficients_for
+    from arena_core.planner.refill import round_prices
+
+    return round_prices(
+        spec,
+        hw,
+        result.plan,
+        wl,
+        coef if coef is not None else coefficients_for(hw),
+        max_rounds=int(lookup(cfg, "train.max_sampling_rounds", 4) or 1),
+        max_flat_rounds=int(lookup(cfg, "train.max_flat_rounds", 2) or 0),
+    )
+
+
 def _coefficients_now(
     cfg: dict[str, Any], hw: HardwareProfile, count: int
-) -> tuple[tuple[HardwareProfile, Any] | None, float | None, str]:
-    """The local CPU priced at its fair share of the cores now (``arena_core.planner.live``),
-    with that load average and a note for the plan; (None, None, "") for other hardware, a
-    split CPU, or ``ARENA_PLAN_PROBE=0``."""
+) -> tuple[tuple[HardwareProfile, Any] | None, dict[str, Any] | None, str]:
+    """The local CPU priced at the share of a core its torch threads get now
+    (``arena_core.planner.live``), with what was measured and a note for the plan; (None, None,
+    "") for other hardware, a split CPU, or ``ARENA_PLAN_PROBE=0``."""
     from arena_core.planner import live
 
     if hw.kind != "cpu" or hw.name != "cpu" or count != 1 or not live.probe_enabled():
@@ -206,13 +234,21 @@ def _coefficients_now(
             f"decode read {rates['decode_read_gbs']:.3g} GB/s ('arena plan --calibrate' fits "
             "all coefficients here)"
         )
-    threads = lookup(cfg, "runtime.threads", None) or hw.cores or 1
-    now = live.rates_now(hw, int(threads))
-    pair = live.at_current_rates(hw, coef, now)
+    threads = int(lookup(cfg, "runtime.threads", None) or hw.cores or 1)
+    now = live.share_now(threads)
+    rates = live.rates_now(hw, now)
+    pair = live.at_current_rates(hw, coef, rates)
+    how = (
+        f"{live.SHARE_ENV}={now['share']:g}"
+        if now["how"] == "pinned"
+        else f"measured now for {live.PROBE_SECONDS:g} s against one idle thread"
+    )
     note = (
-        f"priced at the load now: load average {now['load_average']:.1f} on {hw.cores} cores, so "
-        f"{int(threads)} torch thread(s) get {now['share']:.0%} of their idle speed "
-        f"(matmul {now['matmul_tflops'] * 1e3:.3g} of {hw.bf16_tflops * 1e3:.3g} GFLOP/s); "
+        f"priced at the CPU this run gets now: its {threads} torch thread(s) run learning at "
+        f"{now['learn']:.0%} and decoding at {now['decode']:.0%} of one idle thread's speed, its "
+        f"Python thread gets {now['share']:.0%} of a core ({how}; {now['usable_cpus']:g} usable "
+        f"CPUs, load average {now['load_average']:.1f}), so matmul "
+        f"{rates['matmul_tflops'] * 1e3:.3g} of {hw.bf16_tflops * 1e3:.3g} GFLOP/s; "
         f"{live.PROBE_ENV}=0 plans on the idle machine's rates{machine_note}"
     )
-    return pair, now["load_average"], note
+    return pair, now, note

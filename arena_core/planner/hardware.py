@@ -293,7 +293,7 @@ def get_profile(name: str) -> HardwareProfile:
         return cpu_profile()
     registry: Any = None
     try:
-        from arena_core.plugins import get_plugins
+        from arena_core.plugin_loader import get_plugins
 
         registry = get_plugins().registries.hardware
     except Exception:  # noqa: BLE001 - registry not loadable: fall back below

@@ -9,8 +9,10 @@ predicted generation 3.5x too fast and the step 2.3x too fast (bench/plan_accura
 How: the first plan on a machine without its own calibration (``arena plan --calibrate``) times
 three things with one torch thread, as the calibration does, in about a second: a 512 matmul,
 a 128 MB copy, and a decode-shaped read (one row through a stack of SmolLM2-sized linears,
-`microbench.measure_decode_read`). The figures are divided by the fair share of the cores the
-probe got (the load average then, `live.fair_share`) to estimate the idle machine, and stored
+`microbench.measure_decode_read`). Each figure is divided by the share of a core its thread got
+while it was measured (its CPU time over its wall time) to estimate the idle machine: on a busy
+machine, a probe priced with the load average instead stored matmul rates of 92 and 268 GFLOP/s
+for the same CPU a minute apart, because the load average lags the work it counts. They are stored
 under the calibration cache, keyed by the CPU's model name, core count and torch version: the
 next plan reads the file and probes nothing. Plans then keep the shipped efficiencies on these
 rates, with the decode read efficiency ``read / copy`` measured here.
@@ -22,6 +24,7 @@ import json
 import os
 import platform
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +66,7 @@ def probe() -> dict[str, float]:
     """Idle-machine estimates of the matmul, copy and decode-read rates (about a second)."""
     import torch
 
-    from arena_core.planner.live import fair_share
+    from arena_core.planner.live import load_average
     from arena_core.planner.microbench import (
         measure_bandwidth,
         measure_decode_passes,
@@ -73,22 +76,34 @@ def probe() -> dict[str, float]:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+        load = load_average()
         # the best of three: a neighbour's burst only ever slows a matmul down
-        matmul = max(measure_matmul("cpu", sizes=(512,))["peak_tflops"] for _ in range(3))
-        copy = measure_bandwidth("cpu")
+        matmul, mm_share = _on_cpu(
+            lambda: max(measure_matmul("cpu", sizes=(512,))["peak_tflops"] for _ in range(3))
+        )
+        copy, copy_share = _on_cpu(lambda: measure_bandwidth("cpu"))
         # seconds per pass over the stack at 1, 8 and 64 rows: the read, then the math it adds
-        seconds = measure_decode_passes(96, (1, 8, 64))
+        seconds, read_share = _on_cpu(lambda: measure_decode_passes(96, (1, 8, 64)))
     finally:
         torch.set_num_threads(threads)
-    share = fair_share(1, os.cpu_count() or 1, load)
     rates = {
-        "matmul_tflops": matmul / share,
-        "mem_bandwidth_gbs": copy / share,
-        **_decode_rates(seconds, share),
+        "matmul_tflops": matmul / mm_share,
+        "mem_bandwidth_gbs": copy / copy_share,
+        **_decode_rates(seconds, read_share),
         "load_average": load,
+        "share": round(min(mm_share, copy_share, read_share), 3),
     }
     return rates
+
+
+def _on_cpu(measure: Any) -> tuple[Any, float]:
+    """(what `measure` returns, the share of a core its thread got meanwhile): its CPU time
+    over its wall time. Rates measured on a busy machine, divided by that share, estimate the
+    idle machine's: the time other work took the core is not the probe's."""
+    cpu0, wall0 = time.thread_time(), time.perf_counter()
+    out = measure()
+    share = (time.thread_time() - cpu0) / max(1e-9, time.perf_counter() - wall0)
+    return out, min(1.0, max(0.02, share))
 
 
 def _decode_rates(seconds: dict[int, float], share: float) -> dict[str, float]:

@@ -1,7 +1,8 @@
 """Measured step seconds beside the predicted ones, in the run's plan.json.
 
 A run ends by adding `measured.step_seconds` (generate, learn, sync and total: means per step over
-the run) next to the planner's `predicted.step_seconds`, so `arena plan --calibrate RUN_DIR` can fit
+the run) next to the planner's `predicted.step_seconds` (and `repriced`: the step priced at the
+flat-group rate the whole run saw, `planner.refill`; `repriced_first`: after its first step), so `arena plan --calibrate RUN_DIR` can fit
 the cost model to what the machine really did, and the dashboard can show both.
 """
 
@@ -42,4 +43,15 @@ def record_measured(
         return
     plan: dict[str, Any] = read_json(path)
     plan["measured"] = {"step_seconds": measured_step_seconds(totals, steps, step_times)}
+    from arena_core.planner.refill import reprice
+
+    final = reprice(plan, totals, steps)
+    if final is not None:  # the step at the flat-group rate of the whole run
+        plan["repriced"] = final
+    if "refill/first_total_s" in totals:  # what the run printed after its first step
+        plan["repriced_first"] = {
+            "flat_rate": totals["refill/first_flat_rate"],
+            "after_steps": 1,
+            "step_seconds": {"total": totals["refill/first_total_s"]},
+        }
     atomic_write_json(path, plan)

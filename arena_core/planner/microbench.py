@@ -110,7 +110,7 @@ def measure_decode_passes(mbytes: int, rows: tuple[int, ...]) -> dict[int, float
     tensors, no module: planning a dry run builds no model (its values do not change the time)."""
     import torch
 
-    from arena_core.rollout.onednn_linear import decode_kernel
+    from arena_core.engines.onednn_linear import decode_kernel
 
     n = max(1, mbytes * 2**20 // (576 * 1536 * 4))
     weights = [torch.full((1536, 576), 0.01) for _ in range(n)]
@@ -159,8 +159,8 @@ def measure_decode(layers: int, batch: int, new_tokens: int, prompt: int = 32) -
     (KV cache on, no early stop): the loop a CPU run really uses, Python overhead included."""
     import torch
 
-    from arena_core.rollout.base import SamplingParams
-    from arena_core.rollout.torch_backend import TorchBackend
+    from arena_core.engines.base import SamplingParams
+    from arena_core.engines.torch_backend import TorchBackend
 
     model = tiny_qwen2(layers)
     model.generation_config.eos_token_id = None

@@ -202,7 +202,7 @@ class ModelSpec(BaseModel):
 
     def adapted_weights(self, targets: tuple[str, ...] = ("q", "k", "v", "o")) -> int:
         """Base weights under the LoRA targets (`lora_params`' projections): what the torch
-        engine's merged decode copies hold (`arena_core.rollout.merged_lora`)."""
+        engine's merged decode copies hold (`arena_core.engines.merged_lora`)."""
         h = self.hidden_size
         shapes = {
             "q": h * self.q_dim,

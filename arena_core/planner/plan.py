@@ -233,7 +233,10 @@ class PlanResult:
     notes: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
     calibration: str = "defaults"  # Coefficients.source: a calibration file, "shipped", "defaults"
-    priced_at_load: float | None = None  # CPU: the load average the rates were scaled to (live.py)
+    priced_at_load: float | None = None  # CPU: the load average when it was priced (live.py)
+    # CPU: the speed it was priced at, against one idle thread (learn, decode; share: of a core)
+    priced_at_speed: dict[str, float] | None = None
+    refill: dict[str, Any] | None = None  # refill rounds' prices (refill.py), for the run
 
     @property
     def plan(self) -> Plan:
@@ -256,15 +259,24 @@ class PlanResult:
                 "planning_seconds": round(self.elapsed_s, 3),
                 "calibration": self.calibration,
                 "priced_at_load": self.priced_at_load,
+                "priced_at_speed": self.priced_at_speed,
             }
         )
+        if self.refill is not None:
+            out["refill"] = self.refill
         return out
 
     @property
     def calibration_label(self) -> str:
         """How far to trust the times: `uncalibrated` (priors), the shipped CPU fit, or this
         machine's own calibration."""
-        at = "" if self.priced_at_load is None else f" at load {self.priced_at_load:.1f}"
+        speed = self.priced_at_speed
+        at = (
+            ""
+            if speed is None
+            else f" at {speed['learn']:.0%}/{speed['decode']:.0%} of an idle thread's learn/decode "
+            f"speed (load {self.priced_at_load or 0.0:.1f})"
+        )
         if self.calibration == "defaults":
             return (
                 f"uncalibrated: datasheet priors{at}; `arena plan --calibrate` on the machine "

@@ -2,9 +2,14 @@
 
 Started by file path (`python _reward_worker.py CONFIG`) in its own session, so it imports only
 the standard library and starts fast. Protocol, one JSON line per message:
-  parent -> worker  {"items": [[index, question, answer, completion(, state)], ...]}
+  parent -> worker  {"items": [[index, question, answer, completion(, state)], ...],
+                     "components": bool}
   worker -> parent  {"ready": ...} or {"fatal": ...} once after import, then per item
-                    [index, kind, value, seconds, detail, error_type, line, output, output_bytes],
+                    [index, kind, value, seconds, detail, error_type, line, output, output_bytes,
+                     components], where components is the file's optional
+                    `components(question, answer, completion) -> {name: float}` of the item when
+                    asked for (None where it raised or returned garbage: a metric never fails a
+                    reward),
                     and {"exit": reason} before leaving on its own (after a MemoryError).
 Results stream item by item so the parent can time out a single item, not the whole batch.
 """
@@ -13,6 +18,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import os
 import sys
 import time
@@ -22,6 +28,9 @@ import _child  # noqa: I001 - found next to this file, see below
 
 if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
     sys.path.pop(0)  # the sandbox folder must not shadow the user's own modules
+
+
+_COMPONENTS: list[Any] = [None]  # the loaded file's `components` function, if it has one
 
 
 def load_reward(path: str) -> tuple[Any, dict[str, Any]]:
@@ -74,6 +83,8 @@ def load_reward(path: str) -> tuple[Any, dict[str, Any]]:
     if sig is not None:  # shown without annotations: `from __future__` turns them into quotes
         plain = [p.replace(annotation=p.empty) for p in sig.parameters.values()]
         sig = sig.replace(parameters=plain, return_annotation=sig.empty)
+    comps = getattr(module, "components", None)
+    _COMPONENTS[0] = comps if callable(comps) else None
     return fn, {
         "ready": True,
         "signature": str(sig) if sig is not None else "(...)",
@@ -145,6 +156,24 @@ def score_one(
     return [index, kind, value, seconds, detail, etype, line, text, nbytes]
 
 
+def components_of(item: list[Any]) -> dict[str, float] | None:
+    """The file's `components` of one item (a tool episode's final state to one that declares
+    `state`), or None: it has none, it raised, or a value is not a finite number."""
+    fn = _COMPONENTS[0]
+    if fn is None:
+        return None
+    _, question, answer, completion, *rest = item
+    try:
+        if rest and "state" in inspect.signature(fn).parameters:
+            values = fn(question, answer, completion, state=rest[0])
+        else:
+            values = fn(question, answer, completion)
+        row = {str(k): float(v) for k, v in dict(values).items()}
+    except Exception:  # noqa: BLE001 - a metric must never stop a run
+        return None
+    return row if all(math.isfinite(v) for v in row.values()) else None
+
+
 def main() -> None:
     cfg = json.loads(sys.argv[1])
     path, resp = cfg["path"], cfg["resp"]
@@ -165,6 +194,7 @@ def main() -> None:
             message = json.loads(raw)
             for item in message["items"]:
                 result = score_one(fn, path, item, output, cpu, limits, hello.get("state", ""))
+                result.append(components_of(item) if message.get("components") else None)
                 _child.send(resp, result)
                 full = result[1] == "crashed" and result[4].startswith(_child.FILLED)
                 if result[1] == "memory" or full:  # the heap or the sandbox is spent

@@ -84,7 +84,7 @@ def resolve_reward(name_or_path: str) -> str:
             "Check the path, or give the name of a registered reward (`arena plugins`).",
             path=str(name_or_path),
         )
-    from arena_core.plugins import get_plugins
+    from arena_core.plugin_loader import get_plugins
 
     obj = get_plugins().registries.rewards.get(str(name_or_path)).obj
     registered = Path(str(obj))

@@ -37,6 +37,7 @@ class RewardOutcome:
     line: int | None = None
     output: str = ""
     output_bytes: int = 0
+    components: dict[str, float] | None = None  # the file's `components`, when asked for
 
     @property
     def ok(self) -> bool:

@@ -146,18 +146,24 @@ class RewardPool:
 
     # -- scoring -----------------------------------------------------------------------------
     def score(
-        self, items: list[tuple[Any, ...]], *, stop_after_failures: int | None = None
+        self,
+        items: list[tuple[Any, ...]],
+        *,
+        stop_after_failures: int | None = None,
+        components: bool = False,
     ) -> list[RewardOutcome]:
         """One outcome per item, in order. An item is (question, answer, completion) or, for a
         tool episode, (question, answer, completion, final_state): the state (JSON) is passed to
         a reward that declares a 4th parameter or one named `state`, and dropped otherwise.
         `stop_after_failures` (validation) stops after that many timeouts/memory/crashes and
-        marks the rest `skipped`, so a hostile file costs one timeout.
+        marks the rest `skipped`, so a hostile file costs one timeout. `components`: each
+        outcome also carries the file's optional `components` of its item (in the same warm
+        worker, after `reward`), for the per-component metrics.
         """
         with self._lock:
             if self._closed:
                 raise RuntimeError("RewardPool.score() called after close()")
-            return _Scoring(self, items, stop_after_failures).run()
+            return _Scoring(self, items, stop_after_failures, components).run()
 
     def _outcome(self, kind: str, detail: str = "", **extra: Any) -> RewardOutcome:
         return RewardOutcome(kind=kind, value=self.fallback, detail=detail, **extra)
@@ -189,9 +195,16 @@ class RewardPool:
 class _Scoring:
     """The event loop of one `score` call (kept apart so RewardPool reads as its lifecycle)."""
 
-    def __init__(self, pool: RewardPool, items: list[tuple[str, str, str]], stop: int | None):
+    def __init__(
+        self,
+        pool: RewardPool,
+        items: list[tuple[str, str, str]],
+        stop: int | None,
+        components: bool = False,
+    ):
         self.pool = pool
         self.items = items
+        self.components = components
         self.stop = stop
         self.failures = 0
         self.results: list[RewardOutcome | None] = [None] * len(items)
@@ -251,7 +264,7 @@ class _Scoring:
             job = self.pending.popleft()
             batch = [[i, *self.items[i]] for i in job]
             slot.job, slot.pos, slot.last = job, 0, time.monotonic()
-            if not slot.child.send({"items": batch}):
+            if not slot.child.send({"items": batch, "components": self.components}):
                 self._service(index, slot)  # read what it said before dying (its "exit")
 
     def _service(self, index: int, slot: _Slot) -> None:
@@ -287,9 +300,11 @@ class _Scoring:
             self._timed_out(index, slot)
 
     def _record(self, slot: _Slot, msg: list[Any]) -> None:
-        i, kind, value, seconds, detail, etype, line, output, nbytes = msg
+        i, kind, value, seconds, detail, etype, line, output, nbytes, comps = msg
         value = float(value) if kind == OK else self.pool.fallback
-        self.results[i] = RewardOutcome(kind, value, detail, seconds, etype, line, output, nbytes)
+        self.results[i] = RewardOutcome(
+            kind, value, detail, seconds, etype, line, output, nbytes, components=comps
+        )
         if kind in FATAL:
             self.failures += 1
         if kind == MEMORY or (kind == CRASHED and str(detail).startswith(FILLED)):
@@ -371,7 +386,16 @@ class _Scoring:
 def _well_formed(msg: list[Any], index: int) -> bool:
     """A result line as the worker writes it, for the item it is scoring (anything else is user
     code writing to the pipe: never trusted, never allowed to raise here)."""
-    if len(msg) != 9 or msg[0] != index or msg[1] not in KINDS:
+    if len(msg) != 10 or msg[0] != index or msg[1] not in KINDS:
+        return False
+    comps = msg[9]
+    if comps is not None and not (
+        isinstance(comps, dict)
+        and all(
+            isinstance(k, str) and isinstance(v, int | float) and not isinstance(v, bool)
+            for k, v in comps.items()
+        )
+    ):
         return False
     if msg[1] == OK and (isinstance(msg[2], bool) or not isinstance(msg[2], int | float)):
         return False

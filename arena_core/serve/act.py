@@ -1,10 +1,10 @@
 """Serving classic-RL policies: `POST /v1/act` (observation in, action out) on `arena deploy`.
 
-PPO and IPPO name `register_serving` in their `serving` attribute; the server imports it the first
-time it meets a checkpoint of that kind, so a plain training run never imports the web stack (this
-module imports fastapi). The route computes what `load_gym_policy` computes: the deterministic
-action, in the environment's own format. It lives with the server (it was `classic/serve.py`): the
-server builds on the classic-RL policy, never the other way round.
+The algorithms plugin registers `act_serving` for PPO and IPPO through the `register_serving`
+hook; the server calls it the first time it meets a checkpoint of that kind, so a plain training
+run never imports the web stack (this module imports fastapi). The route computes what
+`load_gym_policy` computes: the deterministic action, in the environment's own format. It lives
+with the server, which builds on the classic-RL policy, never the other way round.
 
 Request:  `{"model": NAME (optional with one policy served), "observation": [...], "agent": NAME}`
 Response: `{"model": NAME, "action": ACTION}`; a bad observation or agent is a 400 in the
@@ -20,10 +20,10 @@ from fastapi import FastAPI, Request
 from pydantic import BaseModel, ConfigDict
 from starlette.concurrency import run_in_threadpool
 
-from arena_core.classic.policy import load_gym_policy
+from arena_core.classic_rl.policy import load_gym_policy
 from arena_core.errors import ArenaError
-from arena_core.serve.app import ApiError, parse_body, register_kind_routes
-from arena_core.serve.models import ServedModel, checkpoint_kind, register_kind_loader
+from arena_core.serve.app import ApiError, parse_body
+from arena_core.serve.models import KindServing, ServedModel, checkpoint_kind
 
 if TYPE_CHECKING:
     from arena_core.store.index import CheckpointInfo
@@ -39,10 +39,9 @@ class ActRequest(BaseModel):
     agent: str | None = None
 
 
-def register_serving(kind: str) -> None:
-    """Make checkpoints of algorithm `kind` servable: their loader and the `/v1/act` route."""
-    register_kind_loader(kind, load_act_model)
-    register_kind_routes(kind, add_act_routes)
+def act_serving() -> KindServing:
+    """Classic-RL checkpoints (PPO, IPPO) served: their loader and the `/v1/act` route."""
+    return KindServing(load_act_model, add_act_routes)
 
 
 def load_act_model(name: str, run_dir: Path, ckpt: CheckpointInfo, device: str) -> ServedModel:

@@ -18,10 +18,10 @@ from typing import Any
 
 from fastapi.responses import StreamingResponse
 
+from arena_core.serve.batching import QueueFull, RequestBatcher
+from arena_core.serve.batching import Request as GenRequest
 from arena_core.serve.chat import chat_grammar, check_tools, read_tool_calls, render_chat, tool_def
 from arena_core.serve.chunks import ChunkTemplate
-from arena_core.serve.engine import Engine, QueueFull
-from arena_core.serve.engine import Request as GenRequest
 from arena_core.serve.models import ServedModel
 from arena_core.serve.protocol import (
     ApiError,
@@ -49,7 +49,7 @@ from arena_core.serve.responses import (
 
 
 async def chat_completion(
-    engine: Engine, model: ServedModel, req: ChatRequest, limits: Limits
+    engine: RequestBatcher, model: ServedModel, req: ChatRequest, limits: Limits
 ) -> Any:
     """POST /v1/chat/completions for `model`: the prompt (tools through the template), the
     grammar when the answer is constrained, then the answer."""
@@ -85,7 +85,11 @@ async def chat_completion(
 
 
 def _constraints(
-    engine: Engine, model: ServedModel, req: ChatRequest, tools: list[dict[str, Any]], choice: Any
+    engine: RequestBatcher,
+    model: ServedModel,
+    req: ChatRequest,
+    tools: list[dict[str, Any]],
+    choice: Any,
 ) -> Any:
     """The request's tools checked and its grammar built; a server without the grammar
     library says so to the client (not a 500)."""
@@ -101,7 +105,7 @@ def _constraints(
 
 
 async def text_completion(
-    engine: Engine, model: ServedModel, req: CompletionRequest, limits: Limits
+    engine: RequestBatcher, model: ServedModel, req: CompletionRequest, limits: Limits
 ) -> Any:
     """POST /v1/completions for `model`: prompts as text or token ids, then the answer."""
     given = req.prompts()
@@ -234,7 +238,7 @@ async def _collect(job: Any, pipe: _Pipe, n_rows: int) -> tuple[list[str], list[
 
 
 async def _answer(
-    engine: Engine,
+    engine: RequestBatcher,
     model: ServedModel,
     req: Any,
     wants: Wants,

@@ -5,9 +5,9 @@ Every error leaves as the OpenAI error JSON (`{"error": {message, type, param, c
 matching status (400 bad request, 401 key, 404 model or route, 429 queue full with Retry-After,
 500 generation failed); a traceback goes to the server log, never to the client.
 
-Models of another algorithm kind (a classic-RL policy) add their own routes: a plugin calls
-`register_kind_routes("ppo", add_routes)` and `add_routes(app, models)` runs for the served
-models of that kind when the app is built.
+Models of another algorithm kind (a classic-RL policy) add their own routes: the serving support
+a plugin registers for that kind (`register_serving`) has `add_routes(app, models)`, run for the
+served models of that kind when the app is built.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from arena_core import __version__
 from arena_core.serve.answers import chat_completion, text_completion
-from arena_core.serve.engine import Engine
-from arena_core.serve.models import ServedModel
+from arena_core.serve.batching import RequestBatcher
+from arena_core.serve.models import ServedModel, kind_serving
 from arena_core.serve.protocol import (
     ApiError,
     ChatRequest,
@@ -35,14 +35,6 @@ from arena_core.serve.protocol import (
     now,
     validation_message,
 )
-
-KindRoutes = Callable[[FastAPI, list[ServedModel]], None]
-_KIND_ROUTES: dict[str, KindRoutes] = {}
-
-
-def register_kind_routes(kind: str, add_routes: KindRoutes) -> None:
-    """Let an algorithm kind other than "llm" serve its own routes (e.g. `/v1/act`)."""
-    _KIND_ROUTES[kind] = add_routes
 
 
 class _Guard:
@@ -114,7 +106,7 @@ def install_error_handlers(app: FastAPI, who: str, log_name: str) -> None:
 
 
 def create_app(
-    engine: Engine, *, api_key: str | None = None, limits: Limits | None = None
+    engine: RequestBatcher, *, api_key: str | None = None, limits: Limits | None = None
 ) -> FastAPI:
     """The app over `engine`'s models (see the module docstring)."""
     limits = limits or Limits()
@@ -158,8 +150,9 @@ def create_app(
 
     openai_paths = _paths(app)
     for kind in sorted({m.kind for m in models} - {"llm"}):
-        if kind in _KIND_ROUTES:
-            _KIND_ROUTES[kind](app, [m for m in models if m.kind == kind])
+        support = kind_serving(kind)
+        if support is not None:
+            support.add_routes(app, [m for m in models if m.kind == kind])
     app.state.kind_paths = sorted(_paths(app) - openai_paths)  # e.g. ["/v1/act"]
     return app
 
@@ -184,7 +177,7 @@ async def parse_body(request: Request, schema: type[BaseModel]) -> Any:
         raise ApiError(400, message, param=param, code=code) from None
 
 
-def _pick(engine: Engine, name: str | None, request: Request) -> ServedModel:
+def _pick(engine: RequestBatcher, name: str | None, request: Request) -> ServedModel:
     llms = [m for m in engine.models.values() if m.kind == "llm"]
     if name is None and len(llms) == 1:
         return llms[0]

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from arena_core.engines.base import Completion, SamplingParams
 from arena_core.errors import ArenaError
-from arena_core.rollout.base import Completion, SamplingParams
 
 # on_token(row, token, eos) -> True ends the row (see TorchBackend.generate)
 TokenCallback = Callable[[int, int, bool], bool]
@@ -67,8 +67,8 @@ class BackendEntry:
 
 
 def _open_torch(weights_dir: str, device: str, max_batch: int | None) -> tuple[Any, Any]:
+    from arena_core.engines.torch_backend import TorchBackend
     from arena_core.models import load_policy
-    from arena_core.rollout.torch_backend import TorchBackend
 
     policy = load_policy({"name_or_path": str(weights_dir), "lora": {"r": 0}}, device=device)
     backend = TorchBackend(policy.model, policy.tokenizer, device=device, max_batch_size=max_batch)
@@ -85,7 +85,7 @@ class VLLMServing:
     def __init__(self, weights_dir: Path, max_batch: int | None) -> None:
         from transformers import AutoTokenizer
 
-        from arena_core.rollout.vllm_backend import VLLMBackend
+        from arena_core.engines.vllm_backend import VLLMBackend
 
         self._tmp: Path | None = None
         if not (weights_dir / "config.json").is_file():  # a LoRA adapter: serve it merged
@@ -174,9 +174,9 @@ class PluginServing:
 
 def _open_plugin(name: str, weights_dir: str, device: str, max_batch: int | None) -> Any:
     """The registered factory, called as in training: `factory(policy, section)`."""
+    from arena_core.engines.torch_backend import TorchBackend
     from arena_core.models import load_policy
-    from arena_core.plugins import get_plugins
-    from arena_core.rollout.torch_backend import TorchBackend
+    from arena_core.plugin_loader import get_plugins
 
     entry = get_plugins().registries.backends.get(name)
     policy = load_policy({"name_or_path": str(weights_dir), "lora": {"r": 0}}, device=device)
@@ -233,7 +233,7 @@ def serving_backend(name: str) -> BackendEntry:
     that name (see the module docstring), else an error naming the choices."""
     if name in SERVING_BACKENDS:
         return SERVING_BACKENDS[name]
-    from arena_core.plugins import get_plugins
+    from arena_core.plugin_loader import get_plugins
 
     if name in get_plugins().registries.backends:
         return BackendEntry(functools.partial(_open_plugin, name), shares_lora_base=False)
@@ -246,6 +246,6 @@ def serving_backend(name: str) -> BackendEntry:
 
 def serving_backend_names() -> list[str]:
     """Every name `--backend` takes: the built-in ones and the plugin registry's."""
-    from arena_core.plugins import get_plugins
+    from arena_core.plugin_loader import get_plugins
 
     return sorted(set(SERVING_BACKENDS) | set(get_plugins().registries.backends.names()))

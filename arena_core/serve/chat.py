@@ -31,7 +31,7 @@ from arena_core.serve.protocol import ApiError, ChatRequest
 from arena_core.tools.parsing import HermesParser, check_calls
 
 if TYPE_CHECKING:
-    from arena_core.serve.engine import Engine
+    from arena_core.serve.batching import RequestBatcher
     from arena_core.serve.models import ServedModel
 
 PARSER = HermesParser()
@@ -225,7 +225,11 @@ def check_tools(model: ServedModel, tools: list[dict[str, Any]]) -> None:
 
 
 def chat_grammar(
-    engine: Engine, model: ServedModel, req: ChatRequest, tools: list[dict[str, Any]], choice: Any
+    engine: RequestBatcher,
+    model: ServedModel,
+    req: ChatRequest,
+    tools: list[dict[str, Any]],
+    choice: Any,
 ) -> Any:
     """The grammar a chat request decodes under: a forced tool call (tool_choice required or a
     named function), or response_format json_object/json_schema; None when free."""

@@ -120,11 +120,11 @@ class LocalClient:
     """The same calls on checkpoints loaded into this process (no server, no port)."""
 
     def __init__(self, refs: list[str], *, runs: str = "./runs", metric: str | None = None) -> None:
-        from arena_core.serve.engine import Engine
+        from arena_core.serve.batching import RequestBatcher
         from arena_core.serve.models import load_models
 
         self.served = load_models(refs, runs, metric=metric)
-        self.engine = Engine(self.served)
+        self.engine = RequestBatcher(self.served)
         self.model = self.served[0].name
 
     def models(self) -> list[str]:
@@ -162,7 +162,7 @@ class LocalClient:
         self.engine.close()
 
     def _run(self, rows: list[list[int]], params: dict[str, Any]) -> Iterator[tuple[int, str]]:
-        from arena_core.serve.engine import Request
+        from arena_core.serve.batching import Request
 
         if any(not r for r in rows):
             raise ArenaError("a prompt is empty (no tokens)")

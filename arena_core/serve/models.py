@@ -10,9 +10,9 @@ population costs one base in memory. The base itself is served too (adapters dis
 `/v1/models` lists each adapter with the base as its `parent`.
 
 `kind` says which routes a model answers: "llm" models get the OpenAI routes; other algorithm
-kinds (a classic-RL policy answering `/v1/act`) register their own through `register_kind_routes`
-in `arena_core.serve.app`, from the function their algorithm class names in `serving` (PPO and
-IPPO: `arena_core.serve.act:register_serving`), imported when such a checkpoint loads.
+kinds (a classic-RL policy answering `/v1/act`) are served by what a plugin registers for them
+through the `register_serving` hook (`KindServing`: a loader and the routes; PPO and IPPO get
+`arena_core.serve.act`'s), imported when such a checkpoint loads.
 """
 
 from __future__ import annotations
@@ -68,36 +68,35 @@ class ServedModel:
             yield
 
 
-# kind -> loader(name, run_dir, checkpoint, device) for checkpoints that are not LLMs
+# loader(name, run_dir, checkpoint, device) for the checkpoints of a kind that is not an LLM
 KindLoader = Callable[[str, Path, CheckpointInfo, str], ServedModel]
-_KIND_LOADERS: dict[str, KindLoader] = {}
+KindRoutes = Callable[[Any, list[ServedModel]], None]  # add_routes(app, models of that kind)
 
 
-def register_kind_loader(kind: str, loader: KindLoader) -> None:
-    """Let an algorithm kind (e.g. "ppo") serve its checkpoints; its routes come from
-    `arena_core.serve.app.register_kind_routes(kind, ...)`."""
-    _KIND_LOADERS[kind] = loader
+@dataclass(frozen=True)
+class KindServing:
+    """How one algorithm kind's checkpoints are served: what `register_serving` registers."""
+
+    load: KindLoader
+    add_routes: KindRoutes
 
 
-# `serving` paths of functions that moved: a plugin that still names the old one keeps working
-_MOVED_SERVING = {
-    "arena_core.classic.serve:register_serving": "arena_core.serve.act:register_serving",
-    "arena_core.runtime.gym_serve:register_serving": "arena_core.serve.act:register_serving",
-}
+def kind_serving(kind: str) -> KindServing | None:
+    """The serving support a plugin registered for `kind` (`register_serving`), or None."""
+    from arena_core.plugin_loader import get_plugins
 
-
-def _plugin_loader(kind: str) -> KindLoader | None:
-    """An algorithm plugin names its server support in `serving` (`module:function`, called
-    with the kind): imported only when serving."""
-    from arena_core.plugins import get_plugins, import_object
-
-    registry = get_plugins().registries.algorithms
-    if kind not in registry.names():
+    registry = get_plugins().registries.serving
+    if kind not in registry:
         return None
-    serving = getattr(registry.get(kind).obj, "serving", None)
-    if serving:
-        import_object(_MOVED_SERVING.get(serving, serving))(kind)
-    return _KIND_LOADERS.get(kind)
+    support = registry.get(kind).obj
+    if not isinstance(support, KindServing) and callable(support):
+        support = support()  # a loader: the serving module is imported only when serving
+    if not isinstance(support, KindServing):
+        raise ArenaError(
+            f"the serving support registered for '{kind}' by {registry.get(kind).origin} is "
+            f"{support!r}, not a KindServing (docs/serving.md, other kinds of models)"
+        )
+    return support
 
 
 def checkpoint_kind(run_dir: Path, ckpt: CheckpointInfo) -> str:
@@ -206,8 +205,8 @@ def load_models(
     """Load every referenced checkpoint or model (`model_source`); a checkpoint's name defaults
     to its run's (plus `:STEP` when several are served), a model's to its name or file stem.
     `backend` names the generation backend (`arena_core.serve.backends.SERVING_BACKENDS`)."""
+    from arena_core.engines.torch_backend import TorchBackend
     from arena_core.models import load_policy
-    from arena_core.rollout.torch_backend import TorchBackend
     from arena_core.serve.backends import serving_backend
 
     engine = serving_backend(backend)
@@ -224,15 +223,14 @@ def load_models(
             raise ArenaError(f"two served models are named '{name}'; name them: --model NAME=RUN")
         if t.kind != "llm":
             assert t.run_dir is not None and t.ckpt is not None
-            loader = _KIND_LOADERS.get(t.kind) or _plugin_loader(t.kind)
-            if loader is None:
+            support = kind_serving(t.kind)
+            if support is None:
                 raise ArenaError(
                     f"{t.run_dir} is a '{t.kind}' run: its checkpoints are not language models, "
                     f"and no server support for '{t.kind}' is installed (a plugin registers it "
-                    "with arena_core.serve.models.register_kind_loader and "
-                    "arena_core.serve.app.register_kind_routes)."
+                    "through the register_serving hook: docs/serving.md)."
                 )
-            model = loader(name, t.run_dir, t.ckpt, device)
+            model = support.load(name, t.run_dir, t.ckpt, device)
             model.source = {**t.source, **model.source}
             served.append(model)
             continue

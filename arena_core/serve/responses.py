@@ -3,7 +3,7 @@ logprobs (chat's `logprobs.content`, completions' legacy `logprobs`), token ids 
 `prompt_token_ids` and `token_ids`, which prime-rl and verifiers read), tool calls.
 
 The logprobs are the engine's own: each sampled token's logprob under the distribution it was
-sampled from (`arena_core.rollout.sampling.sample_next`, the behaviour logprob a learner's
+sampled from (`arena_core.engines.sampling.sample_next`, the behaviour logprob a learner's
 importance weights use; with a grammar, the masked distribution), and the alternatives are the
 top entries of that same distribution, so a greedy token is always the first of them. The EOS
 token that ended an answer is a sampled token too: it is in `token_ids` and in the logprobs

@@ -1,5 +1,5 @@
 """The server's running batch on the torch engine: requests join between decode steps and leave
-when done (continuous batching, `arena_core.rollout.continuous`).
+when done (continuous batching, `arena_core.engines.continuous`).
 
 The engine thread calls `join` with the requests it admitted and `step` once per decode step;
 each step samples one token for every live row, hands it to its request (text, stop strings,
@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from arena_core.rollout.base import SamplingParams
-from arena_core.rollout.continuous import ContinuousBatch
+from arena_core.engines.base import SamplingParams
+from arena_core.engines.continuous import ContinuousBatch
 from arena_core.serve.models import ServedModel
 
 if TYPE_CHECKING:
-    from arena_core.serve.engine import Job
+    from arena_core.serve.batching import Job
 
 
 class RunningBatch:
@@ -71,7 +71,7 @@ class RunningBatch:
 
     def step(self) -> list[Job]:
         """One decode step for every live row; returns the jobs that ended in it."""
-        from arena_core.serve.engine import advance_choice
+        from arena_core.serve.batching import advance_choice
 
         tokenizer, eos_ids = self.model.tokenizer, self.batch.backend.eos_ids
         owners = self.batch.owners

@@ -164,7 +164,7 @@ class Server(UvicornHost):
     def __init__(self, refs: list[str], options: ServeOptions) -> None:
         require_extra("serve", "serving checkpoints (`arena deploy`, `arena.deploy`)")
         from arena_core.serve.app import create_app
-        from arena_core.serve.engine import Engine
+        from arena_core.serve.batching import RequestBatcher
         from arena_core.serve.models import load_models
 
         self.options = options
@@ -183,7 +183,7 @@ class Server(UvicornHost):
             self.sock.close()
             raise
         limits = options.limits
-        self.engine = Engine(
+        self.engine = RequestBatcher(
             self.models, max_batch_rows=limits.max_batch_rows, max_pending=limits.max_pending
         )
         self.app = create_app(self.engine, api_key=self.api_key, limits=limits)
@@ -211,13 +211,13 @@ class PolicyServer(UvicornHost):
     ) -> None:
         require_extra("serve", "serving a policy over HTTP (`serve_policy`)")
         from arena_core.serve.app import create_app
-        from arena_core.serve.engine import Engine
+        from arena_core.serve.batching import RequestBatcher
         from arena_core.serve.models import ServedModel
 
         self.api_key = resolve_api_key(host, api_key)
         self._bind(host, port)
         self.models = [ServedModel(name, "llm", backend, tokenizer, source={"base": name})]
-        self.engine = Engine(
+        self.engine = RequestBatcher(
             self.models, max_batch_rows=limits.max_batch_rows, max_pending=limits.max_pending
         )
         self.app = create_app(self.engine, api_key=self.api_key, limits=limits)
@@ -248,7 +248,7 @@ def serve_policy(
     `.tokenizer`, wrapped in a `TorchBackend` here). The server decodes on its own thread,
     between the caller's own uses of the model; closing it leaves the model and backend to the
     caller."""
-    from arena_core.rollout.torch_backend import TorchBackend
+    from arena_core.engines.torch_backend import TorchBackend
 
     limits = limits or Limits()
     if isinstance(policy, TorchBackend):

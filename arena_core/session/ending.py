@@ -129,6 +129,7 @@ def resumed_config(overrides: Sequence[str]) -> dict[str, Any] | None:
     back choices the run never made (no algorithm, the default model). A resume that chooses
     config groups too (`+algo=grpo`, `model=tiny`) is None here: composed as a new config, it
     is compared with config.yaml by the session, as before."""
+    from arena_core.config.checks import validate_config
     from arena_core.config.compose import require_job
     from arena_core.config.resume import (
         apply_overrides,
@@ -138,8 +139,7 @@ def resumed_config(overrides: Sequence[str]) -> dict[str, Any] | None:
         runs_value,
     )
     from arena_core.config.searchpath import collect_options
-    from arena_core.config.validate import validate_config
-    from arena_core.plugins import get_plugins
+    from arena_core.plugin_loader import get_plugins
 
     target = resume_value(list(overrides))
     if target is None:

@@ -34,9 +34,9 @@ def run_defaults(cfg: dict[str, Any]) -> dict[str, Any]:
     that have no default (an env's `path`: required) are borrowed from the run to pass
     validation, then shown unset (None)."""
     from arena_core.config import compose_raw
-    from arena_core.config.validate import validate_config
+    from arena_core.config.checks import validate_config
     from arena_core.errors import ArenaError
-    from arena_core.plugins import get_plugins
+    from arena_core.plugin_loader import get_plugins
 
     overrides = []
     for group in ("algo", "env"):
@@ -103,7 +103,7 @@ def show(run_dir: Path) -> dict[str, Any]:
 def outcome(summary: dict[str, Any]) -> dict[str, Any]:
     """How the run went beyond its figures: a failed run's `error` (None otherwise) and the
     `warnings` of a run that trained on nothing ({code, message, fix}; see
-    arena_core.pipeline.run_warnings), as summary.json holds them."""
+    arena_core.llm_rl.run_warnings), as summary.json holds them."""
     warnings = summary.get("warnings")
     return {
         "error": summary.get("error"),

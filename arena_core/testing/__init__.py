@@ -28,6 +28,10 @@ def __getattr__(name: str) -> Any:
         from arena_core.testing import mcp_conformance
 
         return mcp_conformance.MCPEnvConformance
+    if name == "load_reward_file":
+        from arena_core.testing import _checks
+
+        return _checks.load_reward_file
     if name in __all__:
         from arena_core.testing import conformance
 

@@ -19,7 +19,7 @@ CHAT_ROLES = ("system", "user", "assistant")
 def _registered(kind: str, name: str) -> Any:
     """The registry entry, or a test failure that carries the registry's "did you mean" text."""
     from arena_core.errors import UnknownNameError
-    from arena_core.plugins import get_plugins
+    from arena_core.plugin_loader import get_plugins
 
     try:
         return get_plugins().registries.kind(kind).get(name)

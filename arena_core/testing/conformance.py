@@ -25,7 +25,6 @@ This module is the suites' public import path; each suite lives in its own modul
 
 from __future__ import annotations
 
-from arena_core.testing._checks import CHAT_ROLES, load_reward_file  # noqa: F401 (old path)
 from arena_core.testing.algorithm_conformance import AlgorithmConformance
 from arena_core.testing.env_conformance import EnvConformance
 from arena_core.testing.reward_conformance import RewardConformance
@@ -34,5 +33,4 @@ __all__ = [
     "AlgorithmConformance",
     "EnvConformance",
     "RewardConformance",
-    "load_reward_file",
 ]

@@ -133,7 +133,7 @@ class EnvConformance:
 
     def test_default_reward_resolves(self, arena_env: Any) -> None:
         """`task.reward` names a registered reward or an existing reward file."""
-        from arena_core.plugins import get_plugins
+        from arena_core.plugin_loader import get_plugins
 
         task = self._text_task(arena_env)
         reward = getattr(task, "reward", None)

@@ -42,7 +42,7 @@ class MCPEnvConformance:
 
     @pytest.fixture(scope="class")
     def mcp_task(self, mcp_config: Any) -> Any:
-        from arena_core.pipeline.build import make_env
+        from arena_core.run_parts.build import make_env
 
         task = make_env(mcp_config["env"])
         yield task

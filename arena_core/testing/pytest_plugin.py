@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from arena_core.plugins import PluginInfo, PluginSet
+    from arena_core.plugin_loader import PluginInfo, PluginSet
 
 
 @pytest.fixture
 def arena_plugins() -> PluginSet:
     """The process-wide PluginSet (the installed entry points, loaded on first use)."""
-    from arena_core.plugins import get_plugins
+    from arena_core.plugin_loader import get_plugins
 
     return get_plugins()
 
@@ -37,7 +37,7 @@ def arena_isolated_plugins(monkeypatch: pytest.MonkeyPatch) -> PluginSet:
     Nothing is loaded from entry points; call `.load_entry_points()` on it to start from the
     installed plugins. The previous process-wide set comes back after the test.
     """
-    from arena_core import plugins
+    from arena_core import plugin_loader as plugins
 
     fresh = plugins.PluginSet()
     monkeypatch.setattr(plugins, "_PLUGINS", fresh)
@@ -55,7 +55,7 @@ def register_arena_plugin() -> Iterator[Callable[..., PluginInfo]]:
     PluginInfo (its `error` says why) so a test can check the message.
     """
     from arena_core.errors import PluginError
-    from arena_core.plugins import get_plugins
+    from arena_core.plugin_loader import get_plugins
 
     added: list[tuple[Any, str]] = []
 

@@ -5,18 +5,15 @@ How the SDK talks (read from its source): every call is `POST /api/v1/<name>` wi
 with `tml-`. Work is asynchronous: a training or sampling call returns a future
 (`{"request_id": ...}`; a sampling future also carries one `sample_sequence_ids` entry per
 sample) and the SDK polls `retrieve_future` until it gets the result, which for forward/backward
-and sampling must be protobuf (`wire.py`). Here that poll is held open for up to
-`POLL_S` seconds and then answered 408 `{"type": "try_again", "queue_state": "active"}` (the
-SDK polls again at once, without the warning a 200 try_again logs), so a result reaches the
-client as soon as it exists without the SDK spinning. A failed request
-resolves to `{"error": message, "category": "user"|"server"}`, which the SDK raises as
+and sampling must be protobuf (`wire.py`). Here that poll is held open for up to `POLL_S`
+seconds, then answered 408 `{"type": "try_again", "queue_state": "active"}` (the SDK polls again
+at once, without the warning a 200 try_again logs). A failed request resolves to `{"error": message, "category": "user"|"server"}`, which the SDK raises as
 `RequestFailedError`; bad input that can be seen at submission (an unknown model or loss,
 mismatched tensor lengths) is a 400 right away, which the SDK raises as `BadRequestError`.
 
-Every request that touches torch runs on one worker thread in arrival order (`engine.py`): the
-SDK submits a training client's calls one after another (it waits for each submission), so
-arrival order is its order. Errors that the HTTP layer returns have FastAPI's shape,
-`{"detail": message}`, which the SDK puts in the exception's message.
+Every request that touches torch runs on one worker thread in arrival order (`engine.py`; the
+SDK waits for each submission, so that is its order; `batching.py` merges twin samples). HTTP
+errors have FastAPI's shape, `{"detail": message}`, which the SDK puts in its exception.
 """
 
 from __future__ import annotations
@@ -36,14 +33,17 @@ from pydantic import ValidationError
 from tinker import types
 
 from arena_core.errors import ArenaError
-from arena_core.tinker.engine import Engine, TinkerError, available_models
+from arena_core.tinker.batching import SampleBatcher
+from arena_core.tinker.capacity import CapacityError
 from arena_core.tinker.losses import check_request
 from arena_core.tinker.runs import checkpoint_record, run_record
+from arena_core.tinker.service import TinkerError, TinkerService, available_models
 from arena_core.tinker.store import CheckpointError
-from arena_core.tinker.wire import PROTO, decode_forward_backward, encode_sample_response
+from arena_core.tinker.wire import PROTO, decode_forward_backward
 
 POLL_S = 35.0  # how long retrieve_future waits for a result (the SDK gives up on a poll at 45 s)
 FUTURES_KEPT = 4096  # finished futures kept for a retried retrieve
+UNAUTHORIZED = "`arena tinker serve` printed: ServiceClient(api_key=...) or TINKER_API_KEY"
 
 
 class HTTPError(Exception):
@@ -52,6 +52,12 @@ class HTTPError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
+
+
+def run_id(session_id: str, model_seq_id: int) -> str:
+    """A training client's id, in the SDK's own format (create_training_client_from_state
+    builds it itself)."""
+    return f"{session_id}:train:{model_seq_id}"
 
 
 def _parse(model: type, body: Any, what: str) -> Any:
@@ -68,10 +74,11 @@ def _dump(obj: Any) -> dict[str, Any]:
 class TinkerServer:
     """The routes' state: sessions, futures, the engine and its worker thread."""
 
-    def __init__(self, engine: Engine, api_key: str) -> None:
+    def __init__(self, engine: TinkerService, api_key: str) -> None:
         self.engine = engine
         self.api_key = api_key
         self.worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="arena-tinker")
+        self.samples = SampleBatcher(engine, self.worker)
         self.sessions: dict[str, dict[str, Any]] = {}
         self.futures: OrderedDict[str, concurrent.futures.Future] = OrderedDict()
         self._ids = itertools.count(1)
@@ -79,8 +86,12 @@ class TinkerServer:
 
     def submit(self, fn: Callable[[], Any], **extra: Any) -> dict[str, Any]:
         """Queue `fn` on the worker; the SDK's future (`UntypedAPIFuture`) for it."""
+        return self.register(self.worker.submit(fn), **extra)
+
+    def register(self, future: concurrent.futures.Future, **extra: Any) -> dict[str, Any]:
+        """A request id for `future`, which `retrieve_future` then answers."""
         request_id = f"req-{next(self._ids)}"
-        self.futures[request_id] = self.worker.submit(fn)
+        self.futures[request_id] = future
         while len(self.futures) > FUTURES_KEPT:
             oldest, fut = next(iter(self.futures.items()))
             if not fut.done():
@@ -136,14 +147,8 @@ def create_app(server: TinkerServer) -> FastAPI:
             key = request.headers.get("x-api-key")
             if key != server.api_key:
                 why = "no X-API-Key header" if key is None else "a wrong X-API-Key"
-                return JSONResponse(
-                    {
-                        "detail": f"unauthorized: the request carries {why}. Pass the key "
-                        "`arena tinker serve` printed: ServiceClient(api_key=...) or "
-                        "TINKER_API_KEY"
-                    },
-                    status_code=401,
-                )
+                detail = f"unauthorized: the request carries {why}. Pass the key {UNAUTHORIZED}"
+                return JSONResponse({"detail": detail}, status_code=401)
         return await call_next(request)
 
     @app.exception_handler(HTTPError)
@@ -176,7 +181,7 @@ async def _body(request: Request) -> Any:
         raise HTTPError(400, f"{request.url.path}: the body is not JSON") from None
 
 
-def _known_client(engine: Engine, model_id: str) -> None:
+def _known_client(engine: TinkerService, model_id: str) -> None:
     try:
         engine.client(model_id)
     except TinkerError as exc:
@@ -254,7 +259,8 @@ def _session_routes(app: FastAPI, server: TinkerServer) -> None:
         session = server.sessions.get(session_id)
         if session is not None and not session["finished"]:
             session["finished"] = payload.get("reason", {}).get("type", "success")
-            server.worker.submit(engine.finish_session, session_id)
+            # waited for, so the clients' memory is free once close() returns
+            await server.run(lambda: engine.finish_session(session_id))
         return Response(status_code=200)
 
 
@@ -267,8 +273,12 @@ def _training_routes(app: FastAPI, server: TinkerServer) -> None:
         req = _parse(types.CreateModelRequest, await _body(request), "create_model")
         if req.optimizer_config.type != "adamw":
             raise HTTPError(400, f"optimizer '{req.optimizer_config.type}': only adamw is served")
-        model_id = f"{req.session_id}:train:{req.model_seq_id}"
+        model_id = run_id(req.session_id, req.model_seq_id)
         lora = (req.lora_config or types.LoraConfig(rank=32)).model_dump()
+        try:  # a client beyond what fits: a 400 at once
+            engine.check_capacity(req.base_model, lora)
+        except CapacityError as exc:
+            raise HTTPError(400, str(exc)) from None
 
         def create() -> dict:
             engine.create_client(model_id, req.session_id, req.base_model, lora, req.user_metadata)
@@ -368,7 +378,7 @@ def _weights_routes(app: FastAPI, server: TinkerServer) -> None:
         else:
             if req.session_id is None or req.model_seq_id is None:
                 raise HTTPError(400, "load_weights needs model_id, or session_id and model_seq_id")
-            model_id = f"{req.session_id}:train:{req.model_seq_id}"
+            model_id = run_id(req.session_id, req.model_seq_id)
 
             def load() -> dict:
                 engine.create_from_state(
@@ -428,11 +438,7 @@ def _sampling_routes(app: FastAPI, server: TinkerServer) -> None:
         except TinkerError as exc:
             raise HTTPError(400, str(exc)) from None
 
-        def sample() -> bytes:
-            sequences, prompt_lps = engine.sample(req.sampling_session_id, req)
-            return encode_sample_response(sequences, prompt_lps)
-
-        future = server.submit(sample)
+        future = server.register(server.samples.submit(req))  # merged with its twins
         ids = [f"{future['request_id']}:{i}" for i in range(req.num_samples)]
         return {**future, "sample_sequence_ids": ids}
 

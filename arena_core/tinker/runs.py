@@ -12,7 +12,7 @@ from typing import Any
 
 from tinker import types
 
-from arena_core.tinker.engine import Engine
+from arena_core.tinker.service import TinkerService
 
 
 def checkpoint_record(meta: dict[str, Any]) -> types.Checkpoint:
@@ -26,7 +26,7 @@ def checkpoint_record(meta: dict[str, Any]) -> types.Checkpoint:
     )
 
 
-def run_record(engine: Engine, run_id: str) -> types.TrainingRun | None:
+def run_record(engine: TinkerService, run_id: str) -> types.TrainingRun | None:
     """The run `run_id` (a live client, or checkpoints on disk), or None when neither exists."""
     saved = engine.store.checkpoints(run_id)
     client = engine.clients.get(run_id)

@@ -15,6 +15,7 @@ from pathlib import Path
 from arena_core.errors import ArenaError
 from arena_core.extras import require_extra
 from arena_core.serve.server import UvicornHost
+from arena_core.tinker.store import DEFAULT_STATE_DIR
 
 KEY_ENV = "TINKER_API_KEY"
 
@@ -41,20 +42,21 @@ class TinkerHost(UvicornHost):
         host: str = "127.0.0.1",
         port: int = 8000,
         api_key: str | None = None,
-        state_dir: str | Path = "./tinker-state",
+        state_dir: str | Path = DEFAULT_STATE_DIR,
         device: str = "cpu",
+        max_clients: int | None = None,
         log_level: str = "warning",
     ) -> None:
         require_extra("serve", "the Tinker server (`arena tinker serve`)")
         # the SDK's protobuf messages and types are the wire format
         require_extra("tinker", "the Tinker server (`arena tinker serve`)")
         from arena_core.tinker.app import TinkerServer, create_app
-        from arena_core.tinker.engine import Engine
+        from arena_core.tinker.service import TinkerService
         from arena_core.tinker.store import Store
 
         self.api_key = resolve_key(api_key)
         self._bind(host, port)
-        self.engine = Engine(Store(state_dir), device=device)
+        self.engine = TinkerService(Store(state_dir), device=device, max_clients=max_clients)
         self.server = TinkerServer(self.engine, self.api_key)
         self._serve_app(create_app(self.server), log_level, graceful_s=5.0)
 

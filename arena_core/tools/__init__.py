@@ -3,7 +3,7 @@
 `protocol` is the contract (ToolResult, ToolSession, ToolTask); `python_session` serves plain
 Python functions as tools; `mcp_session` serves an MCP server's tools (needs the `mcp` extra);
 `parsing` turns model text into typed tool calls. The multi-turn episode loop that uses them is
-`arena_core.rollout.multi_turn`.
+`arena_core.engines.multi_turn`.
 """
 
 from arena_core.tools.protocol import (

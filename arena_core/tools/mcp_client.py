@@ -142,7 +142,8 @@ class MCPConnection:
 
         try:  # the optional extra: say how to get it before anything starts
             require_extra("mcp", "an MCP server session")
-        except MissingExtraError as exc:
+            import arena_core.tools.mcp_api  # noqa: F401 - an mcp older than 1.24 says so here
+        except (MissingExtraError, ImportError) as exc:
             self._closed_file()
             raise ServerGone(str(exc)) from None
         started = time.monotonic()
@@ -162,7 +163,8 @@ class MCPConnection:
 
     async def _main(self) -> None:
         import anyio
-        from mcp import ClientSession
+
+        from arena_core.tools.mcp_api import ClientSession, wire
 
         self._stop = asyncio.Event()
         try:
@@ -179,7 +181,7 @@ class MCPConnection:
                     )
                     init = await session.initialize()
                     listed = await _list_all_tools(session)
-                    self.server_info = init.server_info.model_dump(exclude_none=True)
+                    self.server_info = wire(init).get("serverInfo", {})
                     self.tools = listed
                     self._session = session
                     self._ready.set_result(True)
@@ -198,11 +200,10 @@ class MCPConnection:
 
     def _transport(self) -> Any:
         if self.spec.url:
-            from mcp.client.streamable_http import streamable_http_client
+            from arena_core.tools.mcp_api import streamable_http_client
 
             return streamable_http_client(self.spec.url)
-        from mcp import StdioServerParameters
-        from mcp.client.stdio import stdio_client
+        from arena_core.tools.mcp_api import StdioServerParameters, stdio_client
 
         argv = [a.replace("{state_dir}", self.state_dir or "") for a in self.spec.command or []]
         if self.spec.isolate:
@@ -308,8 +309,7 @@ class MCPConnection:
     async def _call(
         self, name: str, arguments: dict[str, Any], meta: dict[str, Any] | None = None
     ) -> ToolResult:
-        from mcp.shared.exceptions import MCPError
-        from mcp_types.jsonrpc import CONNECTION_CLOSED
+        from arena_core.tools.mcp_api import CONNECTION_CLOSED, MCPError
 
         session = self._session
         if session is None:
@@ -320,14 +320,13 @@ class MCPConnection:
             else:
                 result = await session.call_tool(name, arguments)
         except MCPError as exc:
-            closed = (
-                exc.error.code == CONNECTION_CLOSED and exc.error.message == "Connection closed"
-            )
+            error = exc.error  # type: ignore[attr-defined]
+            closed = error.code == CONNECTION_CLOSED and error.message == "Connection closed"
             if closed or self._session is None or self.dead:  # the server exited under the call
                 why = f"the server closed the connection during '{name}' (it exited)"
                 self.dead = self.dead or why + self.stderr_tail()
                 raise ServerGone(self.dead) from None
-            return ToolResult(f"Error: {exc.error.message}", True)
+            return ToolResult(f"Error: {error.message}", True)
         except (RuntimeError, ValueError, TypeError) as exc:
             # the SDK refused the answer (not the schema it declared, not a CallToolResult)
             first = describe(exc).splitlines()[0][:200]
@@ -399,38 +398,41 @@ def _runs_on(program: str) -> list[str]:
 
 async def _list_all_tools(session: Any) -> list[dict[str, Any]]:
     """Every tool over all pages, as the MCP listing dicts (`name`, `inputSchema`, ...)."""
-    from mcp_types import PaginatedRequestParams
+    from arena_core.tools.mcp_api import page_params, wire
 
     tools: list[dict[str, Any]] = []
     cursor = None
     for _ in range(100):  # a server that pages forever is cut off
-        params = PaginatedRequestParams(cursor=cursor) if cursor else None
-        page = await session.list_tools(params=params)
-        tools += [t.model_dump(by_alias=True, exclude_none=True) for t in page.tools]
-        cursor = getattr(page, "next_cursor", None)
+        page = wire(await session.list_tools(params=page_params(cursor)))
+        tools += page.get("tools", [])
+        cursor = page.get("nextCursor")
         if not cursor:
             break
     return tools
 
 
 def to_tool_result(result: Any) -> ToolResult:
-    """A CallToolResult as text: text items joined, other items named, `is_error` kept."""
+    """A CallToolResult as text: text items joined, other items named, `isError` kept."""
+    from arena_core.tools.mcp_api import wire
+
+    answer = wire(result)
     parts = []
-    for item in getattr(result, "content", None) or []:
-        kind = getattr(item, "type", "")
+    for item in answer.get("content") or []:
+        kind = item.get("type", "")
+        resource = item.get("resource")
         if kind == "text":
-            parts.append(str(item.text))
-        elif kind == "resource" and hasattr(getattr(item, "resource", None), "text"):
-            parts.append(str(item.resource.text))
+            parts.append(str(item.get("text", "")))
+        elif kind == "resource" and isinstance(resource, dict) and "text" in resource:
+            parts.append(str(resource["text"]))
         else:
-            parts.append(f"[{kind or type(item).__name__} content]")
+            parts.append(f"[{kind or 'unknown'} content]")
     text = "\n".join(parts)
-    structured = getattr(result, "structured_content", None)
+    structured = answer.get("structuredContent")
     if not text and structured is not None:
         import json
 
         text = json.dumps(structured)
-    return ToolResult(text, bool(getattr(result, "is_error", False)))
+    return ToolResult(text, bool(answer.get("isError", False)))
 
 
 def describe(exc: BaseException) -> str:

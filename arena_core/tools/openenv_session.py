@@ -352,7 +352,7 @@ class EpisodeSettings:
 class OpenEnvSession:
     """One episode on one environment session (see the module docstring).
 
-    The episode runner (`arena_core.rollout.multi_turn`) reads `messages()` as the prompt and,
+    The episode runner (`arena_core.engines.multi_turn`) reads `messages()` as the prompt and,
     because the session has `reply`, hands it each whole model turn instead of parsed tool
     calls; `finished` tells it the environment ended the episode."""
 

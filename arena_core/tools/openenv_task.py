@@ -2,7 +2,7 @@
 
 `OpenEnvFields` are the `env` keys; `OpenEnvTask` turns them into a ToolTask whose sessions are
 `arena_core.tools.openenv_session.OpenEnvSession`s (the episode runner drives them like tool
-sessions, see `arena_core.rollout.multi_turn`); `check_openenv` is what `arena validate env` and
+sessions, see `arena_core.engines.multi_turn`); `check_openenv` is what `arena validate env` and
 arena-run's pre-flight run for such an env (through its factory's `validate`): start or reach the
 server, read `/schema`, reset with a seed and step with an action built from the schema, and say
 what came back. The built-in
@@ -229,7 +229,7 @@ def check_openenv(
         shown = " ".join(overrides or []) or "no overrides"
         checks.append(("config", PASS, f"env section validated against its schema ({shown})"))
     from arena_core.config.typed import section_object
-    from arena_core.plugins import get_plugins
+    from arena_core.plugin_loader import get_plugins
 
     section = config["env"]
     entry = get_plugins().registries.envs.get(str(section["name"]))

@@ -146,7 +146,7 @@ def build_parser(name: str) -> ToolCallParser:
     """The parser registered as `name` (hermes is built in); unknown names list the installed."""
     if name == HermesParser.name:
         return HermesParser()
-    from arena_core.plugins import get_plugins
+    from arena_core.plugin_loader import get_plugins
 
     entry = get_plugins().registries.tool_parsers.get(name)
     obj = entry.obj

@@ -52,15 +52,17 @@ def sample_prompts() -> int:
 def check_base_samples(core: Any, report: Report, *, prompts: int) -> None:
     """Sample `prompts` groups of `algo.group_size` from the run's starting model and add
     `reward.base_samples` to `report`: WARN when every group's rewards are all equal."""
-    from arena_core.pipeline.build import build_algorithm
-    from arena_core.pipeline.collecting import sampling_params
-    from arena_core.pipeline.groups import PromptEncoder, is_valid
-    from arena_core.pipeline.parts import open_run_parts
+    from arena_core.learn.algorithm import keeps_flat_groups
+    from arena_core.llm_rl.collecting import sampling_params
+    from arena_core.run_parts.build import build_algorithm
+    from arena_core.run_parts.parts import open_run_parts
+    from arena_core.run_parts.prompts import PromptEncoder
+    from arena_core.run_parts.scoring import is_valid
     from arena_core.tools.protocol import is_tool_task
 
     algorithm = build_algorithm(core.algo)
-    g = int(getattr(algorithm, "group_size", 1) or 1)
-    if g < 2 or getattr(algorithm, "keeps_flat_groups", False):
+    g = int(algorithm.group_size or 1)
+    if g < 2 or keeps_flat_groups(algorithm):
         return  # no group statistics, or flat groups still train (distillation)
     backend = core.backend.model_dump()
     if str(backend.get("name", "torch")) != "torch":

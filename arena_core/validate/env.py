@@ -16,7 +16,7 @@ from arena_core.validate.isolation import add_isolation_check
 from arena_core.validate.report import FAIL, PASS, Report
 
 # The env options that wrap another environment for the classic-RL loops (envs/gym.py): what is
-# validated is the wrapped one, built as arena_core/classic/envs.py builds it.
+# validated is the wrapped one, built as arena_core/classic_rl/envs.py builds it.
 CLASSIC_SOURCES = ("gym", "pettingzoo")
 
 OPERATION = {
@@ -158,7 +158,7 @@ def own_validator(target: str, config: dict[str, Any] | None = None) -> Any:
     name = str((config or {}).get("env", {}).get("name") or target) if config else target
     if not name or ":" in name:
         return None
-    from arena_core.plugins import get_plugins
+    from arena_core.plugin_loader import get_plugins
 
     registry = get_plugins().registries.envs
     if name not in registry:
@@ -193,14 +193,14 @@ def _classic_target(target: str) -> bool:
     but a registered env name other than `gym`/`pettingzoo` (a text task, an MCP env)."""
     if target in CLASSIC_SOURCES or ":" in target:
         return True
-    from arena_core.plugins import get_plugins
+    from arena_core.plugin_loader import get_plugins
 
     return target not in get_plugins().registries.envs
 
 
 def classic_source(env_cfg: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """(target, source) of a `+env=gym` / `+env=pettingzoo` env section: what `env_checks`
-    builds, as the classic loop builds it (arena_core.classic.envs.source_from_config)."""
+    builds, as the classic loop builds it (arena_core.classic_rl.envs.source_from_config)."""
     target = str(env_cfg.get("path") or env_cfg.get("id") or "")
     source = {
         "kwargs": dict(env_cfg.get("kwargs") or {}),

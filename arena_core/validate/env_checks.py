@@ -188,14 +188,14 @@ def _no_arg_factory(obj: Any, target: str) -> Callable[[], Any]:
 
 def _registered(name: str) -> tuple[Callable[[], Any], str]:
     from arena_core.errors import UnknownNameError
-    from arena_core.plugins import get_plugins
+    from arena_core.plugin_loader import get_plugins
 
     registry = get_plugins().registries.envs
     if name in registry:
         entry = registry.get(name)
         factory = entry.obj
         if isinstance(factory, str):
-            from arena_core.plugins import import_object
+            from arena_core.plugin_loader import import_object
 
             factory = import_object(factory)
         if inspect.isclass(factory):
@@ -294,7 +294,7 @@ def run(
         if config is None:
             return h.info
     if config is not None:
-        from arena_core.pipeline.build import make_env
+        from arena_core.run_parts.build import make_env
 
         section = config["env"]
         env = h.run("construction", lambda: ok(f"built {section['name']}", make_env(section)))
@@ -381,7 +381,7 @@ def _source_factory(h: Harness, target: str, source: dict[str, Any]) -> Callable
     the import checks above, then called with the run's `kwargs`; a Gymnasium id (also in
     Gymnasium's `module:EnvId` form), registered env or PettingZoo module through the loop's
     EnvSource. None when the import failed."""
-    from arena_core.classic.envs import EnvSource, gym_module_id, wrap
+    from arena_core.classic_rl.envs import EnvSource, gym_module_id, wrap
 
     kwargs = dict(source.get("kwargs") or {})
     wrappers = (source.get("max_episode_steps"), bool(source.get("flatten_observation")))
@@ -441,7 +441,7 @@ def sample_rows(target: str, n: int, *files: str, overrides: list[str] | None = 
     the run config with `overrides` (what `arena validate reward --env` scores). `files`: as
     in `run`. Raises the composition's or the task's own error (the caller reports it)."""
     from arena_core.config.compose import compose_env_config
-    from arena_core.pipeline.build import build_task
+    from arena_core.run_parts.build import build_task
     from arena_core.tasks import gold_completion
 
     task = build_task(compose_env_config(target, list(overrides or []))["env"])
@@ -459,7 +459,7 @@ def _known(env: Any) -> bool:
 
 
 def _is_registered(name: str) -> bool:
-    from arena_core.plugins import get_plugins
+    from arena_core.plugin_loader import get_plugins
 
     return name in get_plugins().registries.envs
 

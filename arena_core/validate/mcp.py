@@ -409,7 +409,7 @@ def validate_mcp_env(
             return report
         shown = " ".join(overrides or []) or "no overrides"
         report.add("config", PASS, f"env section validated against its schema ({shown})")
-    from arena_core.pipeline.build import make_env
+    from arena_core.run_parts.build import make_env
 
     own = task is None
     try:
@@ -476,7 +476,7 @@ def is_mcp_env(target: str, config: dict[str, Any] | None = None) -> bool:
     name = str((config or {}).get("env", {}).get("name") or target) if config else target
     if not name or ":" in name:
         return False
-    from arena_core.plugins import get_plugins
+    from arena_core.plugin_loader import get_plugins
     from arena_core.tools.mcp_task import is_mcp_schema
 
     registry = get_plugins().registries.envs

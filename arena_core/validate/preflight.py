@@ -43,7 +43,7 @@ def preflight_report(cfg: dict[str, Any]) -> Report:
     policy (`sandbox.*`), as in training; `sandbox.isolation` says which protections are in
     force (a WARN when some are not, a FAIL when `sandbox.require_isolation=true` and they are not).
     """
-    from arena_core.plugins import get_plugins
+    from arena_core.plugin_loader import get_plugins
     from arena_core.sandbox import SandboxPolicy
     from arena_core.validate.dataset import validate_dataset
     from arena_core.validate.env import validate_env

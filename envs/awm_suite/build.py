@@ -382,6 +382,27 @@ APPS: list[App] = [
                 [("search_products", {"name": "mug"})],
                 "The coffee mug costs 7.25.",
             ),
+            Task(
+                "Add the coffee mug (product 3) to my cart.",
+                [new_row("cart_items", product_id=3)],
+                [("add_to_cart", {"product_id": 3})],
+            ),
+            Task(
+                "Add 2 USB-C cables to my cart. The cable is product 1.",
+                [new_row("cart_items", product_id=1, quantity=2)],
+                [("add_to_cart", {"product_id": 1, "quantity": 2})],
+            ),
+            Task(
+                "Change the quantity of cart item 1 to 1.",
+                [set_field("cart_items", 1, "quantity", 1)],
+                [("update_cart_item", {"item_id": 1, "quantity": 1})],
+            ),
+            Task(
+                "How much does the desk lamp cost? Answer with the number.",
+                [says("24.5")],
+                [("search_products", {"name": "lamp"})],
+                "The desk lamp costs 24.5.",
+            ),
         ],
     ),
     App(
@@ -457,6 +478,27 @@ APPS: list[App] = [
                     ("update_loan", {"loan_id": 1, "returned": 1}),
                     ("set_availability", {"book_id": 3, "available": 1}),
                 ],
+            ),
+            Task(
+                "Lend book 4 to the member 'dev'.",
+                [new_row("loans", book_id=4, member="dev")],
+                [("borrow_book", {"book_id": 4, "member": "dev"})],
+            ),
+            Task(
+                "Mark book 1 as not available (available = 0).",
+                [set_field("books", 1, "available", 0)],
+                [("set_availability", {"book_id": 1, "available": 0})],
+            ),
+            Task(
+                "Make book 3 available again (available = 1).",
+                [set_field("books", 3, "available", 1)],
+                [("set_availability", {"book_id": 3, "available": 1})],
+            ),
+            Task(
+                "Who wrote 'Emma'? Answer with the author's name.",
+                [says("Austen")],
+                [("search_books", {"title": "Emma"})],
+                "Jane Austen wrote Emma.",
             ),
         ],
     ),
@@ -545,6 +587,23 @@ APPS: list[App] = [
                         },
                     )
                 ],
+            ),
+            Task("Cancel event 2.", [gone("events", 2)], [("cancel_event", {"event_id": 2})]),
+            Task(
+                "Add an event 'Call mom' on 2025-03-09 at 20:00.",
+                [new_row("events", title="Call mom", date="2025-03-09", start="20:00")],
+                [("create_event", {"title": "Call mom", "date": "2025-03-09", "start": "20:00"})],
+            ),
+            Task(
+                "Move event 1 to 2025-03-10 at 09:30.",
+                [set_field("events", 1, "date", "2025-03-10")],
+                [("reschedule_event", {"event_id": 1, "date": "2025-03-10", "start": "09:30"})],
+            ),
+            Task(
+                "When does the team sync start? Answer with the time.",
+                [says("10:00")],
+                [("find_events", {"title": "Team sync"})],
+                "The team sync starts at 10:00.",
             ),
         ],
     ),

@@ -16,9 +16,9 @@ from arena_algorithms.reinforce_pp import ReinforcePP, ReinforcePPConfig
 from arena_algorithms.rloo import RLOO, RLOOConfig
 from pydantic import ValidationError
 
+from arena_core.engines.base import Completion, SamplingParams
 from arena_core.learn.algorithm import Algorithm, TokenBatch
-from arena_core.pipeline.groups import GroupCollector
-from arena_core.rollout.base import Completion, SamplingParams
+from arena_core.llm_rl.groups import GroupCollector
 from arena_core.testing.conformance import AlgorithmConformance
 
 CONF = plugin.__file__.rsplit("/", 1)[0] + "/conf/algo"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from arena_core.cli.cmd_plugins import plugins_report
-from arena_core.plugins import get_plugins
+from arena_core.plugin_loader import get_plugins
 
 LLM_RL = {"grpo", "cispo", "gspo", "rloo", "reinforce_pp", "opd"}
 

@@ -51,8 +51,8 @@ def test_cross_field_errors_name_the_keys() -> None:
     """A model-level validator (min above max) names the keys it is about, not the section."""
     from pydantic import model_validator
 
+    from arena_core.config.checks import check_section
     from arena_core.config.schema import Strict
-    from arena_core.config.validate import check_section
 
     class Window(Strict):
         low: int = 0

@@ -24,8 +24,8 @@ from types import ModuleType
 
 import pytest
 
-from arena_core import plugins as plugins_module
-from arena_core.plugins import PluginSet
+from arena_core import plugin_loader as plugins_module
+from arena_core.plugin_loader import PluginSet
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TEST_PLUGINS = REPO_ROOT / "tests" / "plugins"

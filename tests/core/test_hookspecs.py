@@ -91,6 +91,7 @@ def test_the_loader_calls_every_hookspec(arena_isolated_plugins, register_arena_
         "loggers": ["hooks_logger"],
         "tool_parsers": ["hooks_parser"],
         "recipes": ["hooks_recipe"],
+        "serving": ["hooks_algo"],
     }
     for kind, names in info.registered.items():
         entry = arena_isolated_plugins.registries.kind(kind).get(names[0])

@@ -2,13 +2,11 @@
 Size is left to review: a line cap turned into a target that files were split to meet.
 
 The graph is drawn from the source alone, as `house_check.py` draws it: every `import` in
-arena_core, lazy ones inside functions included, one node per sub-package (`runtime`) or top-level
-module (`errors`). The layer order is DESIGN.md's (errors/config/device at the bottom; models,
-data, sandbox, kernels; rollout, learn, planner; execution and evolution; run; recipes, cli,
-serve and the SDK at the top), with two changes said at LAYERS: store sits beside models, and
-recipes sit with the doors. What breaks it today is written down below, and those lists
-must only shrink: a fix that removes an entry's cause fails this test until the entry is deleted
-too, so the next reader sees the true state. A new room has to be given a layer here.
+arena_core, lazy ones inside functions included, one node per sub-package (`llm_rl`) or top-level
+module (`errors`). The layer order is docs/architecture.md's (errors, config and device at the
+bottom; models, data, sandbox, kernels, store; engines, learn, planner; the run parts and the
+session; the training paths; validation, serving; the doors at the top). A new room has to be
+given a layer here.
 """
 
 from __future__ import annotations
@@ -23,7 +21,6 @@ CORE = ROOT / "arena_core"
 
 # room -> layer (a room may import its own layer and the ones below, never one above)
 LAYERS: dict[str, int] = {
-    # 0: what every layer may reach: errors, device selection, the plugin contract's bottom
     "errors": 0,
     "device": 0,
     "extras": 0,
@@ -32,49 +29,36 @@ LAYERS: dict[str, int] = {
     "hookspecs": 0,
     "registry": 0,
     "tasks": 0,
-    # 1: plugin loading and the config (schemas, composition, validation)
-    "plugins": 1,
+    "threads": 0,
+    "plugin_loader": 1,
     "config": 1,
-    # 2: models, data, sandbox, kernels, tool sessions, and run directories with the run index:
-    # `store` sits here, not beside the learner as in DESIGN.md, because models resolve
-    # `init_from=RUN` and a teacher's `RUN:STEP` through the run index (store imports only errors,
-    # plugins and config; writing an export, which loads models, is models/export.py)
     "models": 2,
     "data": 2,
     "sandbox": 2,
     "kernels": 2,
     "tools": 2,
     "store": 2,
-    # 3: generation, the learner, the planner, the loggers
-    "rollout": 3,
+    "engines": 3,
     "learn": 3,
     "planner": 3,
     "loggers": 3,
-    # 4: an LLM step's shared parts, execution (Ray), populations, the run session every recipe uses
-    "pipeline": 4,
-    "distributed": 4,
-    "evolution": 4,
+    "run_parts": 4,
     "session": 4,
-    # 5: what the recipes' loops run on: the LLM loop's engines, progress and guard (runtime/),
-    # classic RL's envs, nets and PPO update, SFT/DPO's data and evaluation
-    "runtime": 5,
-    "classic": 5,
-    "offline": 5,
-    # 6: pre-flight checks, serving and the dashboard, conformance suites
-    "validate": 6,
-    "serve": 6,
-    "tinker": 6,
-    "testing": 6,
-    # 7: the doors, and the recipes they run (each a loop driver, top to bottom, that nothing
-    # below may import: a lower room that needs a recipe's piece needs it moved down)
-    "recipes": 7,
-    "cli": 7,
-    "builtins": 7,
+    "distributed": 5,
+    "classic_rl": 5,
+    "sft_dpo": 5,
+    "llm_rl": 6,
+    "population": 7,
+    "validate": 8,
+    "serve": 8,
+    "tinker": 8,
+    "testing": 8,
+    "cli": 9,
+    "builtins": 9,
 }
 
 # Folder-level import cycles left today. MUST ONLY SHRINK: a cycle may split or lose members,
-# never gain one, and no new cycle may appear. None is left (the last, runtime<->evolution<->
-# distributed, went when the shared parts of an LLM step moved into pipeline/).
+# never gain one, and no new cycle may appear. None is left.
 ALLOWED_CYCLES: list[frozenset[str]] = []
 
 # Imports that climb a layer today. MUST ONLY SHRINK: delete an entry once its cause is gone.
@@ -82,7 +66,7 @@ ALLOWED_CLIMBS: set[tuple[str, str]] = set()
 
 
 def room_of(module: str, root: str) -> str | None:
-    """`arena_core.pipeline.build` -> `pipeline`; the root package itself is no room."""
+    """`arena_core.run_parts.build` -> `pipeline`; the root package itself is no room."""
     parts = module.split(".")
     return parts[1] if parts[0] == root and len(parts) > 1 else None
 
@@ -237,29 +221,29 @@ def _package(tmp_path: Path, files: dict[str, str]) -> Path:
     "lazy", [False, True], ids=["top-level import", "import inside a function"]
 )
 def test_the_checks_catch_a_new_cycle_and_a_new_climb(tmp_path: Path, lazy: bool) -> None:
-    """The same checks on a small tree with one climbing import (config -> runtime) that closes a
+    """The same checks on a small tree with one climbing import (config -> llm_rl) that closes a
     cycle: both are reported, naming the rooms and the line, lazy or not."""
-    climb = "from arena_core.runtime.build import x\n"
+    climb = "from arena_core.llm_rl.build import x\n"
     if lazy:
-        climb = "def f():\n    from ..runtime import build\n    return build\n"
+        climb = "def f():\n    from ..llm_rl import build\n    return build\n"
     base = _package(
         tmp_path,
         {
             "errors.py": "",
             "config/__init__.py": "",
-            "config/validate.py": "from arena_core.errors import ArenaError\n" + climb,
-            "runtime/__init__.py": "",
-            "runtime/build.py": "from arena_core.config import validate\nx = 1\n",
+            "config/checks.py": "from arena_core.errors import ArenaError\n" + climb,
+            "llm_rl/__init__.py": "",
+            "llm_rl/build.py": "from arena_core.config import checks\nx = 1\n",
         },
     )
     arrows = import_graph(base)
-    assert ("config", "runtime") in arrows and ("runtime", "config") in arrows
+    assert ("config", "llm_rl") in arrows and ("llm_rl", "config") in arrows
     assert cycle_problems(cycles(arrows), []) != []
-    assert "new import cycle between ['config', 'runtime']" in cycle_problems(cycles(arrows), [])[0]
+    assert "new import cycle between ['config', 'llm_rl']" in cycle_problems(cycles(arrows), [])[0]
     found = climbs(arrows, LAYERS)
-    assert list(found) == [("config", "runtime")]
-    assert "arena_core/config/validate.py:" in climb_problems(found, set())[0]
-    assert climb_problems(found, {("config", "runtime")}) == []
+    assert list(found) == [("config", "llm_rl")]
+    assert "arena_core/config/checks.py:" in climb_problems(found, set())[0]
+    assert climb_problems(found, {("config", "llm_rl")}) == []
 
 
 def test_the_checks_pass_a_layered_tree_and_flag_a_stale_allowance(tmp_path: Path) -> None:
@@ -267,13 +251,13 @@ def test_the_checks_pass_a_layered_tree_and_flag_a_stale_allowance(tmp_path: Pat
         tmp_path,
         {
             "errors.py": "",
-            "runtime/__init__.py": "from arena_core import errors\n",
+            "llm_rl/__init__.py": "from arena_core import errors\n",
             "config/__init__.py": "from arena_core.errors import x\n",
         },
     )
     arrows = import_graph(base)
-    assert set(arrows) == {("runtime", "errors"), ("config", "errors")}
+    assert set(arrows) == {("llm_rl", "errors"), ("config", "errors")}
     assert cycles(arrows) == [] and climbs(arrows, LAYERS) == {}
-    stale = cycle_problems([], [frozenset({"config", "runtime"})])
+    stale = cycle_problems([], [frozenset({"config", "llm_rl"})])
     assert "shrank" in stale[0]
-    assert "no longer climbs" in climb_problems({}, {("config", "runtime")})[0]
+    assert "no longer climbs" in climb_problems({}, {("config", "llm_rl")})[0]

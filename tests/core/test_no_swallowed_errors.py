@@ -39,8 +39,8 @@ def test_arena_run_shows_a_broken_runtime_instead_of_not_available(
 
     monkeypatch.setattr(preflight, "preflight", lambda cfg: None)  # no pre-flight needed here
     monkeypatch.setattr(plan_summary, "run_plan", lambda cfg: None)
-    monkeypatch.setitem(sys.modules, "arena_core.recipes.llm", None)  # importing it raises
-    with pytest.raises(ImportError, match="arena_core.recipes.llm"):
+    monkeypatch.setitem(sys.modules, "arena_core.llm_rl.recipe", None)  # importing it raises
+    with pytest.raises(ImportError, match="arena_core.llm_rl.recipe"):
         arena_run.execute(["+algo=grpo", "+env=arithmetic", "model=tiny"])
     assert "not available in this build" not in capsys.readouterr().err
 

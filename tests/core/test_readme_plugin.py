@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from arena_core import plugins as plugins_module
+from arena_core import plugin_loader as plugins_module
 
 from .conftest import REPO_ROOT, run_cli, run_pytest_inprocess
 

@@ -171,9 +171,9 @@ def test_the_sdk_refuses_a_wrong_dataset_category_like_the_cli(
 
 def test_a_population_run_selects_the_population_recipe(own_recipe) -> None:  # noqa: ANN001
     from arena_core.cli.launch import choose_recipe
-    from arena_core.recipes import RunInputs
-    from arena_core.recipes.llm import LLMRecipe
-    from arena_core.recipes.population import PopulationRecipe
+    from arena_core.llm_rl.recipe import LLMRecipe
+    from arena_core.population.recipe import PopulationRecipe
+    from arena_core.session.recipe import RunInputs
 
     single = {"algo": {"name": "grpo"}, "evolution": {"enabled": False}}
     population = {"algo": {"name": "grpo"}, "evolution": {"enabled": True}}
@@ -185,29 +185,3 @@ def test_a_population_run_selects_the_population_recipe(own_recipe) -> None:  # 
     assert type(choose_recipe(single)[1]) is LLMRecipe
     with pytest.raises(ConfigError, match="set evolution.enabled=true"):
         PopulationRecipe().run(RunInputs.of(single))  # refused in setup, before any loop
-
-
-def test_a_legacy_training_loop_still_runs_with_a_warning(
-    own_recipe,  # noqa: ANN001
-    tmp_path: Path,
-) -> None:
-    """`training_loop = "module:function"` (the contract before recipes) keeps working for a
-    third-party algorithm, with a DeprecationWarning that says what to do instead."""
-    import arena
-
-    argv = ["+algo=legacy_bandit", "+env=arms", "train.max_steps=3", "logger.names=[csv]"]
-    with pytest.warns(DeprecationWarning, match="register the loop as a recipe"):
-        run = arena.train([*argv, f"paths.runs={tmp_path}"], check=False)
-    assert [int(r["step"]) for r in _metrics(run.path)] == [1, 2, 3]
-
-
-def test_a_plugin_naming_a_moved_core_loop_runs_its_recipe() -> None:
-    """A published plugin that reused the core's PPO loop by its old module path (the contract
-    before recipes) still picks the loop, now the `ppo` recipe, with a deprecation warning."""
-    from arena_core.registry import algorithm_recipe
-
-    class OldStylePPO:
-        training_loop = "arena_core.runtime.gym_loop:run_gym_training"
-
-    with pytest.warns(DeprecationWarning, match="recipe = 'ppo'"):
-        assert algorithm_recipe(OldStylePPO) == "ppo"

@@ -14,7 +14,7 @@ import pytest
 from arena_core.config.schema import CoreConfig
 from arena_core.distributed.cluster import Layout, RayCluster, bundle_plan
 from arena_core.errors import ConfigError
-from arena_core.runtime.process_runtime import process_layout
+from arena_core.llm_rl.engine_processes import process_layout
 
 
 def test_bundles_mirror_the_plan() -> None:
@@ -73,7 +73,7 @@ def test_weight_transport_selection() -> None:
 
 def test_a_single_process_run_never_imports_ray() -> None:
     code = (
-        "import sys, arena_core.recipes.llm, arena_core.runtime.process_runtime, "
+        "import sys, arena_core.llm_rl.recipe, arena_core.llm_rl.engine_processes, "
         "arena_core.distributed; assert 'ray' not in sys.modules, 'ray imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

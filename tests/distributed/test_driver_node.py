@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from arena_core.plugins import get_plugins
-from tests.runtime.conftest import DIGIT_SHARE, DigitsPlugin
+from arena_core.plugin_loader import get_plugins
+from tests.llm_rl.conftest import DIGIT_SHARE, DigitsPlugin
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +54,7 @@ def two_nodes(tmp_path: Path) -> Iterator[Any]:
 def test_trainer_in_the_driver_and_the_engine_on_the_other_node(
     two_nodes, tmp_path, one_torch_thread
 ) -> None:
-    from arena_core.recipes.llm import run_training
+    from arena_core.llm_rl.recipe import run_training
 
     cfg = {
         "seed": 0,

@@ -15,12 +15,16 @@ import pytest
 import torch
 
 from arena_core.distributed.cluster import Layout, RayCluster
-from arena_core.distributed.weight_sync import WeightChecksumError, WeightPacket, state_checksums
+from arena_core.distributed.weight_sync import (
+    WeightChecksumError,
+    WeightPacket,
+    state_checksums,
+    trainable_state,
+)
+from arena_core.engines.base import SamplingParams
 from arena_core.models import load_policy
-from arena_core.pipeline.async_rollout import trainable_state
-from arena_core.plugins import get_plugins
-from arena_core.rollout.base import SamplingParams
-from tests.runtime.conftest import DIGIT_SHARE, DigitsPlugin
+from arena_core.plugin_loader import get_plugins
+from tests.llm_rl.conftest import DIGIT_SHARE, DigitsPlugin
 
 MODEL = {"name_or_path": "arena:tiny-init", "lora": {"r": 0}}
 
@@ -71,7 +75,7 @@ def _kill_an_engine_after_step(runs: Path, step: int, killed: list[int]) -> None
 def test_two_engine_actors_learn_and_a_killed_one_is_restarted(
     ray_cluster, tmp_path, one_torch_thread
 ) -> None:
-    from arena_core.recipes.llm import run_training
+    from arena_core.llm_rl.recipe import run_training
 
     reward = tmp_path / "digit_share.py"
     reward.write_text(DIGIT_SHARE)

@@ -19,9 +19,9 @@ import torch
 
 from arena_core.distributed.timeline import BusyClock, OverlapMeter, covered
 from arena_core.distributed.weight_sync import BackgroundPoster
-from arena_core.plugins import get_plugins
+from arena_core.plugin_loader import get_plugins
 from arena_core.tasks import Example
-from tests.runtime.conftest import DIGIT_SHARE, DigitsPlugin
+from tests.llm_rl.conftest import DIGIT_SHARE, DigitsPlugin
 
 STEPS = 4
 
@@ -68,7 +68,7 @@ def _run(
     mode: str, tmp_path: Path, niceness: list[int] | None = None, threads: int | None = 1
 ) -> tuple[list[dict[str, float]], _Digits]:
     """A short GRPO run with one engine actor split from the learner (the item-4 layout)."""
-    from arena_core.recipes.llm import run_training
+    from arena_core.llm_rl.recipe import run_training
 
     reward = tmp_path / "digit_share.py"
     reward.write_text(DIGIT_SHARE)

@@ -26,8 +26,8 @@ import psutil
 import pytest
 
 from arena_core.errors import ArenaError
-from arena_core.plugins import get_plugins
-from tests.runtime.conftest import DIGIT_SHARE, DigitsPlugin
+from arena_core.plugin_loader import get_plugins
+from tests.llm_rl.conftest import DIGIT_SHARE, DigitsPlugin
 
 pytestmark = pytest.mark.slow
 
@@ -106,7 +106,7 @@ def _remove_after_step(nodes: Any, node: Any, runs: Path, step: int, done: list[
 
 def _run_losing(nodes: Any, node: Any, cfg: dict[str, Any], step: int) -> tuple[Any, list[str]]:
     """run_training(cfg) while `node` is removed after `step` steps: (run dir or error, removed)."""
-    from arena_core.recipes.llm import run_training
+    from arena_core.llm_rl.recipe import run_training
 
     removed: list[str] = []
     killer = threading.Thread(
@@ -213,7 +213,7 @@ def test_losing_the_trainers_node_stops_the_run_with_a_checkpoint_and_the_resume
 ) -> None:
     import ray
 
-    from arena_core.recipes.llm import run_training
+    from arena_core.llm_rl.recipe import run_training
 
     trainers = nodes.add_node(num_cpus=2)
     engine = nodes.add_node(num_cpus=1)

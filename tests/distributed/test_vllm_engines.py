@@ -16,13 +16,17 @@ import torch
 
 from arena_core.distributed.cluster import Layout, RayCluster, bundle_plan
 from arena_core.distributed.engine_backend import engine_actor_options, engine_backend_cfg
-from arena_core.distributed.weight_sync import WeightChecksumError, WeightPacket, state_checksums
+from arena_core.distributed.weight_sync import (
+    WeightChecksumError,
+    WeightPacket,
+    state_checksums,
+    trainable_state,
+)
+from arena_core.engines.base import SamplingParams
+from arena_core.engines.torch_backend import TorchBackend
 from arena_core.errors import ConfigError
 from arena_core.models import load_policy
-from arena_core.pipeline.async_rollout import trainable_state
-from arena_core.rollout.base import SamplingParams
-from arena_core.rollout.torch_backend import TorchBackend
-from tests.rollout.test_vllm_backend import _tiny_model
+from tests.engines.test_vllm_backend import _tiny_model
 
 needs_vllm = pytest.mark.skipif(
     importlib.util.find_spec("vllm") is None, reason="vLLM not installed (arena-rl[vllm])"
@@ -69,8 +73,8 @@ def test_a_tp2_engine_gets_two_gpu_bundles_and_vllm_places_its_workers_there(ray
 
 def test_torch_engine_tp_is_a_config_error_naming_the_key(tmp_path) -> None:
     from arena_core.config.schema import CoreConfig
-    from arena_core.runtime.process_runtime import open_engines
-    from tests.runtime.conftest import _run_config
+    from arena_core.llm_rl.engine_processes import open_engines
+    from tests.llm_rl.conftest import _run_config
 
     core = CoreConfig.model_validate({**_run_config(tmp_path), "plan": {"engine_tp": 2}})
     with (
@@ -79,8 +83,8 @@ def test_torch_engine_tp_is_a_config_error_naming_the_key(tmp_path) -> None:
     ):
         pass
     # the config check arena-run makes first (no run directory is made)
-    from arena_core.config.validate import validate_config
-    from arena_core.plugins import get_plugins
+    from arena_core.config.checks import validate_config
+    from arena_core.plugin_loader import get_plugins
 
     raw = {**_run_config(tmp_path), "env": {"name": "arithmetic"}, "plan": {"engine_tp": 2}}
     with pytest.raises(ConfigError, match=r"plan\.engine_tp=2: the torch generation engine"):

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from arena_core.cli import run as arena_run
+from arena_core.engines.base import Completion, SamplingParams
 from arena_core.hookspecs import Register, hookimpl
-from arena_core.plugins import get_plugins
-from arena_core.rollout.base import Completion, SamplingParams
+from arena_core.plugin_loader import get_plugins
 
 pytest.importorskip("fastapi")
 pytest.importorskip("sqlalchemy")

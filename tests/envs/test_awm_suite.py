@@ -38,7 +38,7 @@ def test_the_files_are_what_the_build_script_writes() -> None:
     assert sorted(p.name for p in SUITE.glob("gen_*.jsonl")) == sorted(FILES)
     assert 12 <= len(scenarios) <= 16
     assert all(
-        5 <= len(s.tasks) <= 8 and s.verified_tasks() == list(range(len(s.tasks)))
+        5 <= len(s.tasks) <= 10 and s.verified_tasks() == list(range(len(s.tasks)))
         for s in scenarios.values()
     )
 

@@ -183,9 +183,9 @@ def test_observations_are_masked_and_the_environment_ends_the_episode() -> None:
     them are context (mask 0); the episode ends when the environment says done."""
     from arena_envs.openenv import make_openenv
 
+    from arena_core.engines.base import SamplingParams
+    from arena_core.engines.multi_turn import EpisodeRunner
     from arena_core.models.tokenizer import build_tiny_tokenizer
-    from arena_core.rollout.base import SamplingParams
-    from arena_core.rollout.multi_turn import EpisodeRunner
     from tests.tools.conftest import ScriptedPolicy
 
     tok = build_tiny_tokenizer()

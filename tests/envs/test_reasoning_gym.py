@@ -21,7 +21,7 @@ from reasoning_gym.utils import extract_answer  # noqa: E402
 from arena_core.cli.main import main as arena_main  # noqa: E402
 from arena_core.cli.run import main as arena_run  # noqa: E402
 from arena_core.errors import ConfigError  # noqa: E402
-from arena_core.pipeline.scoring import RewardScorer  # noqa: E402
+from arena_core.run_parts.scoring import RewardScorer  # noqa: E402
 from arena_core.sandbox import RewardPool, resolve_reward  # noqa: E402
 
 SMALL = {"min_terms": 2, "max_terms": 3, "max_digits": 1}

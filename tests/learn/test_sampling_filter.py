@@ -6,14 +6,14 @@ import pytest
 import torch
 from arena_algorithms.grpo import GRPO
 
+from arena_core.engines.base import SamplingParams
+from arena_core.engines.sampling import filter_logits
+from arena_core.engines.torch_backend import TorchBackend
 from arena_core.kernels import fused_linear_logprob, naive_linear_logprob
 from arena_core.kernels.filtering import keep_mask
 from arena_core.learn.learner import Learner
 from arena_core.learn.packing import Sample
 from arena_core.models import load_policy
-from arena_core.rollout.base import SamplingParams
-from arena_core.rollout.sampling import filter_logits
-from arena_core.rollout.torch_backend import TorchBackend
 
 SETTINGS = [(0, 0.9), (5, 1.0), (7, 0.8)]
 

@@ -53,8 +53,8 @@ def _light_registry(monkeypatch):
     Loading all entry points imports torch, transformers and the built-in plugins (10-20 s on the
     shared 2-core machine); the planner only needs the hardware registry.
     """
-    from arena_core.plugins import PluginSet
+    from arena_core.plugin_loader import PluginSet
 
     plugins = PluginSet()
     plugins.add(_BuiltinHardware(), "builtin-hardware")
-    monkeypatch.setattr("arena_core.plugins.get_plugins", lambda: plugins)
+    monkeypatch.setattr("arena_core.plugin_loader.get_plugins", lambda: plugins)

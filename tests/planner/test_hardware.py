@@ -59,7 +59,7 @@ def test_register_builtin_hardware_registers_every_profile():
 
 
 def test_lookup_goes_through_the_registry_so_third_party_profiles_work(monkeypatch):
-    from arena_core.plugins import PluginSet
+    from arena_core.plugin_loader import PluginSet
 
     class ThirdParty:
         @hookimpl
@@ -84,7 +84,7 @@ def test_lookup_goes_through_the_registry_so_third_party_profiles_work(monkeypat
     plugins = PluginSet()
     plugins.add(Builtins(), "builtins-test")
     plugins.add(ThirdParty(), "third-party")
-    monkeypatch.setattr("arena_core.plugins.get_plugins", lambda: plugins)
+    monkeypatch.setattr("arena_core.plugin_loader.get_plugins", lambda: plugins)
     assert get_profile("my-accel").memory_gb == 64
     assert get_profile("h100-80") is BUILTIN_PROFILES["h100-80"]
     with pytest.raises(UnknownNameError, match="did you mean 'h100-80'"):

@@ -24,7 +24,7 @@ SHIPPED = {"matmul_tflops": 0.111, "mem_bandwidth_gbs": 63.0, "decode_read_gbs":
 def probes(monkeypatch):
     """Count the probes; each returns what `rates` holds at that moment (an idle machine)."""
     monkeypatch.setenv("ARENA_PLAN_PROBE", "1")
-    monkeypatch.setattr("os.getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setenv("ARENA_PLAN_CPU_SHARE", "1")  # the idle machine: only the rates matter
     state = {"calls": 0, "rates": dict(SHIPPED)}
 
     def fake() -> dict[str, float]:
@@ -36,7 +36,7 @@ def probes(monkeypatch):
 
 
 def _note(result) -> str:
-    return next(n for n in result.notes if n.startswith("priced at the load now"))
+    return next(n for n in result.notes if n.startswith("priced at the CPU this run gets now"))
 
 
 def test_the_first_plan_probes_the_machine_and_the_next_ones_read_what_it_stored(probes):
@@ -91,6 +91,7 @@ def test_the_real_probe_measures_positive_rates_quickly(monkeypatch):
     assert rates["matmul_tflops"] > 0.001  # at least a GFLOP/s
     assert 0 < rates["decode_read_gbs"] and 0 < rates["mem_bandwidth_gbs"]
     assert rates["load_average"] == 0.0
+    assert 0 < rates["share"] <= 1  # each rate divided by the share of a core it got
 
 
 def test_a_bf16_decode_counts_its_copy_and_is_priced_as_fp32(probes):
@@ -105,7 +106,7 @@ def test_a_bf16_decode_counts_its_copy_and_is_priced_as_fp32(probes):
     from arena_core.planner import ModelSpec
 
     spec = ModelSpec.from_hf_config(CFG["model"]["name_or_path"])
-    from arena_core.rollout import packed_linear
+    from arena_core.engines import packed_linear
 
     copies = 2 if packed_linear.AVAILABLE else 1  # + the decode step's packed twin (oneDNN)
     assert bf16.prediction.engine_memory["weights"] == pytest.approx(2 * copies * spec.flop_params)

@@ -18,7 +18,7 @@ import pytest
 from arena_core.planner import ModelSpec, make_plan
 from arena_core.planner.calibrate import coefficients_for
 from arena_core.planner.hardware import cpu_profile
-from arena_core.planner.live import at_current_rates, fair_share
+from arena_core.planner.live import at_current_rates
 from arena_core.planner.plan import Workload
 from arena_core.planner.search import evaluate
 
@@ -128,36 +128,28 @@ def test_a_busy_machine_slows_every_term_by_the_measured_ratio():
     assert busy.prediction.generate_s / idle.generate_s == pytest.approx(2.0, rel=0.02)
 
 
-def test_the_fair_share_of_a_busy_cpu():
-    assert fair_share(1, 2, load=0.0) == 1.0  # idle: the calibration's speed
-    assert fair_share(1, 2, load=1.0) == 1.0  # one other thread: a core each
-    assert fair_share(1, 2, load=3.0) == pytest.approx(0.5)  # four threads on two cores
-    assert fair_share(2, 2, load=14.0) == pytest.approx(0.125)
-
-
-def test_a_cpu_plan_from_a_config_is_priced_at_the_load_now(monkeypatch):
-    """What arena-run calls: on a busy machine every predicted second stretches by the fair
-    share the run gets, and the plan says so; ARENA_PLAN_PROBE=0 prices the idle machine."""
+def test_a_cpu_plan_from_a_config_is_priced_at_the_cpu_the_run_gets(monkeypatch):
+    """What arena-run calls: on a busy machine every predicted second stretches by the speed
+    the run gets, and the plan says so; ARENA_PLAN_PROBE=0 prices the idle machine."""
     from arena_core.planner import plan_from_config
 
     cfg = SMOLLM2_STEP
     idle = plan_from_config(cfg, prompt_tokens=42)
-    assert idle.calibration == "shipped" and idle.priced_at_load is None
+    assert idle.calibration == "shipped" and idle.priced_at_speed is None
     monkeypatch.setenv("ARENA_PLAN_PROBE", "1")
     local = cpu_profile()  # the shipped calibration's rates
     shipped = {"matmul_tflops": local.bf16_tflops, "mem_bandwidth_gbs": local.mem_bandwidth_gbs}
     read = local.mem_bandwidth_gbs * coefficients_for(local).decode_bw_efficiency
-    # this machine probed as fast as the shipped calibration's: only the load changes the plan
+    # this machine probed as fast as the shipped calibration's: only the CPU share changes it
     monkeypatch.setattr(
         "arena_core.planner.machine_rates.probe", lambda: {**shipped, "decode_read_gbs": read}
     )
-    monkeypatch.setattr("os.getloadavg", lambda: (9.0, 9.0, 9.0))
+    monkeypatch.setenv("ARENA_PLAN_CPU_SHARE", "0.2")
     busy = plan_from_config(cfg, prompt_tokens=42)
-    assert busy.calibration == "shipped" and busy.priced_at_load == 9.0
-    assert "shipped CPU calibration at load 9.0" in busy.summary_line()
-    note = next(n for n in busy.notes if n.startswith("priced at the load now: load average 9.0"))
-    assert "1 torch thread(s) get" in note and "ARENA_PLAN_PROBE=0" in note
-    share = fair_share(1, cpu_profile().cores or 1, 9.0)
-    assert busy.prediction.total_s == pytest.approx(idle.prediction.total_s / share, rel=1e-3)
+    assert busy.calibration == "shipped" and busy.priced_at_speed["learn"] == 0.2
+    assert "shipped CPU calibration at 20%/20% of an idle thread's" in busy.summary_line()
+    note = next(n for n in busy.notes if n.startswith("priced at the CPU this run gets now"))
+    assert "1 torch thread(s)" in note and "ARENA_PLAN_PROBE=0" in note
+    assert busy.prediction.total_s == pytest.approx(idle.prediction.total_s / 0.2, rel=1e-3)
     assert busy.plan == idle.plan  # slower, not different
     assert busy.prediction.engine_memory["weights"] == 0.0  # torch engine: the trainer's module

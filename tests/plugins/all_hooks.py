@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict
 
 from arena_core import hookimpl
 from arena_core.hookspecs import Register
-from arena_core.recipes import Recipe
+from arena_core.session.recipe import Recipe
 
 HERE = Path(__file__).resolve().parent
 CALLED: set[str] = set()
@@ -120,6 +120,18 @@ class HooksRecipe(Recipe):
 def register_recipes(register: Register) -> None:
     CALLED.add("register_recipes")
     register("hooks_recipe", HooksRecipe, description="test recipe")
+
+
+def _hooks_serving() -> object:
+    from arena_core.serve.models import KindServing
+
+    return KindServing(load=lambda *a: None, add_routes=lambda app, models: None)
+
+
+@hookimpl
+def register_serving(register: Register) -> None:
+    CALLED.add("register_serving")
+    register("hooks_algo", _hooks_serving, description="test serving")
 
 
 @hookimpl

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from arena_core import hookimpl
 from arena_core.hookspecs import Register
-from arena_core.recipes import Recipe, RunInputs
+from arena_core.session.recipe import Recipe, RunInputs
 
 HERE = Path(__file__).resolve().parent
 
@@ -107,22 +107,6 @@ class BanditRecipe(Recipe):
         self.session.close()  # the loggers, once (the scope closed them already)
 
 
-def legacy_loop(cfg: dict[str, Any]) -> Path:
-    """The contract before recipes: an algorithm named this function by module path."""
-    recipe = BanditRecipe()
-    return recipe.run(RunInputs.of(cfg))
-
-
-class LegacyBandit:
-    """A plugin written before recipes: `training_loop = "module:function"` (deprecated)."""
-
-    config_class: ClassVar[type[BaseModel]] = MineBanditConfig
-    training_loop: ClassVar[str] = f"{__name__}:legacy_loop"
-
-    def __init__(self, config: BaseModel | dict[str, Any] | None = None) -> None:
-        self.config = MineBanditConfig.model_validate(config or {})
-
-
 @hookimpl
 def register_recipes(register: Register) -> None:
     register("mine", BanditRecipe, description=BanditRecipe.description)
@@ -133,7 +117,6 @@ def register_algorithms(register: Register) -> None:
     register(
         "mine_bandit", MineBandit, schema=MineBanditConfig, description="bandit, recipe 'mine'"
     )
-    register("legacy_bandit", LegacyBandit, schema=MineBanditConfig, description="old contract")
 
 
 @hookimpl

@@ -13,7 +13,7 @@ from itertools import cycle
 import pytest
 
 from arena_core.hookspecs import Register, hookimpl
-from arena_core.plugins import get_plugins
+from arena_core.plugin_loader import get_plugins
 from arena_core.tasks import Example
 
 GROUP = 2
@@ -67,7 +67,7 @@ def hostile_env(hostile) -> Iterator[str]:
 def test_hostile_training_run_finishes_with_exact_failures(
     tmp_path, hostile_env, monkeypatch, capfd
 ):
-    from arena_core.recipes.llm import run_training
+    from arena_core.llm_rl.recipe import run_training
 
     secret = "hunter2-" + secrets.token_hex(8)
     monkeypatch.setenv("ARENA_HOSTILE_SECRET_TOKEN", secret)

@@ -24,7 +24,7 @@ import pytest
 
 from arena_core.cli import main as arena_cli
 from arena_core.cli import run as arena_run
-from arena_core.plugins import reset_plugins
+from arena_core.plugin_loader import reset_plugins
 from arena_core.sandbox import isolation_status
 
 DIST = "arena-test-tmp-editable"

@@ -240,8 +240,8 @@ def test_a_prompt_sent_as_token_ids_answers_like_its_text(client: OpenAI, policy
 def test_the_training_engine_behind_a_loopback_endpoint(policy) -> None:
     """A run's own TorchBackend served in-process: the environment's rollout code talks to the
     policy being trained, and the backend keeps generating for the run afterwards."""
-    from arena_core.rollout.base import SamplingParams
-    from arena_core.rollout.torch_backend import TorchBackend
+    from arena_core.engines.base import SamplingParams
+    from arena_core.engines.torch_backend import TorchBackend
 
     backend = TorchBackend(policy.model, policy.tokenizer)
     params = SamplingParams(max_new_tokens=8, temperature=0.0)

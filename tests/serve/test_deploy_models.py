@@ -11,9 +11,9 @@ import pytest
 import torch
 from openai import OpenAI
 
+from arena_core.engines.base import SamplingParams
+from arena_core.engines.torch_backend import TorchBackend
 from arena_core.models import load_policy
-from arena_core.rollout.base import SamplingParams
-from arena_core.rollout.torch_backend import TorchBackend
 from bench._arena_child import start_deploy
 
 

@@ -1,4 +1,4 @@
-"""`arena deploy` picks its torch threads by the rule runs use (arena_core/runtime/threads.py):
+"""`arena deploy` picks its torch threads by the rule runs use (arena_core/threads.py):
 with OpenMP's threads waiting passively, which `import arena_core` arranges, every usable core;
 `--threads N` is obeyed as given."""
 
@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from arena_core.runtime.threads import usable_cores
+from arena_core.threads import usable_cores
 from bench._arena_child import start_deploy
 
 _THREADS = re.compile(r"\((\d+) torch threads?;")

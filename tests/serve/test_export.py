@@ -8,11 +8,11 @@ import pytest
 from transformers import AutoModelForCausalLM
 
 from arena_core.cli.main import main
+from arena_core.engines.base import SamplingParams
+from arena_core.engines.torch_backend import TorchBackend
 from arena_core.errors import ArenaError
 from arena_core.models import load_policy
-from arena_core.rollout.base import SamplingParams
-from arena_core.rollout.torch_backend import TorchBackend
-from arena_core.store.export import COMPLETE, MANIFEST, verify_export
+from arena_core.store.export_manifest import COMPLETE, MANIFEST, verify_export
 
 PROMPTS = ["12+3=", "What is 9*9?"]
 GREEDY = SamplingParams(max_new_tokens=16, temperature=0.0)

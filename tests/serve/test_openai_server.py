@@ -115,9 +115,9 @@ def test_stop_string_ends_the_answer_and_is_not_returned(client: OpenAI, model: 
 def test_greedy_server_completions_equal_in_process_generation(
     client: OpenAI, model: str, quick_run
 ) -> None:
+    from arena_core.engines.base import SamplingParams
+    from arena_core.engines.torch_backend import TorchBackend
     from arena_core.models import load_policy
-    from arena_core.rollout.base import SamplingParams
-    from arena_core.rollout.torch_backend import TorchBackend
 
     prompts = ["12+3=", "What is 40-2?", "7*8="]
     served = client.completions.create(model=model, prompt=prompts, max_tokens=20, temperature=0)

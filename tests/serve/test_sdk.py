@@ -10,10 +10,10 @@ from openai import OpenAI
 
 import arena
 from arena_core.cli.main import main
+from arena_core.engines.base import SamplingParams
+from arena_core.engines.torch_backend import TorchBackend
 from arena_core.errors import ArenaError
 from arena_core.models import load_policy
-from arena_core.rollout.base import SamplingParams
-from arena_core.rollout.torch_backend import TorchBackend
 from arena_core.serve.server import ServeOptions, Server
 
 PROMPTS = ["12+3=", "What is 5*5?", "9-4="]
@@ -173,11 +173,13 @@ def _policy_run(root, algo: str):
 def test_other_algorithm_kinds_add_their_own_routes(tmp_path) -> None:
     from fastapi.testclient import TestClient
 
-    from arena_core.serve.app import create_app, register_kind_routes
-    from arena_core.serve.engine import Engine
-    from arena_core.serve.models import ServedModel, load_models, register_kind_loader
+    from arena_core.hookspecs import hookimpl
+    from arena_core.plugin_loader import get_plugins
+    from arena_core.serve.app import create_app
+    from arena_core.serve.batching import RequestBatcher
+    from arena_core.serve.models import KindServing, ServedModel, load_models
 
-    with pytest.raises(ArenaError, match="'nokind' run: .*register_kind_loader"):
+    with pytest.raises(ArenaError, match="'nokind' run: .*register_serving hook"):
         load_models([str(_policy_run(tmp_path, "nokind"))])
 
     def load(name, run_dir, ckpt, device) -> ServedModel:
@@ -188,9 +190,14 @@ def test_other_algorithm_kinds_add_their_own_routes(tmp_path) -> None:
         async def act(body: dict) -> dict:
             return {"model": models[0].name, "action": len(body["observation"])}
 
-    register_kind_loader("toy-policy", load)
-    register_kind_routes("toy-policy", add_routes)
-    engine = Engine(load_models([f"walker={_policy_run(tmp_path, 'toy-policy')}:best"]))
+    class ToyServing:  # a plugin, registered as an entry point's module would be
+        @hookimpl
+        def register_serving(self, register) -> None:
+            register("toy-policy", KindServing(load, add_routes))
+
+    info = get_plugins().add(ToyServing(), "toy-serving")
+    assert info.ok, info.error
+    engine = RequestBatcher(load_models([f"walker={_policy_run(tmp_path, 'toy-policy')}:best"]))
     try:
         http = TestClient(create_app(engine, api_key="k"))
         auth = {"Authorization": "Bearer k"}
@@ -206,6 +213,7 @@ def test_other_algorithm_kinds_add_their_own_routes(tmp_path) -> None:
         assert "POST /v1/act" in error["message"]
     finally:
         engine.close()
+        get_plugins().remove("toy-serving")
 
 
 def test_train_accepts_a_mapping_of_overrides() -> None:

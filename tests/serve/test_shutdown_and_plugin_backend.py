@@ -19,9 +19,9 @@ from pydantic import BaseModel, ConfigDict
 
 import arena
 from arena_core import hookimpl
+from arena_core.engines.base import Completion, SamplingParams
 from arena_core.hookspecs import Register
-from arena_core.plugins import get_plugins
-from arena_core.rollout.base import Completion, SamplingParams
+from arena_core.plugin_loader import get_plugins
 from bench._arena_child import start_deploy
 
 CHAT = [{"role": "user", "content": "What is 12+30?"}]

@@ -14,7 +14,7 @@ import pytest
 from openai import OpenAI
 
 import arena
-from arena_core.serve.engine import Engine, Request
+from arena_core.serve.batching import Request, RequestBatcher
 from arena_core.serve.models import load_models
 from arena_core.serve.protocol import Limits
 
@@ -146,7 +146,7 @@ def test_a_client_that_disconnects_frees_its_rows(quick_run) -> None:
 
 @pytest.fixture(scope="module")
 def engine(quick_run):
-    engine = Engine(load_models([f"{quick_run.path}:best"]), max_batch_rows=8)
+    engine = RequestBatcher(load_models([f"{quick_run.path}:best"]), max_batch_rows=8)
     yield engine
     engine.close()
 
@@ -187,7 +187,7 @@ def test_a_cancelled_request_leaves_the_batch_at_the_next_step(engine) -> None:
 def test_requests_that_wait_together_join_in_one_prefill_and_decode_as_alone(engine) -> None:
     """Four requests of different lengths admitted together cost one prefill forward (not one
     each), and each greedy answer is the one the engine gives the prompt on its own."""
-    from arena_core.rollout.base import SamplingParams
+    from arena_core.engines.base import SamplingParams
 
     name = next(iter(engine.models))
     backend = engine.models[name].backend

@@ -39,8 +39,8 @@ def vllm_url(quick_run) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def local(quick_run):
     """The same checkpoint decoded in process by the torch backend (the reference)."""
+    from arena_core.engines.torch_backend import TorchBackend
     from arena_core.models import load_policy
-    from arena_core.rollout.torch_backend import TorchBackend
 
     policy = load_policy({"name_or_path": str(quick_run.best().path), "lora": {"r": 0}})
     return TorchBackend(policy.model, policy.tokenizer)
@@ -49,7 +49,7 @@ def local(quick_run):
 def test_vllm_deploy_greedy_equals_torch_and_streams(vllm_url: str, local, quick_run) -> None:
     from openai import OpenAI
 
-    from arena_core.rollout.base import SamplingParams
+    from arena_core.engines.base import SamplingParams
 
     client = OpenAI(base_url=f"{vllm_url}/v1", api_key=KEY, max_retries=0, timeout=120)
     model = client.models.list().data[0].id

@@ -2,8 +2,8 @@
 model fitted by SGD, with the csv logger and real checkpoints. What every recipe relies on: a new
 run's files, a resume that refuses a changed config unless allowed, Ctrl-C and SIGTERM saving a
 checkpoint and an interrupted summary (exit 130 / 143), a crash leaving a failed summary, and the
-"best" slot. The built-in recipes' own tests (tests/runtime, tests/offline, tests/classic,
-tests/evolution) run the same session through `arena-run` and the SDK.
+"best" slot. The built-in recipes' own tests (tests/llm_rl, tests/sft_dpo, tests/classic_rl,
+tests/population) run the same session through `arena-run` and the SDK.
 """
 
 from __future__ import annotations

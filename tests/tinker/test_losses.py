@@ -1,9 +1,10 @@
 """Tinker's RL losses, as served, against hand-written torch references of Tinker's formulas.
 
 The references below are written from Tinker's loss documentation, independently of Arena's
-kernels: `importance_sampling` is `-sum(r A)`, `ppo` `-sum(min(r A, clip(r, lo, hi) A))` and
-`cispo` `-sum(sg(clip(r, lo, hi)) A logp)`, with `r = exp(logp - sampler logprobs)`, summed over
-tokens and datums. Values are checked through the SDK (the server's `loss:sum` for the logprobs
+kernels: `importance_sampling` is `-sum(r A)`, `ppo` `-sum(min(r A, clip(r, lo, hi) A))`,
+`cispo` `-sum(sg(clip(r, lo, hi)) A logp)`, `dro` `-sum(logp A - beta/2 (logp - q)^2)` and
+`gspo` PPO's clip on `s_t = exp(sg[mean of log r over the masked tokens] + logp - sg[logp])`,
+with `r = exp(logp - q)`, `q` the sampler's logprobs, summed over tokens and datums. Values are checked through the SDK (the server's `loss:sum` for the logprobs
 it reports), gradients on the server's per-token loss function directly.
 """
 
@@ -18,18 +19,33 @@ CONFIGS = {
     "importance_sampling": None,
     "ppo": {"clip_low_threshold": 0.9, "clip_high_threshold": 1.1},
     "cispo": {"clip_low_threshold": 0.5, "clip_high_threshold": 1.05},
+    "gspo": {"clip_low_threshold": 0.97, "clip_high_threshold": 1.02},
+    "dro": {"beta": 0.3},
 }
 
 
 def reference(
-    name: str, logp: torch.Tensor, old: torch.Tensor, adv: torch.Tensor, config
+    name: str,
+    logp: torch.Tensor,
+    old: torch.Tensor,
+    adv: torch.Tensor,
+    config,
+    mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    lo, hi = (config["clip_low_threshold"], config["clip_high_threshold"]) if config else (0, 0)
+    config = config or {}
+    lo, hi = config.get("clip_low_threshold", 0.8), config.get("clip_high_threshold", 1.2)
     ratio = torch.exp(logp - old)
     if name == "importance_sampling":
         return -(ratio * adv).sum()
     if name == "ppo":
         return -torch.min(ratio * adv, torch.clamp(ratio, lo, hi) * adv).sum()
+    if name == "dro":
+        return -(logp * adv - 0.5 * config.get("beta", 0.05) * (logp - old) ** 2).sum()
+    if name == "gspo":  # Tinker's published GSPO-token code
+        in_ratio = (mask if mask is not None else adv) != 0
+        log_ratio = (logp.detach() - old)[in_ratio].mean()
+        seq_ratio = torch.exp(log_ratio + logp - logp.detach())
+        return -torch.min(seq_ratio * adv, torch.clamp(seq_ratio, lo, hi) * adv).sum()
     return -(torch.clamp(ratio, lo, hi).detach() * logp * adv).sum()
 
 
@@ -52,13 +68,18 @@ def test_rl_loss_values_through_the_sdk(service, tokenizer, name: str) -> None:
         logp = torch.tensor(out.loss_fn_outputs[0]["logprobs"].data)
         old = (logp + torch.tensor(rng.normal(0, 0.2, n), dtype=torch.float32)).numpy()
         adv = rng.normal(0, 1, n).astype(np.float32)
+        inputs = {"target_tokens": targets, "logprobs": old, "advantages": adv}
+        mask = None
+        if name == "gspo":  # the ratio over the last tokens only, as a prompt/sample split
+            mask = np.array([0.0] * (n // 2) + [1.0] * (n - n // 2), dtype=np.float32)
+            inputs["sequence_ratio_mask"] = mask
         data.append(
-            types.Datum(
-                model_input=types.ModelInput.from_ints(ids[:-1]),
-                loss_fn_inputs={"target_tokens": targets, "logprobs": old, "advantages": adv},
-            )
+            types.Datum(model_input=types.ModelInput.from_ints(ids[:-1]), loss_fn_inputs=inputs)
         )
-        refs.append(reference(name, logp, torch.tensor(old), torch.tensor(adv), CONFIGS[name]))
+        mask_t = None if mask is None else torch.tensor(mask)
+        refs.append(
+            reference(name, logp, torch.tensor(old), torch.tensor(adv), CONFIGS[name], mask_t)
+        )
     result = training.forward(data, name, CONFIGS[name]).result()
     assert result.metrics["loss:sum"] == pytest.approx(float(sum(refs)), rel=1e-4, abs=1e-5)
 
@@ -71,15 +92,37 @@ def test_rl_loss_gradients_match_the_reference(name: str) -> None:
     base = -torch.rand(64) * 3
     old = base + torch.randn(64) * 0.3  # ratios on both sides of every clip threshold
     adv = torch.randn(64)
+    adv[:8] = 0.0  # gspo without a mask takes the ratio over the nonzero advantages
     config = CONFIGS[name] or {}
     spec = LossSpec(
-        name, config.get("clip_low_threshold", 0.8), config.get("clip_high_threshold", 1.2)
+        name,
+        config.get("clip_low_threshold", 0.8),
+        config.get("clip_high_threshold", 1.2),
+        config.get("beta", 0.05),
     )
     ours = base.clone().requires_grad_(True)
-    datum_loss(spec, ours, {"logprobs": old.numpy(), "advantages": adv.numpy()}).sum().backward()
+    inputs = {"logprobs": old.numpy(), "advantages": adv.numpy()}
+    ours_loss = datum_loss(spec, ours, inputs).sum()
+    ours_loss.backward()
     theirs = base.clone().requires_grad_(True)
-    reference(name, theirs, old, adv, CONFIGS[name]).backward()
+    theirs_loss = reference(name, theirs, old, adv, CONFIGS[name])
+    theirs_loss.backward()
+    torch.testing.assert_close(ours_loss, theirs_loss.detach(), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(ours.grad, theirs.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_gspo_clips_whole_sequences() -> None:
+    """A sequence whose mean ratio left the range loses every token's gradient at once (where
+    the advantage's sign makes the clipped branch the minimum), a token-level clip would not."""
+    from arena_core.tinker.losses import LossSpec, datum_loss
+
+    logp = torch.full((6,), -1.0, requires_grad=True)
+    old = torch.full((6,), -1.3)  # every token ratio e^0.3 > 1.2: the sequence ratio too
+    adv = torch.ones(6)
+    datum_loss(
+        LossSpec("gspo"), logp, {"logprobs": old.numpy(), "advantages": adv.numpy()}
+    ).sum().backward()
+    assert torch.count_nonzero(logp.grad) == 0
 
 
 def test_loss_config_is_checked(service, tokenizer) -> None:
@@ -99,6 +142,50 @@ def test_loss_config_is_checked(service, tokenizer) -> None:
     )
     with pytest.raises(tinker.BadRequestError, match="clip_ratio"):
         training.forward_backward([datum], "ppo", {"clip_ratio": 0.2}).result()
+    with pytest.raises(tinker.BadRequestError, match="stable_reinforce.*not implemented"):
+        training.forward_backward([datum], "stable_reinforce").result()
+    with pytest.raises(tinker.BadRequestError, match="beta"):
+        training.forward_backward([datum], "dro", {"beta": -1.0}).result()
     with pytest.raises(tinker.BadRequestError, match=r"data\[0\].loss_fn_inputs has no 'logprobs'"):
         bare = types.Datum(model_input=datum.model_input, loss_fn_inputs={"target_tokens": ids[1:]})
         training.forward_backward([bare], "cispo").result()
+
+
+def test_zero_advantage_datums_are_scored_without_a_gradient(service, tokenizer) -> None:
+    """RL recipes send whole groups whose rewards were equal (advantages 0): the server scores
+    them without autograd, and the step is the one the other datums alone give."""
+    from tinker import types
+
+    def datum(text: str, advantage: float):
+        ids = tokenizer.encode(text)
+        n = len(ids) - 1
+        return types.Datum(
+            model_input=types.ModelInput.from_ints(ids[:-1]),
+            loss_fn_inputs={
+                "target_tokens": np.array(ids[1:], dtype=np.int64),
+                "logprobs": np.full(n, -2.0, dtype=np.float32),
+                "advantages": np.full(n, advantage, dtype=np.float32),
+            },
+        )
+
+    learning, idle = datum("2+5=7", 1.0), datum("8+1=9", 0.0)
+    probe = types.Datum(
+        model_input=idle.model_input,
+        loss_fn_inputs={"target_tokens": idle.loss_fn_inputs["target_tokens"]},
+    )
+    both = service.create_lora_training_client(base_model=BASE, rank=4, seed=13).result()
+    alone = service.create_lora_training_client(base_model=BASE, rank=4, seed=13).result()
+    mixed = both.forward_backward([idle, learning], "importance_sampling").result()
+    single = alone.forward_backward([learning], "importance_sampling").result()
+    before = both.forward([probe], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].data
+    np.testing.assert_allclose(mixed.loss_fn_outputs[0]["logprobs"].data, before, atol=1e-6)
+    assert not np.any(mixed.loss_fn_outputs[0]["elementwise_loss"].data)
+    assert mixed.metrics["loss:sum"] == pytest.approx(single.metrics["loss:sum"], rel=1e-5)
+    for client in (both, alone):
+        client.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+    after = [c.forward([probe], "cross_entropy").result() for c in (both, alone)]
+    np.testing.assert_allclose(
+        after[0].loss_fn_outputs[0]["logprobs"].data,
+        after[1].loss_fn_outputs[0]["logprobs"].data,
+        atol=1e-6,
+    )

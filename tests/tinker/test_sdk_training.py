@@ -29,7 +29,7 @@ def test_supervised_loop_lowers_the_loss(service, sft_datum) -> None:
     losses = []
     for _ in range(6):
         fwd_bwd = training.forward_backward(data, "cross_entropy")
-        step = training.optim_step(types.AdamParams(learning_rate=5e-3))
+        step = training.optim_step(types.AdamParams(learning_rate=2e-3))
         result = fwd_bwd.result()
         step.result()
         losses.append(result.metrics["loss:sum"])
@@ -126,6 +126,34 @@ def test_a_sampler_keeps_the_weights_it_was_saved_with(service, tokenizer, sft_d
     assert sum(newer.result()[-answer:]) > sum(before[-answer:])
 
 
+def test_train_unembed_adapts_the_unembedding(service, server, tokenizer, sft_datum) -> None:
+    """train_unembed (the SDK's default) puts a LoRA on the LM head; the learner's fused head and
+    the sampler both apply it, so their logprobs still agree after it has trained."""
+    from tinker import types
+
+    with_head = service.create_lora_training_client(base_model=BASE, rank=4, seed=10).result()
+    without = service.create_lora_training_client(
+        base_model=BASE, rank=4, seed=10, train_unembed=False
+    ).result()
+    engine = server.engine
+    head = engine.hosts[BASE].model.get_output_embeddings()
+    adapter = engine.clients[with_head.model_id].adapter
+    assert adapter in head.lora_A
+    assert engine.clients[without.model_id].adapter not in head.lora_A
+    datum = sft_datum("4+4=", "8")
+    for _ in range(3):
+        with_head.forward_backward([datum], "cross_entropy").result()
+        with_head.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+    assert (
+        float(head.lora_B[adapter].weight.detach().abs().sum()) > 0
+    )  # the head's LoRA was trained
+    prompt = types.ModelInput.from_ints(tokenizer.encode("4+4=8"))
+    sampled = with_head.save_weights_and_get_sampling_client().result()
+    np.testing.assert_allclose(
+        _logprobs(with_head, [datum])[0], sampled.compute_logprobs(prompt).result()[1:], atol=2e-4
+    )
+
+
 def test_base_model_sampler_and_capabilities(service, tokenizer) -> None:
     import tinker
     from tinker import types
@@ -176,8 +204,8 @@ def test_bad_input_is_a_400_naming_datum_and_field(service, sft_datum) -> None:
     with pytest.raises(tinker.BadRequestError, match=r"data\[1\]\.loss_fn_inputs\['weights'\]"):
         training.forward_backward([good, bad], "cross_entropy").result()
     # a loss the server does not implement is named, and the client keeps working afterwards
-    with pytest.raises(tinker.BadRequestError, match="'gspo' is not implemented"):
-        training.forward_backward([good], "gspo").result()
+    with pytest.raises(tinker.BadRequestError, match="'stable_reinforce' is not implemented"):
+        training.forward_backward([good], "stable_reinforce").result()
 
 
 def test_a_result_slower_than_one_poll_still_arrives(service, sft_datum, monkeypatch) -> None:
@@ -189,3 +217,46 @@ def test_a_result_slower_than_one_poll_still_arrives(service, sft_datum, monkeyp
     monkeypatch.setattr(app, "POLL_S", 0.001)
     again = training.forward([sft_datum("6+7=", "13")], "cross_entropy").result()
     assert again.metrics == expected.metrics
+
+
+def test_twin_sample_requests_are_generated_together(service, server, tokenizer) -> None:
+    """RL code sends a group as many one-sample requests: those queued together for one prompt
+    are one generation (one prefill), each request still gets its own tokens and logprobs."""
+    import threading
+    import time
+
+    from tinker import types
+
+    training = service.create_lora_training_client(base_model=BASE, rank=4, seed=14).result()
+    sampler = training.save_weights_and_get_sampling_client().result()
+    prompt = types.ModelInput.from_ints(tokenizer.encode("3+9="))
+    params = types.SamplingParams(max_tokens=4, temperature=1.0)
+    seeded = types.SamplingParams(max_tokens=4, temperature=1.0, seed=5)
+    engine, calls = server.engine, []
+    real_sample = engine.sample
+
+    def counting(sampler_id, req):
+        calls.append(int(req.num_samples))
+        return real_sample(sampler_id, req)
+
+    gate = threading.Event()
+    engine.sample = counting
+    try:
+        server.server.worker.submit(gate.wait)  # hold the worker while the requests queue
+        futures = [sampler.sample(prompt, 1, params) for _ in range(6)]
+        lone = sampler.sample(prompt, 2, seeded)
+        deadline = time.monotonic() + 60  # the SDK sends from its own thread: wait for all six
+        while server.server.samples.pending() < 6 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        gate.set()
+        results = [f.result() for f in futures]
+        lone_result = lone.result()
+    finally:
+        engine.sample = real_sample
+        gate.set()
+    assert sorted(calls) == [2, 6]  # the six twins once, the seeded request alone
+    for r in results:
+        (seq,) = r.sequences
+        assert 1 <= len(seq.tokens) <= 4 and len(seq.logprobs) == len(seq.tokens)
+    again = sampler.sample(prompt, 2, seeded).result()
+    assert [s.tokens for s in again.sequences] == [s.tokens for s in lone_result.sequences]

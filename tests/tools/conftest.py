@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from arena_core.engines.base import Completion, SamplingParams
 from arena_core.models.tokenizer import build_tiny_tokenizer
-from arena_core.rollout.base import Completion, SamplingParams
 from arena_core.tasks import Example
 from arena_core.tools.python_session import PythonToolSession
 

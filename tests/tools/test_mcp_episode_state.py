@@ -20,7 +20,7 @@ import psutil
 import pytest
 from arena_envs.mcp import make_mcp
 
-from arena_core.rollout.base import SamplingParams
+from arena_core.engines.base import SamplingParams
 from arena_core.tasks import Example
 
 from .conftest import ScriptedPolicy, text_ids
@@ -69,7 +69,7 @@ def test_a_stateful_server_gives_every_episode_an_empty_store(
     batches of two episodes: two processes, each reused); `fresh` starts one per episode;
     `tagged` serves all four from one process, each call naming its episode's directory. Either way each episode starts from an empty store
     and leaves its own database for the reward."""
-    from arena_core.rollout.multi_turn import EpisodeRunner
+    from arena_core.engines.multi_turn import EpisodeRunner
 
     task = make_mcp({"command": KV, "episode_state": state, "reward": str(tmp_path / "r.py")})
     pids: set[int] = set()
@@ -120,7 +120,7 @@ def test_a_steps_sessions_start_concurrently(
 ) -> None:
     """env.tool_concurrency: with 3 the three servers of a batch all start before any is ready
     (their starts overlap); with 1 each starts after the previous one was ready."""
-    from arena_core.rollout.multi_turn import EpisodeRunner
+    from arena_core.engines.multi_turn import EpisodeRunner
 
     server = tmp_path / "slow.py"
     server.write_text(SLOW_START)

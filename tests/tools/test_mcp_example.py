@@ -18,11 +18,13 @@ import pytest
 from arena_core.cli import run as arena_run
 from arena_core.cli.main import main as arena
 from arena_core.hookspecs import Register, hookimpl
-from arena_core.plugins import get_plugins
+from arena_core.plugin_loader import get_plugins
 
 from .conftest import ScriptedPolicy, text_ids
 
 pytest.importorskip("mcp")
+# the example server is written with mcp 2.x's `MCPServer` (1.x calls it `FastMCP`)
+pytest.importorskip("mcp.server.mcpserver")
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mcp"
 SERVER = EXAMPLE / "letters_server.py"

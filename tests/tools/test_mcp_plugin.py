@@ -21,12 +21,14 @@ import psutil
 import pytest
 
 from arena_core.hookspecs import Register, hookimpl
-from arena_core.plugins import get_plugins
-from arena_core.recipes.llm import run_training
+from arena_core.llm_rl.recipe import run_training
+from arena_core.plugin_loader import get_plugins
 
 from .conftest import ScriptedPolicy, text_ids
 
 pytest.importorskip("mcp")
+# the plugin's server is written with mcp 2.x's `MCPServer` (1.x calls it `FastMCP`)
+pytest.importorskip("mcp.server.mcpserver")
 
 PLUGIN_DIR = Path(__file__).resolve().parents[2] / "plugins" / "arena-mcp-todo"
 

@@ -6,8 +6,8 @@ real chat template and tokenizer, the Hermes parser and the Python tool session 
 
 from __future__ import annotations
 
-from arena_core.rollout.base import SamplingParams
-from arena_core.rollout.multi_turn import FAILED_KIND, EpisodeRunner, ToolRenderer
+from arena_core.engines.base import SamplingParams
+from arena_core.engines.multi_turn import FAILED_KIND, EpisodeRunner, ToolRenderer
 from arena_core.tasks import Example
 from arena_core.tools.protocol import ToolSessionError
 

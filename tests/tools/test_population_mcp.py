@@ -26,7 +26,7 @@ import pytest
 
 from arena_core.cli import run as arena_run
 from arena_core.hookspecs import Register, hookimpl
-from arena_core.plugins import get_plugins
+from arena_core.plugin_loader import get_plugins
 
 from .conftest import ScriptedPolicy, text_ids
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from arena_envs.tool_calc import DIGITS_REWARD_FILE, REWARD_FILE, make_tool_calc
 
-from arena_core.pipeline.scoring import RewardScorer
+from arena_core.run_parts.scoring import RewardScorer
 from arena_core.sandbox import RewardPool, check_reward_contract
 
 ANSWER = "347 + 589 = 936\n#### 936"

@@ -20,8 +20,8 @@ import psutil
 import pytest
 
 from arena_core.hookspecs import Register, hookimpl
-from arena_core.plugins import get_plugins
-from arena_core.recipes.llm import run_training
+from arena_core.llm_rl.recipe import run_training
+from arena_core.plugin_loader import get_plugins
 
 from .conftest import ScriptedPolicy, text_ids
 

@@ -144,6 +144,7 @@ def _free_port() -> int:
 
 
 def test_streamable_http_url(capsys, tmp_path, no_leftover_children) -> None:
+    pytest.importorskip("mcp.server.mcpserver")  # the to-do server is written for mcp 2.x
     port = _free_port()
     server = subprocess.Popen(
         [sys.executable, str(TODO_SERVER), "--http", str(port), "--state-dir", str(tmp_path)],

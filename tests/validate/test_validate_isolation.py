@@ -20,8 +20,7 @@ from arena_core.cli import cmd_validate
 from arena_core.cli.preflight import preflight
 from arena_core.errors import ConfigError
 from arena_core.sandbox import SandboxPolicy, isolation, isolation_status
-from arena_core.testing import RewardConformance
-from arena_core.testing.conformance import load_reward_file
+from arena_core.testing import RewardConformance, load_reward_file
 from arena_core.validate import preflight_report, validate_env, validate_reward
 
 NOT_IN_FORCE = "NOT in force: PID namespace"
@@ -43,7 +42,7 @@ def no_user_namespaces(tmp_path, monkeypatch):
 @pytest.fixture(autouse=True)
 def no_plugins(monkeypatch):
     """Skip loading the installed plugins (slow): these tests name files, not registered names."""
-    from arena_core import plugins
+    from arena_core import plugin_loader as plugins
 
     monkeypatch.setattr(plugins, "_PLUGINS", plugins.PluginSet())
 
@@ -214,7 +213,7 @@ def write_reward(tmp_path):
 def test_training_components_follow_the_pools_policy(listener, tmp_path):
     """A reward's `components` (one sandboxed call per batch in training) run under the run's
     sandbox policy, as `reward` does in the pool."""
-    from arena_core.pipeline.scoring import RewardScorer
+    from arena_core.run_parts.scoring import RewardScorer
     from arena_core.sandbox import RewardPool
 
     path = tmp_path / "components.py"

@@ -29,7 +29,7 @@ def data(tmp_path):
 @pytest.fixture(autouse=True)
 def no_plugins(monkeypatch):
     """Skip loading the installed plugins (slow); the env name is simply not registered."""
-    from arena_core import plugins
+    from arena_core import plugin_loader as plugins
 
     monkeypatch.setattr(plugins, "_PLUGINS", plugins.PluginSet())
 

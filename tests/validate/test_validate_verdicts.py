@@ -130,7 +130,7 @@ def test_gymnasium_module_colon_id_form(capsys) -> None:
     _check_env(env.unwrapped)
     code, report = _validate(capsys, "minigrid:MiniGrid-Empty-5x5-v0")
     assert code == 0 and report["verdict"] == "PASS", report["by_name"]
-    from arena_core.classic.envs import EnvSource
+    from arena_core.classic_rl.envs import EnvSource
 
     built = EnvSource("minigrid:MiniGrid-Empty-5x5-v0").make()  # what arena-run builds
     assert built.unwrapped.spec.id == "MiniGrid-Empty-5x5-v0"

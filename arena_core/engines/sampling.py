@@ -1,0 +1,100 @@
+"""Sampling for the torch engine: the filtering rules and the logprob they imply, in one place.
+
+The learner recomputes logprobs with the same rule (`arena_core.kernels.filtering.keep_mask`), so
+behaviour and learner logprobs describe one distribution.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from arena_core.engines.base import SamplingParams
+from arena_core.kernels.filtering import filtering, keep_mask
+
+
+def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Mask (-inf) the tokens top-k and top-p exclude; at least one token always survives.
+
+    The kept set is `arena_core.kernels.filtering.keep_mask`, the same rule the learner's
+    logprob applies, so behaviour and learner logprobs describe one distribution.
+    """
+    if not filtering(top_k, top_p):
+        return logits
+    return logits.masked_fill(~keep_mask(logits, top_k, top_p), float("-inf"))
+
+
+def sample_next(
+    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(token ids, behaviour logprobs) for a [batch, vocab] float32 logits tensor.
+
+    Sampling: the logprob is that of the distribution actually sampled from,
+    log_softmax(filter(logits / temperature)). With top_k=0 and top_p=1 (the defaults) this is
+    exactly the learner's log_softmax(logits / temperature). Greedy (temperature 0): the argmax,
+    with logprob log_softmax(logits), i.e. temperature 1 and no filtering.
+
+    The full log_softmax is never built: the sampler needs exp(x - max) (unnormalised
+    probabilities) and their row sums, and the chosen token's logprob is x - max - log(sum).
+    """
+    if params.temperature <= 0:
+        tokens = logits.argmax(dim=-1)
+        logp = torch.log_softmax(logits, dim=-1)
+        return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
+    scaled = logits if params.temperature == 1.0 else logits / params.temperature
+    scaled = filter_logits(scaled, params.top_k, params.top_p)
+    top = scaled.amax(dim=-1, keepdim=True)
+    weights = (scaled - top).exp_()
+    tokens, total = draw(weights, generator)
+    chosen = scaled.gather(-1, tokens[:, None]) - top
+    return tokens, (chosen.double() - total.log()).squeeze(-1).float()
+
+
+def sampled_distribution(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """The [batch, vocab] log-probabilities `sample_next` samples from (and whose entry for the
+    chosen token it returns): log_softmax(logits) when greedy, else
+    log_softmax(filter(logits / temperature)). A server's `top_logprobs` come from here, so the
+    sampled token's logprob is always one of them."""
+    if params.temperature <= 0:
+        return torch.log_softmax(logits.float(), dim=-1)
+    scaled = logits if params.temperature == 1.0 else logits / params.temperature
+    return torch.log_softmax(filter_logits(scaled, params.top_k, params.top_p).float(), dim=-1)
+
+
+BLOCK = 256  # vocabulary entries per block of the two-level inverse CDF (see `draw`)
+
+
+def draw(
+    weights: torch.Tensor, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token per row with probability proportional to `weights` [batch, vocab] (>= 0, not
+    normalised), by inverse CDF; also each row's total weight [batch, 1] (float64).
+
+    Why not `torch.multinomial`: on the CPU it draws an exponential per vocabulary entry (49k per
+    row for SmolLM2), ~10% of a decode step. A cumsum over the whole vocabulary is sequential
+    and was ~20 ms per step for 64 rows on its own, so the CDF is two-level: block sums (one
+    vectorised pass), a float64 cumsum over the blocks to find the block, then one over the chosen
+    block's entries only. One uniform per row; u is in (0, total], and the residual inside the
+    block is clamped to the block's own mass, so a token of weight 0 (filtered) is never chosen.
+    Non-finite weights raise the same error multinomial does, which the loops turn into a clear
+    non-finite-weights message.
+    """
+    rows, vocab = weights.shape
+    pad = -vocab % BLOCK
+    padded = torch.nn.functional.pad(weights, (0, pad)) if pad else weights
+    blocks = padded.view(rows, -1, BLOCK)
+    block_mass = blocks.sum(dim=-1).double()  # [rows, n_blocks]
+    cdf = block_mass.cumsum(dim=-1)
+    total = cdf[:, -1:]
+    if not bool(torch.isfinite(total).all()):
+        raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+    u = (1.0 - torch.rand((rows, 1), generator=generator, dtype=torch.float64)).to(cdf.device)
+    u = u * total
+    block = torch.searchsorted(cdf, u).clamp_(max=cdf.shape[-1] - 1)  # first block reaching u
+    before = cdf.gather(-1, block) - block_mass.gather(-1, block)
+    inner = blocks.gather(1, block[:, :, None].expand(rows, 1, BLOCK)).squeeze(1)
+    inner_cdf = inner.double().cumsum(dim=-1)
+    mass = inner_cdf[:, -1:]
+    residual = torch.minimum((u - before).clamp(min=torch.finfo(torch.float64).tiny), mass)
+    at = torch.searchsorted(inner_cdf, residual).clamp_(max=BLOCK - 1)
+    tokens = (block * BLOCK + at).squeeze(-1)
+    return tokens.clamp_(max=vocab - 1), total

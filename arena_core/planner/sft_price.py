@@ -1,0 +1,85 @@
+"""The price of an SFT step: the learner's forward and backward over a step's demonstrations.
+
+Why: an SFT run (the GSM8K tutorial's cold start) generates nothing, so the RL plan's search has
+nothing to balance, but its steps still cost time a user plans around, on a CPU that other work
+may share. The price is the cost model's learn term (`cost.learn_seconds`, the same 4N/6N FLOPs,
+efficiencies and overheads an RL step's learning is priced with) on what the step really
+forwards, at the CPU the run gets now (`live`, through `from_config._coefficients_now`).
+
+What a step forwards: `algo.batch_size` rows, encoded as the run encodes them; the learner cuts
+them, longest first, into right-padded micro-batches of at most `train.micro_batch_tokens` tokens
+(rows x longest) where the padding is least (`learn.packing.padded_cuts`), and forwards the
+padding too. The caller
+measures the rows' lengths on the run's own first rows.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+from arena_core.planner.plan import Plan, Workload
+
+
+def padded_tokens(lengths: list[int], budget: int) -> tuple[int, int]:
+    """(tokens forwarded with the padding, micro-batches) for one step of rows of `lengths`,
+    cut longest first where the learner cuts them (`learn.packing.padded_cuts`)."""
+    from arena_core.learn.packing import padded_cuts
+
+    rows = sorted(lengths, reverse=True)
+    bounds = padded_cuts(rows, budget)
+    tokens = sum((b - a) * rows[a] for a, b in zip(bounds, bounds[1:], strict=False))
+    return tokens, len(bounds) - 1
+
+
+def sft_step_price(
+    cfg: dict[str, Any],
+    model_config: dict[str, Any],
+    lengths: list[int],
+    rows_per_step: int,
+    micro_batch_tokens: int,
+) -> dict[str, Any] | None:
+    """plan.json's `predicted.step_seconds` (learn and total) of an SFT run of `cfg` (a resolved
+    config dict), with the CPU share it was priced at and a note; None when there are no rows
+    or the run is not on the local CPU (a GPU's SFT step is not priced yet)."""
+    from arena_core.planner.calibrate import coefficients_for
+    from arena_core.planner.cost import learn_seconds
+    from arena_core.planner.from_config import _coefficients_now, hardware_from_config, lookup
+    from arena_core.planner.memory import ModelSizes
+    from arena_core.planner.model_spec import ModelSpec
+
+    if not lengths or rows_per_step < 1:
+        return None
+    hw, count = hardware_from_config(cfg)
+    if hw.kind != "cpu":
+        return None
+    spec = ModelSpec.from_dict(model_config, name=str(lookup(cfg, "model.name_or_path", "model")))
+    now, priced, note = _coefficients_now(cfg, hw, count)
+    coef = coefficients_for(hw)
+    if now is not None:
+        hw, coef = now
+    lora = int(lookup(cfg, "model.lora.r", 0) or 0)
+    steps = [
+        lengths[i : i + rows_per_step]
+        for i in range(0, len(lengths) - rows_per_step + 1, rows_per_step)
+    ] or [lengths]
+    seconds = []
+    for rows in steps:
+        tokens, _ = padded_tokens(rows, micro_batch_tokens)
+        width = max(2, math.ceil(tokens / len(rows)))  # the padded row length, on average
+        wl = Workload(1, len(rows), prompt_tokens=1, completion_tokens=width - 1, overlap=False)
+        plan = Plan(1, 1, 1, micro_batch_tokens, colocate="shared", lora_rank=lora)
+        seconds.append(learn_seconds(spec, ModelSizes.of(spec), hw, plan, wl, coef))
+    learn = statistics.fmean(seconds)
+    out: dict[str, Any] = {
+        "step_seconds": {"generate": 0.0, "learn": round(learn, 3), "sync": 0.0},
+        "row_tokens_mean": round(statistics.fmean(lengths), 1),
+    }
+    out["step_seconds"]["total"] = out["step_seconds"]["learn"]
+    if priced is not None:
+        out["priced_at_speed"] = {k: round(priced[k], 3) for k in ("learn", "decode", "share")}
+        out["priced_at_load"] = priced["load_average"]
+        out["note"] = note
+    out["calibration"] = coef.source
+    return out

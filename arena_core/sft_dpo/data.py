@@ -1,0 +1,156 @@
+"""The data side of offline training (SFT, DPO): which env feeds which algorithm, and tokenising.
+
+An algorithm states the dataset categories it trains on (`data_categories`); an env states the
+category it provides (`category`, as the dataset env does; a text task without one provides
+`reasoning` data, whose demonstrations are its `gold_completion`s). A mismatch is a config error
+naming both, found before any model loads. Rows become `Sample`s exactly like the RL loop's:
+the prompt through the tokenizer's chat template, the completion followed by EOS. A chat row
+(`messages`) becomes one sample rendered by the chat template whose loss mask keeps every
+assistant turn's content and EOS, so system, user and tool tokens (and the template's role
+headers) are context only and every assistant turn counts (see `Encoder.chat`).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from arena_core.learn.packing import Sample
+from arena_core.tasks import Example, gold_completion
+
+
+def task_category(task: Any) -> str:
+    """What `task` provides: its `category`, else reasoning (a text task's demonstrations)."""
+    return str(getattr(task, "category", None) or "reasoning")
+
+
+@dataclass
+class Row:
+    """One training item: chat messages of the prompt and the completion text(s)."""
+
+    index: int  # position in the finite training rows (-1 for generated demonstrations)
+    messages: list[dict[str, str]]  # the prompt; for a chat row, the whole conversation
+    response: str = ""
+    chosen: str = ""
+    rejected: str = ""
+    chat: bool = False  # messages is a conversation whose assistant turns carry the loss
+
+
+def demonstration(task: Any, ex: Example) -> str:
+    demo = ex.meta.get("demo") if ex.meta else None
+    return str(demo) if demo else gold_completion(task, ex)
+
+
+class OfflineData:
+    """Training stream and held-out rows of a task for an offline algorithm."""
+
+    def __init__(self, task: Any, eval_n: int) -> None:
+        self.task = task
+        self.category = task_category(task)
+        if hasattr(task, "train_rows") and self.category != "reasoning":
+            self.rows = [self._row(i, r) for i, r in enumerate(task.train_rows)]
+            self.eval_rows = [self._row(-1, r) for r in task.eval_rows[:eval_n]]
+        else:  # a text task: its (endless) example stream and its demonstrations
+            self.rows = []
+            self.eval_rows = [self._example(ex) for ex in task.eval_examples(eval_n)]
+
+    def _row(self, index: int, r: dict[str, str]) -> Row:
+        if "messages" in r:  # a chat: the env's system prompt is not added to it
+            return Row(index, list(r["messages"]), chat=True)
+        messages = self.task.prompt_messages(r["prompt"])
+        if self.category == "preference":
+            return Row(index, messages, chosen=r["chosen"], rejected=r["rejected"])
+        return Row(index, messages, response=r["response"])
+
+    def _example(self, ex: Example) -> Row:
+        return Row(-1, self.task.messages(ex), response=demonstration(self.task, ex))
+
+    def stream(self, seed: int, skip: int = 0) -> Iterator[Row]:
+        """Endless training rows, reshuffled each epoch from `seed`; `skip` drops the first rows
+        (a resumed run continues where it stopped)."""
+        it = self._stream(seed)
+        for _ in range(skip):
+            next(it)
+        return it
+
+    def _stream(self, seed: int) -> Iterator[Row]:
+        if not self.rows:
+            for ex in self.task.train_examples(seed):
+                yield self._example(ex)
+            return
+        rng = random.Random(seed)
+        order = list(range(len(self.rows)))
+        while True:
+            rng.shuffle(order)
+            for i in order:
+                yield self.rows[i]
+
+
+class Encoder:
+    """Rows -> `Sample`s (prompt via the chat template, completion + EOS), cut at max_length."""
+
+    def __init__(self, tokenizer: Any, max_length: int, completion_only: bool = True) -> None:
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+        self.completion_only = completion_only
+        self._prompts: dict[str, list[int]] = {}
+
+    def prompt(self, messages: list[dict[str, str]]) -> list[int]:
+        key = repr(messages)
+        ids = self._prompts.get(key)
+        if ids is None:
+            out = self.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=True, return_dict=False
+            )
+            ids = list(out["input_ids"] if isinstance(out, dict) else out)
+            if len(self._prompts) < 100_000:
+                self._prompts[key] = ids
+        return ids
+
+    def sample(self, messages: list[dict[str, str]], completion: str) -> Sample:
+        """The sample whose completion tokens carry the loss: the completion only, or (with
+        completion_only off) every token after the first."""
+        prompt = self.prompt(messages)
+        comp = self.tokenizer.encode(completion, add_special_tokens=False)
+        comp = comp + [self.tokenizer.eos_token_id]
+        seq = (prompt + comp)[: self.max_length]
+        split = min(len(prompt), len(seq)) if self.completion_only else 1
+        completion_ids = seq[split:]
+        return Sample(seq[:split], completion_ids, [0.0] * len(completion_ids), 1.0)
+
+    def chat(self, messages: list[dict[str, str]]) -> list[Sample]:
+        """A conversation as one sample whose loss mask keeps the assistant turns only: the
+        chat template renders the conversation up to each assistant turn (generation prompt
+        included: context, mask 0), the turn adds its content + EOS (what the model generates
+        there: mask 1). Cut at `max_length`; turns past it carry no loss. A template whose
+        renderings are not prefixes of one another (it rewrites earlier turns) gives one sample
+        per assistant turn instead, whose context is the conversation before it: the same loss
+        under token-mean, the shared prefix recomputed. With completion_only off: every token
+        after the first carries loss."""
+        if not self.completion_only:
+            out = self.tokenizer.apply_chat_template(
+                messages, tokenize=True, return_dict=False, add_generation_prompt=False
+            )
+            ids = list(out["input_ids"] if isinstance(out, dict) else out)[: self.max_length]
+            return [Sample(ids[:1], ids[1:], [0.0] * (len(ids) - 1), 1.0)]
+        turns = [i for i, turn in enumerate(messages) if turn["role"] == "assistant"]
+        seq: list[int] = []
+        mask: list[int] = []
+        for i in turns:
+            context = self.prompt(messages[:i])
+            if context[: len(seq)] != seq:  # not a prefix: one sample per turn
+                return [self.sample(messages[:i], messages[i]["content"]) for i in turns]
+            reply = self.tokenizer.encode(messages[i]["content"], add_special_tokens=False)
+            reply.append(self.tokenizer.eos_token_id)
+            mask += [0] * (len(context) - len(seq)) + [1] * len(reply)
+            seq = context + reply
+        seq, mask = seq[: self.max_length], mask[: self.max_length]
+        start = mask.index(1) if 1 in mask else len(seq)
+        completion = seq[start:]
+        return [Sample(seq[:start], completion, [0.0] * len(completion), 1.0, mask[start:])]
+
+    def sft(self, row: Row) -> list[Sample]:
+        """The samples of an sft row: its chat turns, or its prompt and response."""
+        return self.chat(row.messages) if row.chat else [self.sample(row.messages, row.response)]

@@ -1,0 +1,90 @@
+"""Sampling requests that wait together are generated together.
+
+RL code samples a group as many single-sample requests at once (tinker-cookbook sends one
+`sample(num_samples=1)` per environment, 16 for a group of 16): run one by one, each would
+prefill the same prompt again and decode one row at a time. Requests queued for the same
+sampler, prompt and sampling parameters (no seed, no prompt logprobs) are merged instead: one
+worker job takes every such request that arrived before it started, prefills the prompt once
+and decodes all their rows as one batch (`engine.sample`, `num_samples` summed), then hands each
+request its own rows. A request with a seed runs alone, so its samples stay reproducible.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from arena_core.tinker.service import TinkerService
+from arena_core.tinker.wire import encode_sample_response
+
+Pending = list[tuple[Any, concurrent.futures.Future]]
+
+
+class SampleBatcher:
+    """Merges queued `asample` requests (see the module docstring) on the server's worker."""
+
+    def __init__(self, engine: TinkerService, worker: concurrent.futures.Executor) -> None:
+        self.engine = engine
+        self.worker = worker
+        self._pending: dict[tuple, Pending] = {}
+        self._lock = threading.Lock()
+
+    def submit(self, req: Any) -> concurrent.futures.Future:
+        """The future of this request's `SampleResponse` bytes."""
+        key = _merge_key(req)
+        if key is None:
+            return self.worker.submit(self._alone, req)
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        with self._lock:
+            if key in self._pending:  # a job for this key is queued and has not started
+                self._pending[key].append((req, future))
+                return future
+            self._pending[key] = [(req, future)]
+        self.worker.submit(self._merged, key)
+        return future
+
+    def _alone(self, req: Any) -> bytes:
+        sequences, prompt_lps = self.engine.sample(req.sampling_session_id, req)
+        return encode_sample_response(sequences, prompt_lps)
+
+    def _merged(self, key: tuple) -> None:
+        with self._lock:
+            batch = [(r, f) for r, f in self._pending.pop(key) if f.set_running_or_notify_cancel()]
+        if not batch:
+            return
+        total = sum(int(r.num_samples) for r, _ in batch)
+        merged = batch[0][0].model_copy(update={"num_samples": total})
+        _settle(batch, lambda: self.engine.sample(merged.sampling_session_id, merged)[0])
+
+    def pending(self) -> int:
+        with self._lock:
+            return sum(len(v) for v in self._pending.values())
+
+
+def _settle(batch: Pending, generate: Callable[[], list]) -> None:
+    """Generate once, give each request its rows in order (or everyone the error)."""
+    try:
+        sequences = generate()
+    except Exception as exc:  # every waiting request fails the way a lone one would
+        for _, future in batch:
+            future.set_exception(exc)
+        return
+    start = 0
+    for req, future in batch:
+        n = int(req.num_samples)
+        future.set_result(encode_sample_response(sequences[start : start + n]))
+        start += n
+
+
+def _merge_key(req: Any) -> tuple | None:
+    """What requests must share to be generated together; None: this one runs alone."""
+    params = req.sampling_params
+    if params.seed is not None or req.prompt_logprobs:
+        return None
+    return (
+        req.sampling_session_id,
+        tuple(req.prompt.to_ints()),
+        params.model_dump_json(exclude={"seed"}),
+    )

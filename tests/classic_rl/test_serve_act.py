@@ -1,0 +1,84 @@
+"""`arena deploy` of a PPO checkpoint: `/v1/models` lists it and `POST /v1/act` answers the
+action `load_gym_policy` computes, over real HTTP on 127.0.0.1, with the server's key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gymnasium as gym
+import httpx
+
+from arena_core.classic_rl.policy import load_gym_policy
+from arena_core.serve.server import ServeOptions, Server
+
+from .conftest import ENVS, train
+
+KEY = "act-test-key"
+
+
+def test_deploy_answers_act_like_the_policy(tiny_cartpole: Path) -> None:
+    options = ServeOptions(port=0, runs=tiny_cartpole.parent, api_key=KEY)
+    with Server([f"cartpole={tiny_cartpole}"], options).start() as server:
+        auth = {"Authorization": f"Bearer {KEY}"}
+        with httpx.Client(base_url=server.url, headers=auth, timeout=30) as client:
+            listed = client.get("/v1/models").json()["data"]
+            assert [(m["id"], m["kind"]) for m in listed] == [("cartpole", "ppo")]
+
+            act = load_gym_policy(tiny_cartpole)
+            env = gym.make("CartPole-v1")
+            obs, _ = env.reset(seed=7)
+            for _ in range(20):
+                body = {"model": "cartpole", "observation": obs.tolist()}
+                reply = client.post("/v1/act", json=body)
+                assert reply.status_code == 200, reply.text
+                assert reply.json() == {"model": "cartpole", "action": act(obs.tolist())}
+                obs, _, term, trunc, _ = env.step(reply.json()["action"])
+                if term or trunc:
+                    obs, _ = env.reset()
+            # the model may be left out when one policy is served
+            assert client.post("/v1/act", json={"observation": obs.tolist()}).status_code == 200
+
+            bad = client.post("/v1/act", json={"model": "cartpole", "observation": [0.0, 1.0]})
+            assert bad.status_code == 400
+            error = bad.json()["error"]
+            assert "observation shape" in error["message"] and error["param"] == "observation"
+            assert error["type"] == "invalid_request_error"
+
+            unknown = client.post("/v1/act", json={"model": "nope", "observation": [0.0] * 4})
+            assert unknown.status_code == 404 and unknown.json()["error"]["code"] == (
+                "model_not_found"
+            )
+        # the key is required here as on the OpenAI routes
+        keyless = httpx.post(f"{server.url}/v1/act", json={"observation": [0.0] * 4})
+        assert keyless.status_code == 401 and "API key" in keyless.json()["error"]["message"]
+
+
+def test_a_multi_agent_policy_acts_per_agent_beside_a_ppo_one(
+    tiny_cartpole: Path, tmp_path: Path
+) -> None:
+    """IPPO inherits PPO's serving; both kinds share the one `/v1/act` route."""
+    walkers = train(
+        tmp_path,
+        "+algo=ippo",
+        "+env=pettingzoo",
+        f"env.id={ENVS}:LineWalkers",
+        "env.num_envs=2",
+        "algo.num_steps=8",
+        "train.max_steps=1",
+    )
+    refs = [f"cartpole={tiny_cartpole}", f"walkers={walkers}"]
+    server = Server(refs, ServeOptions(port=0, runs=tmp_path)).start()
+    with server, httpx.Client(base_url=server.url, timeout=30) as client:
+        kinds = {m["id"]: m["kind"] for m in client.get("/v1/models").json()["data"]}
+        assert kinds == {"cartpole": "ppo", "walkers": "ippo"}
+        act = load_gym_policy(walkers)
+        for agent in ("walker_0", "late_0"):
+            body = {"model": "walkers", "observation": [0.0, 1.0, 0.0], "agent": agent}
+            reply = client.post("/v1/act", json=body)
+            assert reply.status_code == 200, reply.text
+            assert reply.json()["action"] == act([0.0, 1.0, 0.0], agent=agent)
+        nobody = client.post("/v1/act", json={"model": "walkers", "observation": [0.0] * 3})
+        assert nobody.status_code == 400 and nobody.json()["error"]["param"] == "agent"
+        # with two policies served the request must name one
+        unnamed = client.post("/v1/act", json={"observation": [0.0] * 4})
+        assert unnamed.status_code == 404 and "cartpole" in unnamed.json()["error"]["message"]
