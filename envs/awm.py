@@ -1,7 +1,7 @@
 """Agent World Model environments: `+env=awm env.path=FOLDER` (an AWM-format folder, as it is).
 
 Each scenario of the folder (`arena_envs.awm_data`) is an MCP environment of its own: its
-FastAPI app served by `arena_envs.awm_server` (AWM's engine rewrite, the MCP side on mcp 2.x)
+FastAPI app served by `arena_envs.awm_server` (AWM's engine rewrite, the MCP side on the SDK's low-level server)
 as a stdio child of Arena's MCP sessions (`arena_core.tools.mcp_session.MCPServers`: per-episode
 state directories, timeouts, process-group kills, under bubblewrap when the kernel allows it).
 There is no other tool stack: the runtime's multi-turn episodes (`arena_core.engines.

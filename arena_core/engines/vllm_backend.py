@@ -41,8 +41,7 @@ from pydantic import BaseModel
 
 from arena_core.engines.backend_configs import VLLMBackendConfig
 from arena_core.engines.base import Completion, SamplingParams, count_generated
-from arena_core.engines.vllm_engine import (  # noqa: F401  (INSTALL_HINT: its old import path)
-    INSTALL_HINT,
+from arena_core.engines.vllm_engine import (
     _import_vllm,
     engine_args,
     sampling_params,

@@ -33,7 +33,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -45,12 +44,7 @@ from pydantic import BaseModel, ValidationError
 from arena_core.errors import ArenaError
 from arena_core.planner.cost import Coefficients
 from arena_core.planner.hardware import HardwareProfile
-from arena_core.planner.microbench import (  # noqa: F401 (their old import path)
-    CAL_HEADS,
-    CAL_HIDDEN,
-    CAL_INTER,
-    CAL_KV,
-    CAL_VOCAB,
+from arena_core.planner.microbench import (
     measure_bandwidth,
     measure_decode,
     measure_decode_read,
@@ -59,6 +53,7 @@ from arena_core.planner.microbench import (  # noqa: F401 (their old import path
     spec_of,
     tiny_qwen2,
 )
+from arena_core.store.atomic import atomic_write_text
 
 
 class Calibration(BaseModel):
@@ -122,16 +117,7 @@ def save_calibration(cal: Calibration) -> Path:
     """Write atomically: a reader sees the old file or the new one, never half of one."""
     path = calibration_path(cal.profile)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{cal.profile}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(cal.model_dump_json(indent=2))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(path, cal.model_dump_json(indent=2))
     return path
 
 
