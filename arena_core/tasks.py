@@ -15,9 +15,10 @@ Optional (looked up with getattr; defaults in brackets):
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import random
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 REQUIRED = ("name", "reward", "train_examples", "eval_examples", "messages")
 
@@ -81,3 +82,18 @@ def problem_key(task: Any, example: Example) -> str:
     """The task's identity of the problem in `example` (its question when it defines none)."""
     fn = getattr(task, "problem_key", None)
     return str(fn(example)) if callable(fn) else example.question
+
+
+T = TypeVar("T")
+
+
+def shuffled_epochs(rows: Sequence[T], rng: random.Random) -> Iterator[T]:
+    """`rows` forever, reshuffled by `rng` at every epoch: a text task's `train_examples` stream.
+
+    Deterministic for a given `rng`, so a resumed run that skips the first n items replays its
+    data position exactly."""
+    order = list(range(len(rows)))
+    while True:
+        rng.shuffle(order)
+        for i in order:
+            yield rows[i]

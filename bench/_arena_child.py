@@ -85,6 +85,18 @@ def run_arena(
     return ChildRun(code, last_run_dir(output), wall, _children_cpu_s() - cpu0, output)
 
 
+def reward_curve(run_dir: Path) -> list[float]:
+    """A finished run's mean training reward per step (its metrics.csv), rounded."""
+    import csv
+
+    path = Path(run_dir) / "metrics.csv"
+    if not path.exists():
+        return []
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    return [round(float(r["reward/mean"]), 3) for r in rows if r.get("reward/mean")]
+
+
 def require_run_dir(run: ChildRun, what: str) -> Path:
     """The run's directory, or exit the bench saying which run failed and how it ended."""
     if not run.ok or run.run_dir is None:

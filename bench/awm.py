@@ -42,7 +42,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _arena_child import run_arena  # noqa: E402
+from _arena_child import reward_curve, run_arena  # noqa: E402
 
 STAGES = ("demos", "base", "sft", "rl", "train")
 PRESET, COLDSTART = "+experiment=awm_smollm2", "+experiment=awm_smollm2_coldstart"
@@ -188,7 +188,7 @@ def main(argv: list[str]) -> int:
                 cold_start=_success(ev[0]),
                 after=_success(ev[-1]),
                 steps=summary.get("steps"),
-                reward_curve=_reward_curve(run.run_dir),
+                reward_curve=reward_curve(run.run_dir),
             )
         elif stage == "train":
             run = run_arena(
@@ -244,18 +244,6 @@ def main(argv: list[str]) -> int:
 def _heldout_tasks(run_dir: str) -> int | None:
     summary = json.loads((Path(run_dir) / "summary.json").read_text())
     return summary.get("eval_prompts")
-
-
-def _reward_curve(run_dir: Path) -> list[float]:
-    """The CISPO run's mean training reward per step (metrics.csv), rounded."""
-    import csv
-
-    path = run_dir / "metrics.csv"
-    if not path.exists():
-        return []
-    with path.open() as f:
-        rows = list(csv.DictReader(f))
-    return [round(float(r["reward/mean"]), 3) for r in rows if r.get("reward/mean")]
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ neighbours as well: the load average before and after is printed with the figure
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import sys
@@ -31,19 +30,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _arena_child import run_arena  # noqa: E402
+from _arena_child import reward_curve, run_arena  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _reward_curve(run_dir: Path) -> list[float]:
-    """The GRPO run's mean training reward per step (metrics.csv), rounded."""
-    path = run_dir / "metrics.csv"
-    if not path.exists():
-        return []
-    with path.open() as f:
-        rows = list(csv.DictReader(f))
-    return [round(float(r["reward/mean"]), 3) for r in rows if r.get("reward/mean")]
 
 
 def _args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -132,7 +121,7 @@ def main(argv: list[str]) -> int:
         "eval_prompts": grpo["eval_prompts"],
         "sft_steps": sft["steps"],
         "grpo_steps": grpo["steps"],
-        "reward_curve": _reward_curve(grpo_dir),
+        "reward_curve": reward_curve(grpo_dir),
         "cold_start_run": str(sft_dir),
         "grpo_run": str(grpo_dir),
         "load_avg_before": round(load_before, 2),

@@ -23,7 +23,7 @@ from pydantic import Field, model_validator
 from arena_core.data import DatasetError, load_dataset
 from arena_core.data.registry import dataset_fields
 from arena_core.errors import ConfigError
-from arena_core.tasks import Example
+from arena_core.tasks import Example, shuffled_epochs
 
 
 class DatasetEnvConfig(PromptConfig):
@@ -140,11 +140,7 @@ class DatasetTask(PromptedTask):
         """Reasoning rows as an endless stream, reshuffled each epoch."""
         rows = [Example(r["question"], r["answer"]) for r in self.train_rows]
         rng = random.Random(seed)
-        order = list(range(len(rows)))
-        while True:
-            rng.shuffle(order)
-            for i in order:
-                yield rows[i]
+        yield from shuffled_epochs(rows, rng)
 
     def eval_examples(self, n: int) -> list[Example]:
         return [Example(r["question"], r["answer"]) for r in self.eval_rows[:n]]

@@ -22,7 +22,7 @@ from pydantic import Field, model_validator
 
 from arena_core.data import DatasetError, load_dataset
 from arena_core.data.registry import dataset_fields
-from arena_core.tasks import Example
+from arena_core.tasks import Example, shuffled_epochs
 
 
 class Gsm8kConfig(PromptConfig):
@@ -116,11 +116,7 @@ class Gsm8kTask(PromptedTask):
 
     def train_examples(self, seed: int) -> Iterator[Example]:
         rng = random.Random(seed)
-        order = list(range(len(self.train)))
-        while True:
-            rng.shuffle(order)
-            for i in order:
-                yield self.train[i]
+        yield from shuffled_epochs(self.train, rng)
 
     def eval_examples(self, n: int) -> list[Example]:
         """The first `n` held-out rows (all of them when fewer are held out)."""

@@ -17,7 +17,7 @@ from arena_envs.common import PromptConfig, PromptedTask
 from pydantic import Field
 
 from arena_core.errors import ConfigError
-from arena_core.tasks import Example
+from arena_core.tasks import Example, shuffled_epochs
 from arena_core.tools.mcp_task import MCPServerFields, MCPTask
 
 SYSTEM_PROMPT = "You are a helpful assistant. Use the tools when they help, then answer."
@@ -72,11 +72,7 @@ class MCPEnvTask(PromptedTask, MCPTask):
                 '{"question": ..., "answer": ...} rows (env.column_mapping renames columns)'
             )
         rng = random.Random(seed)
-        order = list(range(len(self.train_rows)))
-        while True:
-            rng.shuffle(order)
-            for i in order:
-                yield self.train_rows[i]
+        yield from shuffled_epochs(self.train_rows, rng)
 
     def eval_examples(self, n: int) -> list[Example]:
         return self.eval_rows[:n]

@@ -47,7 +47,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from arena_core.errors import ConfigError
-from arena_core.tasks import Example
+from arena_core.tasks import Example, shuffled_epochs
 from arena_core.tools.protocol import ToolResult, function_schema
 
 INSTALL_HINT = "pip install 'arena-rl[verifiers]'"
@@ -362,11 +362,7 @@ class VerifiersTask:
     def train_examples(self, seed: int) -> Iterator[Example]:
         """The training rows, reshuffled each epoch (from `env.seed` and the run's seed)."""
         rng = random.Random(f"{self.cfg.seed}:{seed}")
-        order = list(range(len(self.train)))
-        while True:
-            rng.shuffle(order)
-            for i in order:
-                yield self.train[i]
+        yield from shuffled_epochs(self.train, rng)
 
     def eval_examples(self, n: int) -> list[Example]:
         """The first `n` held-out rows (the same list on every call)."""

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from arena_core.learn.packing import Sample
-from arena_core.tasks import Example, gold_completion
+from arena_core.tasks import Example, gold_completion, shuffled_epochs
 
 
 def task_category(task: Any) -> str:
@@ -81,11 +81,7 @@ class OfflineData:
                 yield self._example(ex)
             return
         rng = random.Random(seed)
-        order = list(range(len(self.rows)))
-        while True:
-            rng.shuffle(order)
-            for i in order:
-                yield self.rows[i]
+        yield from shuffled_epochs(self.rows, rng)
 
 
 class Encoder:
