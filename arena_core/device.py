@@ -83,7 +83,7 @@ def use_autocast(device: str, weights: str) -> bool:
 
 def triton_usable(device: torch.device) -> bool:
     """Whether the Triton row ops can run on ``device`` (CUDA, or any device when interpreted).
-    The kernels' own checks (arena_core.kernels._validate) ask the same question here."""
+    The kernels' own checks (arena_core.kernels.fused_logprob) ask the same question here."""
     try:
         import triton  # noqa: F401
     except ImportError:

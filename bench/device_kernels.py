@@ -37,11 +37,12 @@ def _sync(device: torch.device) -> None:
 
 def _step(variant: str, hidden, weight, targets, old, adv):
     """One forward + backward; returns (logprobs, grad_hidden, grad_weight or None)."""
-    from arena_core.kernels import fused_linear_logprob, grpo_token_loss
+    from arena_core.kernels import fused_linear_logprob
+    from arena_core.learn.losses import grpo_token_loss
 
     hidden.grad = weight.grad = None
     logprobs = fused_linear_logprob(hidden, weight, targets, impl=variant)
-    loss = grpo_token_loss(logprobs, old, adv, eps_low=0.2, eps_high=0.2).loss
+    loss, _ = grpo_token_loss(logprobs, old, adv, eps_low=0.2, eps_high=0.2)
     loss.mean().backward()
     return logprobs.detach(), hidden.grad, weight.grad
 
@@ -106,7 +107,7 @@ def main() -> int:
     heads, tokens, t_check = HEADS, TOKENS, 1024
     if args.smoke:
         heads, tokens, t_check = {"tiny": (16, 100)}, (7, 33), 7
-    from arena_core.kernels._validate import triton_usable
+    from arena_core.device import triton_usable
 
     variants = [v for v in VARIANTS if "triton" not in v or triton_usable(device)]
     summary: dict = {"cuda": cuda, "device": torch.cuda.get_device_name() if cuda else "cpu"}

@@ -1,6 +1,7 @@
 """Does a real model get more correct on reasoning-gym tasks, and how fast against TRL? (issue 38)
 
-Usage: python bench/ecosystem_learning.py [--tasks NAME ...] [--steps N] [--eval-prompts N]
+Usage: python bench/ecosystem_learning.py [--tasks NAME ...] [--verifiers ID ...] [--steps N]
+           [--eval-prompts N]
            [--budget-s S] [--vs-trl NAME|none] [--trl-steps N] [--trl-eval-every K]
            [--runs DIR] [extra Hydra overrides for every run]
        e.g. python bench/ecosystem_learning.py --tasks chain_sum --steps 2 --eval-prompts 16 \
@@ -11,7 +12,12 @@ LoRA r16, SmolLM2-135M-Instruct, one worked exchange in the prompt) on a small c
 exactly as a user starts it. Its held-out evaluations before and after training are greedy on the
 same `--eval-prompts` held-out rows (distinct questions from a seed range training never draws),
 and accuracy is the share that reasoning-gym's own score_answer gives full marks (`eval/accuracy`),
-never a format bonus. `wall_s` is the child's whole wall time, evaluations included; a run past
+never a format bonus. `--verifiers ID` (default `vf-arith`, the example package
+examples/verifiers/vf-arith) adds one `arena-run +experiment=verifiers_smollm2 env.id=ID` child per
+environment, reported as `verifiers:ID`, whose accuracy is the rubric's own correctness function on
+the environment's eval set; run the bench in an environment where verifiers and the package are
+installed (`pip install 'arena-rl[verifiers]' -e examples/verifiers/vf-arith`), else it says
+`skipped` with the install line. `wall_s` is the child's whole wall time, evaluations included; a run past
 `--budget-s` is stopped there and its figures are those of its last evaluation (set `eval.every`
 to get one on the way).
 
@@ -58,6 +64,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _arena_child import run_arena  # noqa: E402
 
 PRESET = "+experiment=reasoning_gym_smollm2"
+VERIFIERS_PRESET = "+experiment=verifiers_smollm2"
+VERIFIERS_INSTALL = "pip install 'arena-rl[verifiers]'"
 TRL_INSTALL = "pip install trl  (a benchmark peer: install it for this bench only)"
 _TRL_TRAIN_S = re.compile(r"^TRL-TRAIN-S ([0-9.]+) STEPS (\d+)$", flags=re.M)
 _EVAL_LINE = re.compile(r"^eval @ step (\d+): .*accuracy ([0-9.]+)%", flags=re.M)
@@ -86,6 +94,13 @@ CONFIGS: dict[str, list[str]] = {
 def _args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tasks", nargs="*", default=["chain_sum", "basic_arithmetic"], choices=CONFIGS)
+    p.add_argument(
+        "--verifiers",
+        nargs="*",
+        default=["vf-arith"],
+        help="verifiers environments (installed ids) trained with +experiment=verifiers_smollm2; "
+        "skipped with the install line where verifiers or the id is missing",
+    )
     p.add_argument("--steps", type=int, help="GRPO steps of the item-5 runs (the preset's: 80)")
     p.add_argument("--eval-prompts", type=int, default=200, help="held-out items")
     p.add_argument("--budget-s", type=float, default=1800.0, help="wall-clock cap per run")
@@ -107,6 +122,27 @@ def task_overrides(name: str, eval_prompts: int) -> list[str]:
         f"env.eval_size={eval_prompts}",
         f"eval.num_prompts={eval_prompts}",
     ]
+
+
+def verifiers_overrides(env_id: str, eval_prompts: int) -> list[str]:
+    """The `arena-run` overrides of a verifiers environment's run: its preset and the id."""
+    return [
+        VERIFIERS_PRESET,
+        f"env.id={env_id}",
+        f"env.eval_size={eval_prompts}",
+        f"eval.num_prompts={eval_prompts}",
+    ]
+
+
+def verifiers_missing(env_id: str) -> str | None:
+    """Why the environment `env_id` cannot run in this interpreter (None: it can)."""
+    if importlib.util.find_spec("verifiers") is None:
+        return f"verifiers is not installed: {VERIFIERS_INSTALL}"
+    module = env_id.replace("-", "_")
+    if importlib.util.find_spec(module) is None:
+        hint = " (pip install -e examples/verifiers/vf-arith)" if env_id == "vf-arith" else ""
+        return f"the environment {env_id} is not installed: no module {module}{hint}"
+    return None
 
 
 def _figures(run_dir: Path | None, output: str = "") -> dict[str, Any]:
@@ -394,11 +430,19 @@ def main(argv: list[str]) -> int:
         trl_child(task_overrides(a.vs_trl, a.eval_prompts) + extra, a.trl_steps, a.trl_out)
         return 0
     out: dict[str, dict[str, Any]] = {}
-    for name in a.tasks:
+    jobs = [(name, task_overrides(name, a.eval_prompts)) for name in a.tasks]
+    for env_id in a.verifiers:
+        missing = verifiers_missing(env_id)
+        if missing:
+            print(f"verifiers:{env_id} skipped: {missing}", file=sys.stderr)
+            out[f"verifiers:{env_id}"] = {"skipped": missing, "exit_code": 0}
+        else:
+            jobs.append((f"verifiers:{env_id}", verifiers_overrides(env_id, a.eval_prompts)))
+    for name, overrides in jobs:
         args = [
-            *task_overrides(name, a.eval_prompts),
+            *overrides,
             f"paths.runs={a.runs}",
-            f"run_name=ecosystem_{name}",
+            f"run_name=ecosystem_{name.replace(':', '_')}",
             *([f"train.max_steps={a.steps}"] if a.steps is not None else []),
             *extra,
         ]

@@ -43,8 +43,42 @@ _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
-RENDERER = "qwen3_instruct"
+RENDERER = "smollm2"
 KEY = "tml-arena-bench"
+# what SmolLM2's own chat template puts first when a conversation has no system message
+SMOLLM2_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+
+
+def register_smollm2_renderer() -> None:
+    """Register `smollm2`, SmolLM2's chat template, through the cookbook's `register_renderer`.
+
+    SmolLM2 is ChatML, which the cookbook's `qwen3_instruct` renders token for token, but its
+    template also opens every conversation without a system message with its default one; the
+    model was tuned with it, and without it SmolLM2-135M answers the arithmetic prompts half as
+    often correctly (1.6% vs 3.5% at temperature 0.5). The renderer is `qwen3_instruct` with
+    that message added, so prompts match `tokenizer.apply_chat_template` exactly.
+    """
+    from tinker_cookbook import renderers
+    from tinker_cookbook.renderers.qwen3 import Qwen3InstructRenderer
+
+    class SmolLM2Renderer(Qwen3InstructRenderer):
+        def _with_system(self, messages: list) -> list:
+            if messages and messages[0]["role"] == "system":
+                return messages
+            return [{"role": "system", "content": SMOLLM2_SYSTEM}, *messages]
+
+        def build_generation_prompt(self, messages, role="assistant", prefill=None):
+            return super().build_generation_prompt(self._with_system(messages), role, prefill)
+
+        def build_supervised_example(self, messages, *args, **kwargs):
+            return super().build_supervised_example(self._with_system(messages), *args, **kwargs)
+
+        def build_supervised_examples(self, messages, *args, **kwargs):
+            return super().build_supervised_examples(self._with_system(messages), *args, **kwargs)
+
+    renderers.register_renderer(
+        RENDERER, lambda tokenizer, image_processor=None: SmolLM2Renderer(tokenizer)
+    )
 
 
 def cookbook_unmodified() -> bool:
@@ -77,14 +111,16 @@ def rl(args: argparse.Namespace, url: str, work: Path) -> dict:
 
     config = train.CLIConfig(
         model_name=MODEL,
-        renderer_name=RENDERER,
+        renderer_name=args.renderer,
         base_url=url,
         env="arithmetic",
-        lora_rank=32,
+        lora_rank=args.lora_rank,
         group_size=args.group_size,
         groups_per_batch=args.groups,
         learning_rate=args.lr,
         loss_fn=args.loss,
+        temperature=args.temperature,
+        max_tokens=args.max_tokens,
         eval_every=0,
         save_every=0,
         max_steps=args.steps,
@@ -97,12 +133,26 @@ def rl(args: argparse.Namespace, url: str, work: Path) -> dict:
         pass  # the wall-clock budget is over: the steps logged so far are the result
     seen = _metric(work / "log", "env/all/reward/total")
     k = max(1, len(seen) // 4)  # first and last quarter of the steps, to see past the noise
+
+    def quarters(key: str) -> tuple[float | None, float | None]:
+        values = _metric(work / "log", key)
+        if not values:
+            return None, None
+        return round(sum(values[:k]) / len(values[:k]), 4), round(sum(values[-k:]) / k, 4)
+
+    correct, well_formed = quarters("env/all/correct"), quarters("env/all/format")
     return {
         "reward_before": round(sum(seen[:k]) / k, 4) if seen else None,
         "reward_after": round(sum(seen[-k:]) / k, 4) if seen else None,
+        "correct_before": correct[0],
+        "correct_after": correct[1],
+        "format_before": well_formed[0],
+        "format_after": well_formed[1],
         "steps": len(seen),
         "groups_x_size": f"{args.groups}x{args.group_size}",
         "loss_fn": args.loss,
+        "temperature": args.temperature,
+        "max_tokens": args.max_tokens,
     }
 
 
@@ -159,13 +209,19 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=30.0, help="rl: wall-clock budget")
     parser.add_argument("--groups", type=int, default=4, help="rl: groups per batch")
     parser.add_argument("--group-size", type=int, default=16, help="rl: samples per problem")
-    parser.add_argument("--loss", default="importance_sampling", help="rl: the loss_fn")
+    parser.add_argument("--loss", default="stable_reinforce", help="rl: the loss_fn")
+    parser.add_argument("--temperature", type=float, default=0.5, help="rl: sampling temperature")
+    parser.add_argument("--max-tokens", type=int, default=5, help="rl: tokens per answer")
+    parser.add_argument("--lora-rank", type=int, default=32)
+    parser.add_argument(
+        "--renderer", default=RENDERER, help="smollm2 (registered here) or a cookbook renderer"
+    )
     parser.add_argument("--batch", type=int, default=16, help="sl: conversations per step")
     parser.add_argument("--epochs", type=int, default=1, help="sl: passes over the file")
     parser.add_argument("--lr", type=float, default=None, help="rl 5e-4, sl 2e-4")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
-    args.lr = args.lr or (5e-4 if args.recipe == "rl" else 2e-4)
+    args.lr = args.lr or (1e-3 if args.recipe == "rl" else 2e-4)
 
     from tinker_cookbook import tokenizer_utils
     from transformers import AutoTokenizer
@@ -175,6 +231,7 @@ def main() -> None:
     unmodified = cookbook_unmodified()
     cache_dir = resolve_model("smollm2-135m-instruct")  # pulled once if absent
     tokenizer_utils.register_tokenizer(MODEL, lambda: AutoTokenizer.from_pretrained(cache_dir))
+    register_smollm2_renderer()
     work = Path(tempfile.mkdtemp(prefix="tinker-cookbook-"))
     proc, url = start_server(work / "state", args.threads)
     os.environ["TINKER_API_KEY"] = KEY
@@ -187,7 +244,9 @@ def main() -> None:
     wall = time.perf_counter() - start
     line = {"recipe": args.recipe, "recipe_unmodified": unmodified, **result}
     line |= {"wall_s": round(wall, 1), "step_s": round(wall / max(1, result["steps"]), 1)}
-    print(json.dumps({**line, "model": MODEL, "renderer": RENDERER, "lr": args.lr}), flush=True)
+    print(
+        json.dumps({**line, "model": MODEL, "renderer": args.renderer, "lr": args.lr}), flush=True
+    )
 
 
 if __name__ == "__main__":

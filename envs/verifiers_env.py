@@ -16,12 +16,21 @@ after `/` and before `@`, `-` -> `_`), and maps it onto Arena's text-task contra
   answer, info, task and the other columns), and the sandboxed worker loads the environment
   once, then calls each rubric function with only the arguments it names. Each function is a
   component (`reward/<name>`), the reward their weighted sum.
-- a MultiTurnEnv's episodes run through Arena's episode runner, token in / token out: the
-  environment's own `setup_state`, stop conditions (`@vf.stop`, `max_turns`) and `env_response`
-  answer each model turn (`VerifiersSession`); a ToolEnv's tools are its plain functions, called
-  through its own `call_tool` (`VerifiersToolSession`).
-- a rubric with group functions runs its SingleTurnEnv's turns as one-turn episodes too, so a
-  group's sessions can hand the reward the whole group (`state["group"]`).
+- a classic environment's episodes run through its OWN `rollout` (MultiTurnEnv, ToolEnv,
+  StatefulToolEnv, MCPEnv, EnvGroup, anything but a plain SingleTurnEnv, plus a SingleTurnEnv
+  whose rubric has group functions): `VerifiersRollouts` points verifiers' OpenAI client at an
+  OpenAI-compatible server over the run's own engine (`arena_core.serve.server.serve_policy`,
+  started on loopback per generation backend) and asks it for token ids and logprobs, as
+  prime-rl asks vLLM. The environment's setup_state, stop conditions, env_response, tools and
+  state injection all run as verifiers runs them. Each episode becomes one training sequence from
+  the server's token ids (prime-rl's interleaving): sampled tokens keep the server's logprobs,
+  the tokens between turns (env and tool messages, template glue) are masked out. A plain
+  SingleTurnEnv's one turn is sampled by Arena's batched generate directly (the same prompt and
+  tokens, without the HTTP round trip).
+- the rubric still scores in the sandbox (not the env's `run_rollout` scoring in this process):
+  rubric code is user code, and the worker gets the episode's messages and JSON-ready state.
+  The rollout code itself (env_response, tools) runs in the run's process, as every env plugin
+  does: it keeps state across turns and calls the in-run server.
 
 `env.id` not installed, an import that fails, a dataset without a prompt column: each is one
 ConfigError naming it, before any model loads.
@@ -46,9 +55,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from arena_core.engines.base import Completion
+from arena_core.engines.multi_turn import EpisodeRunner
 from arena_core.errors import ConfigError
 from arena_core.tasks import Example, shuffled_epochs
-from arena_core.tools.protocol import ToolResult, function_schema
 
 INSTALL_HINT = "pip install 'arena-rl[verifiers]'"
 REWARD_FILE = str(Path(__file__).resolve().parents[1] / "rewards" / "verifiers_reward.py")
@@ -80,10 +90,10 @@ class VerifiersConfig(BaseModel):
     max_turns: int | None = Field(
         None, ge=1, description="Model turns per episode (multi-turn); default: the env's own."
     )
-    max_tool_response_tokens: int = Field(256, ge=1, description="An env answer cut beyond.")
-    tool_timeout_s: float = Field(30.0, gt=0, description="Per env_response or tool call.")
-    tool_concurrency: int = Field(8, ge=1, description="Episodes' env calls run at once.")
-    tool_parser: str = Field("hermes", description="How tool calls are read from a reply.")
+    rollouts_at_once: int = Field(
+        32, ge=1, description="Episodes the environment runs at once (the server batches them)."
+    )
+    episode_timeout_s: float = Field(600.0, gt=0, description="One episode's time at most.")
     max_prompt_tokens: int | None = Field(None, ge=1, description="Prompt tokens at most.")
     reward: str = Field(REWARD_FILE, description="Reward file; default: the env's rubric.")
 
@@ -390,7 +400,7 @@ class VerifiersTask:
         _LOOP.stop()
 
 
-# -- multi-turn ------------------------------------------------------------------------------------
+# -- the environment's own rollouts ----------------------------------------------------------------
 class _Loop:
     """One event loop on a daemon thread for the environments' async code (env_response, tools,
     stop conditions), shared by the sessions of every episode."""
@@ -417,166 +427,271 @@ class _Loop:
 _LOOP = _Loop()
 
 
-async def _maybe(value: Any) -> Any:
-    return await value if asyncio.iscoroutine(value) else value
-
-
-class VerifiersSession:
-    """One episode of a classic MultiTurnEnv: each model turn goes to the environment's own stop
-    conditions and `env_response`, whose messages are the next user message."""
-
-    def __init__(
-        self, env: Any, example: Example, timeout_s: float, group: list[Any] | None = None
-    ) -> None:
-        from verifiers.legacy.types import ClientConfig
-
-        self.env = env
-        self.group = group if group is not None else []  # the episodes of this prompt's group
-        self.closed = False
-        self.row = json.loads(example.answer)["row"]
-        self.prompt = example.meta["messages"]
-        self.finished = False
-        self.turns = 0
-        # init_state wants a client to store; the episode never calls it (Arena samples)
-        client = ClientConfig(api_base_url="http://127.0.0.1:9/v1", max_retries=0)
-        row = {**self.row, "prompt": self.prompt}
-        with no_signal_handlers():
-            self.state = _LOOP.run(env.init_state(row, client, "arena"), timeout_s)
-            got = _LOOP.run(_maybe(env.setup_state(self.state)), timeout_s)
-        self.state = got if got is not None else self.state
-        self.history: list[Any] = list(self.state["prompt"])
-        self.group.append(self)  # only a session that opened: its siblings read its state
-
-    def tools(self) -> list[dict[str, Any]]:
-        return []  # the model answers in text; the environment reads its whole turn
-
-    def messages(self) -> list[dict[str, Any]]:
-        """The episode's opening: the row's prompt."""
-        return [dict(m) for m in self.prompt]
-
-    def reply(self, text: str, timeout_s: float) -> ToolResult:
-        """The environment's answer to one model turn (its own env_response)."""
-        return _LOOP.run(self._reply(text), timeout_s)
-
-    async def _reply(self, text: str) -> ToolResult:
-        from verifiers.legacy.types import AssistantMessage
-        from verifiers.legacy.utils.message_utils import maybe_normalize_messages
-
-        env, state = self.env, self.state
-        turn = AssistantMessage(content=text)
-        state["trajectory"].append(
-            {
-                "prompt": list(self.history),
-                "completion": [turn],
-                "response": None,
-                "tokens": None,
-                "reward": None,
-                "advantage": None,
-                "is_truncated": False,
-                "trajectory_id": state["trajectory_id"],
-                "extras": {},
-            }
-        )
-        self.history.append(turn)
-        self.turns += 1
-        if await env.is_completed(state):
-            self.finished = True
-            return ToolResult("")
-        answer = await env.env_response(list(self.history), state)
-        answer = maybe_normalize_messages(answer, field_name="env_response")
-        self.history += list(answer)
-        if state.get("final_env_response") is not None or await env.is_completed(state):
-            self.finished = True
-        return ToolResult("\n\n".join(_text(plain(m).get("content")) for m in answer))
-
-    def call(self, name: str, arguments: dict[str, Any], timeout_s: float) -> ToolResult:
-        return ToolResult("Error: this environment has no tools; answer in text", True)
-
-    def final_state(self) -> dict[str, Any]:
-        """For the rubric: the completion messages and the JSON-ready part of the state, and
-        the group's (every episode of the group has ended by now: the runner reads final
-        states after the batch's last turn), for group reward functions."""
-        own = self._own_state()
-        if len(self.group) > 1:
-            own["group"] = [s._own_state() for s in self.group]
-            own["index"] = self.group.index(self)
-        return own
-
-    def _own_state(self) -> dict[str, Any]:
-        completion = [plain(m) for m in self.history[len(self.prompt) :]]
-        extra = {}
-        for key, value in dict(self.state).items():
-            if key in ("prompt", "completion", "trajectory", "input", "client", "timing"):
-                continue
-            with contextlib.suppress(TypeError, ValueError):
-                extra[key] = json.loads(json.dumps(value))
-        return {"completion": completion, "state": extra, "turns": self.turns}
-
-    def close(self) -> None:
-        self.closed = True
-
-
-class VerifiersToolSession:
-    """One episode of a classic ToolEnv: its plain functions are the tools, called through the
-    environment's own `call_tool`; the episode ends when the model calls none."""
-
-    def __init__(self, env: Any) -> None:
-        self.env = env
-        self.calls: list[dict[str, Any]] = []
-        self.schemas = [
-            function_schema(t.name, t.description, dict(t.parameters)) for t in env.tool_defs
-        ]
-
-    def tools(self) -> list[dict[str, Any]]:
-        return self.schemas
-
-    def call(self, name: str, arguments: dict[str, Any], timeout_s: float) -> ToolResult:
-        call_id = f"call_{len(self.calls)}"
-        record = {"id": call_id, "name": name, "arguments": arguments}
-        self.calls.append(record)
-        if name not in self.env.tool_map:
-            record["result"] = f"Error: no tool named {name}"
-            return ToolResult(record["result"], is_error=True)
-        try:
-            msg = _LOOP.run(self.env.call_tool(name, arguments, call_id), timeout_s)
-            record["result"] = _text(plain(msg).get("content"))
-            return ToolResult(record["result"])
-        except Exception as exc:  # noqa: BLE001 - the tool's error, shown to the model
-            formatter = getattr(self.env, "error_formatter", str)
-            record["result"] = f"Error: {formatter(exc)}"
-            return ToolResult(record["result"], is_error=True)
-
-    def final_state(self) -> dict[str, Any]:
-        return {"tool_calls": self.calls}
-
-    def close(self) -> None:
-        return None
-
-
-class VerifiersEpisodeTask(VerifiersTask):
-    """A ToolTask over a classic MultiTurnEnv or ToolEnv (see the module docstring)."""
+class VerifiersRolloutTask(VerifiersTask):
+    """A task whose episodes the environment runs itself (`env.rollout`): a classic
+    MultiTurnEnv, ToolEnv, StatefulToolEnv, MCPEnv or EnvGroup, or any env whose rubric has group
+    functions (see the module docstring). The run's engine samples behind an OpenAI-compatible
+    server on loopback, one per generation backend, started on first use and stopped by
+    `close`."""
 
     def __init__(self, cfg: VerifiersConfig, api: str, env: Any) -> None:
         super().__init__(cfg, api, env)
+        if cfg.max_turns is not None:
+            for each in [env, *(getattr(env, "envs", None) or [])]:
+                if hasattr(each, "max_turns"):
+                    each.max_turns = cfg.max_turns
         own = getattr(env, "max_turns", -1)
         self.max_turns = cfg.max_turns or (own if isinstance(own, int) and own > 0 else 10)
-        self.max_tool_response_tokens = cfg.max_tool_response_tokens
-        self.tool_timeout_s = cfg.tool_timeout_s
-        self.tool_concurrency = cfg.tool_concurrency
-        self.tool_parser = cfg.tool_parser
-        self.is_tool_env = is_tool_env(env)
-        self.final_answer_in_state = self.is_tool_env  # the model's last turn, for the rubric
-        self._groups: dict[int, list[Any]] = {}
+        self.group_rewards = has_group_rewards(env.rubric)
+        self._servers: dict[int, Any] = {}
         self._lock = threading.Lock()
 
-    def open_session(self, example: Example, seed: int) -> Any:
-        if self.is_tool_env:
-            return VerifiersToolSession(self.env)
-        with self._lock:  # a group: the episodes of one Example opened in one wave
-            group = self._groups.get(id(example))
-            if group is None or any(s.closed for s in group):
-                group = self._groups[id(example)] = []
-        return VerifiersSession(self.env, example, self.tool_timeout_s, group)
+    def episode_runner(self, tokenizer: Any, seed: int = 0) -> VerifiersRollouts:
+        """What runs the episodes (the runtime asks for it instead of Arena's EpisodeRunner)."""
+        return VerifiersRollouts(self, tokenizer)
+
+    def server_url(self, backend: Any) -> str:
+        """The base URL (`.../v1`) of the server sampling from `backend`, started once."""
+        from arena_core.engines.continuous import supports_continuous
+        from arena_core.serve.protocol import Limits
+        from arena_core.serve.server import serve_policy
+
+        with self._lock:
+            server = self._servers.get(id(backend))
+            if server is None:
+                if not supports_continuous(backend):
+                    raise ConfigError(
+                        f"env.id={self.cfg.id}: its episodes run through an OpenAI-compatible "
+                        "server over the run's engine, which returns the sampled tokens' "
+                        f"logprobs on Arena's torch engine only (this run has "
+                        f"{getattr(backend, 'name', type(backend).__name__)}): backend=torch"
+                    )
+                at_once = self.cfg.rollouts_at_once
+                limits = Limits(
+                    max_tokens=1 << 16,
+                    max_request_bytes=64 << 20,
+                    max_pending=max(64, at_once),
+                    max_batch_rows=at_once,
+                )
+                server = self._servers[id(backend)] = serve_policy(
+                    backend, name=SERVED_MODEL, limits=limits
+                )
+        return server.url + "/v1"
+
+    def close(self) -> None:
+        with self._lock:
+            servers, self._servers = list(self._servers.values()), {}
+        for server in servers:
+            server.close()
+        super().close()
+
+
+SERVED_MODEL = "policy"  # the model name the environment's client asks the in-run server for
+
+
+class VerifiersRollouts:
+    """A batch of episodes, each run by the environment's own `rollout` against the in-run
+    server, turned into one training sequence each, the way prime-rl interleaves a verifiers
+    trajectory:
+
+    - each model turn is a trajectory step whose `tokens` are what the server returned: the
+      prompt's ids (`prompt_token_ids`), the sampled ids (`choices[].token_ids`) and their
+      logprobs. The sequence is the first turn's prompt, then each turn's sampled ids (loss mask
+      1, the server's logprobs), then the ids between that turn and the next turn's prompt
+      (environment and tool messages, the template's glue: loss mask 0).
+    - when a turn's prompt does not extend the sequence so far (the environment rewrote the
+      history, or the template renders a past turn differently), the sequence restarts from that
+      turn's prompt: the turns before it are context, not trained (`verifiers/restarts` counts
+      them; prime-rl makes them a separate sample).
+    - an episode whose state has an error (the environment's own code, the server) is failed:
+      not scored, no loss (`episodes/failed`).
+    """
+
+    def __init__(self, task: VerifiersRolloutTask, tokenizer: Any) -> None:
+        self.task, self.tokenizer = task, tokenizer
+
+    failed_kinds = staticmethod(EpisodeRunner.failed_kinds)
+
+    @staticmethod
+    def add_metrics(dst: dict[str, float], comps: list[Completion]) -> None:
+        EpisodeRunner.add_metrics(dst, comps)
+        for c in comps:
+            restarts = (c.episode or {}).get("restarts", 0)
+            dst["verifiers/restarts"] = dst.get("verifiers/restarts", 0.0) + restarts
+
+    def run(
+        self, backend: Any, examples: list[Example], params: Any, *, control: Any = None
+    ) -> list[Completion]:
+        """One completion per example. Sampling follows the run's settings, each model turn up
+        to `max_new_tokens`; a seed is not sent (a seeded request decodes alone on the server,
+        and the episodes of a batch should decode together). The weights stay as they are
+        during the batch (the async runtime applies a new version between batches), so every
+        token carries the version the batch started with."""
+        url = self.task.server_url(backend)
+        version = int(getattr(backend, "policy_version", 0))
+        sampling: dict[str, Any] = {
+            "max_tokens": int(params.max_new_tokens),
+            "temperature": float(params.temperature),
+            "top_p": float(params.top_p),
+            "logprobs": True,
+            "extra_body": {"return_token_ids": True},
+        }
+        if params.top_k:
+            sampling["extra_body"]["top_k"] = int(params.top_k)
+        if params.stop:
+            sampling["stop"] = list(params.stop)
+        states = _LOOP.run(self._rollouts(url, examples, sampling))
+        comps = [self._completion(ex, st, version) for ex, st in zip(examples, states, strict=True)]
+        if self.task.group_rewards:
+            self._share_groups(examples, comps)
+        return comps
+
+    async def _rollouts(
+        self, url: str, examples: list[Example], sampling: dict[str, Any]
+    ) -> list[Any]:
+        from verifiers.legacy.clients import resolve_client
+        from verifiers.legacy.types import ClientConfig
+
+        cfg = self.task.cfg
+        # the in-run server takes no key: name a variable nobody sets, so a key of the user's
+        # (verifiers reads PRIME_API_KEY by default) is never sent
+        client = resolve_client(
+            ClientConfig(
+                api_base_url=url,
+                api_key_var="ARENA_IN_RUN_SERVER_HAS_NO_KEY",
+                max_retries=0,
+                timeout=cfg.episode_timeout_s,
+            )
+        )
+        gate = asyncio.Semaphore(cfg.rollouts_at_once)
+
+        async def one(example: Example) -> Any:
+            row = json.loads(example.answer)["row"]
+            async with gate:
+                return await asyncio.wait_for(
+                    self.task.env.rollout(row, client, SERVED_MODEL, dict(sampling)),
+                    cfg.episode_timeout_s,
+                )
+
+        try:
+            return await asyncio.gather(*(one(ex) for ex in examples), return_exceptions=True)
+        finally:
+            with contextlib.suppress(Exception):
+                await client.close()
+
+    def _completion(self, example: Example, state: Any, version: int) -> Completion:
+        """The episode as one sequence (the class docstring), or a failed one."""
+        if isinstance(state, BaseException):
+            why = "timed out" if isinstance(state, TimeoutError) else _user_error(state)
+            return self._failed(example, f"the environment's rollout failed: {why}")
+        steps = [s for s in state.get("trajectory") or [] if s.get("tokens")]
+        if state.get("error") is not None:
+            return self._failed(example, f"the episode failed: {state['error']!r}")
+        if not steps:
+            return self._failed(
+                example, "the episode has no model turn with token ids (the server returned none)"
+            )
+        prompt: list[int] = list(steps[0]["tokens"]["prompt_ids"])
+        ids: list[int] = []
+        mask: list[int] = []
+        logprobs: list[float] = []
+        restarts = 0
+        for k, step in enumerate(steps):
+            tokens = step["tokens"]
+            if k:
+                seen, asked = prompt + ids, list(tokens["prompt_ids"])
+                if asked[: len(seen)] == seen:  # the extension property: append what came between
+                    between = asked[len(seen) :]
+                    ids += between
+                    mask += [0] * len(between)
+                    logprobs += [0.0] * len(between)
+                else:  # restart from this turn's prompt: the earlier turns are context now
+                    restarts += 1
+                    prompt, ids, mask, logprobs = asked, [], [], []
+            sampled = list(tokens["completion_ids"])
+            own_mask = [int(bool(m)) for m in tokens.get("completion_mask") or [1] * len(sampled)]
+            own_lp = [float(x) for x in tokens.get("completion_logprobs") or []]
+            ids += sampled
+            mask += (own_mask + [1] * len(sampled))[: len(sampled)]
+            logprobs += (own_lp + [0.0] * len(sampled))[: len(sampled)]
+        last = steps[-1]
+        message = getattr(last.get("response"), "message", None)
+        cut = bool(last.get("is_truncated")) or getattr(message, "finish_reason", "") == "length"
+        stop = str(state.get("stop_condition") or "done")
+        completion = [plain(m) for m in state.get("completion") or []]
+        # a tool env's calls; any other env answers each model turn (as an environment
+        # session's replies count in Arena's own episodes)
+        calls = sum(
+            len(m.get("tool_calls") or []) for m in completion if m.get("role") == "assistant"
+        )
+        if not state.get("tool_defs"):
+            calls = len(steps)
+        own = {"completion": completion, "state": _json_state(state), "turns": len(steps)}
+        return Completion(
+            prompt_ids=prompt,
+            token_ids=ids,
+            logprobs=logprobs,
+            text=self.tokenizer.decode(ids, skip_special_tokens=True),
+            finish_reason="length" if cut else "stop",
+            versions=[version] * len(ids),
+            loss_mask=mask,
+            episode={
+                "turns": len(steps),
+                "turn_versions": [version] * len(steps),
+                "outcomes": {"ok": calls} if calls else {},
+                "tool_tokens": mask.count(0),
+                "truncated": 0,
+                "end": "max_turns" if stop == "max_turns_reached" else stop,
+                "error": "",
+                "restarts": restarts,
+                "final_state": own,
+            },
+        )
+
+    def _failed(self, example: Example, error: str) -> Completion:
+        text = self.tokenizer.apply_chat_template(
+            self.task.messages(example), tokenize=False, add_generation_prompt=True
+        )
+        prompt = self.tokenizer.encode(text, add_special_tokens=False)
+        return Completion(
+            prompt_ids=prompt,
+            token_ids=[],
+            logprobs=[],
+            text="",
+            finish_reason="stop",
+            loss_mask=[],
+            episode={"turns": 0, "turn_versions": [], "outcomes": {}, "end": "failed",
+                     "error": error, "final_state": {}},
+        )  # fmt: skip
+
+    @staticmethod
+    def _share_groups(examples: list[Example], comps: list[Completion]) -> None:
+        """Hand each episode of a group (the completions of one Example) its siblings' final
+        states, for the rubric's group functions (`state["group"]`, `state["index"]`)."""
+        groups: dict[int, list[int]] = {}
+        for i, ex in enumerate(examples):
+            groups.setdefault(id(ex), []).append(i)
+        for members in groups.values():
+            scored = [i for i in members if (comps[i].episode or {}).get("end") != "failed"]
+            if not scored:  # a group of one too (evaluation): its function sees just itself
+                continue
+            states = [dict(comps[i].episode["final_state"]) for i in scored]  # type: ignore[index]
+            for index, i in enumerate(scored):
+                episode = comps[i].episode or {}
+                episode["final_state"] = {**states[index], "group": states, "index": index}
+
+
+def _json_state(state: Any) -> dict[str, Any]:
+    """The JSON-ready fields of a verifiers state, for the rubric (what it names as `state`)."""
+    out = {}
+    skip = {"prompt", "completion", "trajectory", "input", "client", "timing", "responses",
+            "sampling_args", "model", "tool_defs"}  # fmt: skip
+    for key, value in dict(state).items():
+        if key in skip:
+            continue
+        with contextlib.suppress(TypeError, ValueError):
+            out[key] = json.loads(json.dumps(value))
+    return out
 
 
 def rubric_funcs(rubric: Any) -> list[tuple[Any, float, Any]]:
@@ -585,25 +700,35 @@ def rubric_funcs(rubric: Any) -> list[tuple[Any, float, Any]]:
     members = getattr(rubric, "rubrics", None)
     if isinstance(members, list):
         return [f for r in members for f in rubric_funcs(r)]
+    env_map = getattr(rubric, "env_map", None)  # an EnvGroup's: its members' functions, once each
+    if hasattr(env_map, "values"):
+        found = [f for env in env_map.values() for f in rubric_funcs(env.rubric)]
+        names = [getattr(f, "__name__", repr(f)) for f, _, _ in found]
+        return [f for i, f in enumerate(found) if names[i] not in names[:i]]
     return [(f, float(w), rubric) for f, w in zip(rubric.funcs, rubric.weights, strict=True)]
 
 
-def is_tool_env(env: Any) -> bool:
-    return isinstance(getattr(env, "tool_map", None), dict) and callable(
-        getattr(env, "call_tool", None)
+def has_group_rewards(rubric: Any) -> bool:
+    """Whether a rubric (a RubricGroup's or an EnvGroup's members too) has group functions."""
+    env_map = getattr(rubric, "env_map", None)
+    members = (
+        [env.rubric for env in env_map.values()]
+        if hasattr(env_map, "values")
+        else getattr(rubric, "rubrics", None) or []
     )
+    own = bool(getattr(rubric, "has_group_rewards", False))
+    return own or any(has_group_rewards(m) for m in members)
 
 
 def is_multi_turn(api: str, env: Any) -> bool:
-    """A classic env whose episodes run through sessions: more than one model turn
-    (SingleTurnEnv has one), or a rubric with group functions (which see the whole group: its
-    sessions share it)."""
-    if api != CLASSIC or not callable(getattr(env, "env_response", None)):
+    """A classic env whose episodes its own `rollout` runs: anything but a SingleTurnEnv
+    (whose one model turn Arena samples in its batched generate, the same tokens), and a
+    SingleTurnEnv whose rubric has group functions (they see the whole group)."""
+    if api != CLASSIC:
         return False
-    if bool(getattr(env.rubric, "has_group_rewards", False)):
+    if has_group_rewards(env.rubric):
         return True
-    names = {c.__name__ for c in type(env).__mro__}
-    return "SingleTurnEnv" not in names and "MultiTurnEnv" in names
+    return "SingleTurnEnv" not in {c.__name__ for c in type(env).__mro__}
 
 
 def make_verifiers(env_cfg: dict) -> VerifiersTask:
@@ -617,7 +742,7 @@ def make_verifiers(env_cfg: dict) -> VerifiersTask:
         )
     api, env = load(cfg.id, dict(cfg.args))
     if is_multi_turn(api, env):
-        return VerifiersEpisodeTask(cfg, api, env)
+        return VerifiersRolloutTask(cfg, api, env)
     return VerifiersTask(cfg, api, env)
 
 
@@ -653,7 +778,8 @@ def validate_verifiers(
         "load",
         PASS,
         f"{cfg.id}: {kind} ({task.api} API), {len(task.train)} training rows, "
-        f"{len(task.held_out)} held out ({task.held_from})",
+        f"{len(task.held_out)} held out ({task.held_from})"
+        + ("; episodes: its own rollout" if isinstance(task, VerifiersRolloutTask) else ""),
     )
     funcs = ", ".join(f"{n} x{w:g}" for n, w in task.funcs)
     report.add("rubric", PASS, f"{funcs}; accuracy: {task.accuracy} at full marks")
@@ -667,7 +793,16 @@ def validate_verifiers(
     except Exception as exc:  # noqa: BLE001
         report.add("reward", FAIL, f"the rubric could not run in the sandbox: {exc}")
         return report
-    if outcome.kind != "ok":
+    if outcome.kind != "ok" and isinstance(task, VerifiersRolloutTask):
+        detail = getattr(outcome, "detail", "")
+        report.add(
+            "reward",
+            WARN,
+            f"scoring the row's answer alone failed ({outcome.kind}): {detail}. The rubric may "
+            "read what only an episode makes (its state, tool calls); the run scores the "
+            "episodes the environment's own rollout runs",
+        )
+    elif outcome.kind != "ok":
         detail = getattr(outcome, "detail", "")
         report.add("reward", FAIL, f"scoring a held-out row failed ({outcome.kind}): {detail}")
     else:

@@ -13,16 +13,19 @@ Contract
 
 `answer` is the JSON object the verifiers env writes for each row (envs/verifiers_env.py):
 {"id": env id, "args": {...}, "api": "classic" | "v1", "accuracy": function name, "row": {the
-row's prompt (messages), answer, info, task and other columns}}. `state` is a multi-turn
-episode's final state: {"completion": [messages after the prompt], "state": {JSON-ready state
-fields}, and "group"/"index" with group functions} for a MultiTurnEnv (or a SingleTurnEnv with
-group functions), {"tool_calls": [...], "final_answer": text} for a ToolEnv.
+row's prompt (messages), answer, info, task and other columns}}. `state` is the final state of
+an episode the environment's own rollout ran (any classic env but a plain SingleTurnEnv):
+{"completion": [its messages after the prompt: model turns, tool calls and results, env
+answers], "state": {the JSON-ready state fields}, "turns": n, and "group"/"index" when the
+rubric has group functions}.
 
 Rules (classic)
 - each rubric function is called with only the arguments it names among prompt, completion,
   answer, state, info, task, parser and the row's other columns (all of them to a `**kwargs`),
   as verifiers' own Rubric does; messages are verifiers' message objects.
 - the reward is sum(weight x score); weight-0 functions (verifiers' metrics) are logged only.
+- an EnvGroup's row is scored by its member's rubric (`info["env_id"]`, as EnvGroupRubric
+  routes it); the other members' functions read 0.
 - a function that raises makes the reward raise: the sample is masked and counted (verifiers
   itself would score it 0).
 - a group function (plural parameters, or `-> list[float]`) gets the whole group, which comes
@@ -93,28 +96,6 @@ def _completion(completion: str, state: dict[str, Any] | None) -> list[dict[str,
     """The completion as chat messages: a single turn, or the episode's own messages."""
     if state and isinstance(state.get("completion"), list):
         return state["completion"]
-    if state and "tool_calls" in state:
-        out: list[dict[str, Any]] = []
-        for call in state["tool_calls"]:
-            out.append(
-                {
-                    "role": "assistant",
-                    "content": "",
-                    "tool_calls": [
-                        {
-                            "id": call["id"],
-                            "type": "function",
-                            "function": {
-                                "name": call["name"],
-                                "arguments": json.dumps(call.get("arguments") or {}),
-                            },
-                        }
-                    ],
-                }
-            )
-            out.append({"role": "tool", "tool_call_id": call["id"], "content": call["result"]})
-        out.append({"role": "assistant", "content": state.get("final_answer") or ""})
-        return out
     return [{"role": "assistant", "content": completion}]
 
 
@@ -184,7 +165,10 @@ def _classic(ref: dict[str, Any], completion: str, state: dict[str, Any] | None)
         group[int(state["index"])] = own
     scores: dict[str, float] = {}
     total = 0.0
-    for fn, weight, rubric in _funcs(env.rubric):
+    rubric_of_row, elsewhere = _routed(env.rubric, ref["row"])
+    for name in elsewhere:  # an EnvGroup's other members' functions: 0, as EnvGroupRubric does
+        scores[name] = 0.0
+    for fn, weight, rubric in _funcs(rubric_of_row):
         name = getattr(fn, "__name__", repr(fn))
         shared = getattr(rubric, "class_objects", {})
         if is_group(fn):
@@ -199,6 +183,32 @@ def _classic(ref: dict[str, Any], completion: str, state: dict[str, Any] | None)
             scores[name] = float(_call(fn, {**own, **shared}))
         total += weight * scores[name]
     return {"reward": total, "scores": scores}
+
+
+def _routed(rubric: Any, row: dict[str, Any]) -> tuple[Any, list[str]]:
+    """The rubric that scores `row` and the names of functions it does not run: an EnvGroup's
+    rubric routes each row to its member environment's (`info["env_id"]`, as verifiers does)."""
+    env_map = getattr(rubric, "env_map", None)
+    if not hasattr(env_map, "items"):
+        return rubric, []
+    info = row.get("info") or {}
+    if isinstance(info, str):
+        info = json.loads(info)
+    route = info.get("env_id")
+    name = route[0] if isinstance(route, list) else route
+    if name not in env_map:
+        raise KeyError(
+            f"the row's info['env_id'] is {name!r}, not one of the group's environments "
+            f"({', '.join(env_map)})"
+        )
+    own = env_map[name].rubric
+    mine = {getattr(f, "__name__", repr(f)) for f, _, _ in _funcs(own)}
+    others = [
+        getattr(f, "__name__", repr(f))
+        for member in env_map.values()
+        for f, _, _ in _funcs(member.rubric)
+    ]
+    return own, [n for n in dict.fromkeys(others) if n not in mine]
 
 
 def _extra(state: dict[str, Any] | None) -> dict[str, Any]:

@@ -9,9 +9,9 @@
         evaluation (deterministic, separately seeded env) and checkpoints as in ppo.py
 
 `IPPORecipe` is what the launcher runs (its `check` builds the env and the networks for a dry
-run), `_run` sets up, `_Loop.run` is the loop above; the PPO pieces it shares with the `ppo`
-recipe stay in `arena_core.classic_rl`, and the step loop with its endings is
-`recipes/_classic_loop.py`'s.
+run), `run_classic` sets up, `_Loop.run` is the loop above; the PPO pieces it shares with the `ppo`
+recipe stay in `arena_core.classic_rl`, and the step loop with its endings is `ClassicLoop`'s
+(`classic_rl/loop.py`).
 Metrics: `reward/mean` is the agent-averaged episode return; `return/<agent>` each agent's.
 A NaN observation or reward ends that env's episode (counted in `nan/*`), never the run.
 """
@@ -25,9 +25,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from arena_core.classic_rl.envs import source_from_config
 from arena_core.classic_rl.eval import EVAL_SEED_OFFSET
-from arena_core.classic_rl.loop import ClassicLoop
+from arena_core.classic_rl.loop import ClassicLoop, ClassicRecipe
 from arena_core.classic_rl.marl_policies import PolicySet, agent_groups
 from arena_core.classic_rl.nets import make_optimizer
 from arena_core.classic_rl.run import GymRun
@@ -36,24 +35,27 @@ from arena_core.config.schema import CoreConfig
 from arena_core.errors import ConfigError
 from arena_core.run_parts.build import build_algorithm
 from arena_core.session import seed_everything
-from arena_core.session.recipe import Recipe, RunInputs
+from arena_core.session.recipe import RunInputs
 from arena_core.store.kinds import network_label
-from arena_core.threads import torch_threads
 
 MAX_EVAL_STEPS = 100_000
 
 
-class IPPORecipe(Recipe):
+class IPPORecipe(ClassicRecipe):
     """Independent PPO on a PettingZoo parallel env."""
+
+    env_kind = "parallel"
+    wrong_kind = (
+        "a single-agent Gymnasium environment: train it with +algo=ppo (IPPO needs a PettingZoo "
+        "parallel env, +env=pettingzoo env.id=...)"
+    )
 
     def check(self, inputs: RunInputs) -> str | None:
         """What a dry run checks: the parallel env builds and IPPO can take every agent's
         spaces; returns a one-line description of the networks."""
         core = inputs.core
         algo = build_algorithm(core.algo, inputs.algo)
-        source = source_from_config(core.env or {}, memory_mb=core.sandbox.memory_mb)
-        if source.kind != "parallel":
-            raise ConfigError(f"env {source.target} is a single-agent Gymnasium env: use +algo=ppo")
+        source = self.source(core)
         env = source.make()
         try:
             groups = agent_groups(source.target, env, algo.config.group_by)
@@ -62,56 +64,42 @@ class IPPORecipe(Recipe):
         finally:
             env.close()
 
-    def train(self) -> Path:
-        inputs = self._inputs()
-        algo = build_algorithm(inputs.core.algo, inputs.algo)
-        with torch_threads(inputs.core.runtime.threads or algo.config.threads):
-            return _run(inputs.core, inputs.cfg, algo)
-
-
-def _run(core: CoreConfig, cfg: dict[str, Any], algo: Any) -> Path:
-    c = algo.config
-    if c.norm_reward:
-        raise ConfigError("algo.norm_reward: not supported by ippo yet; set algo.norm_reward=false")
-    source = source_from_config(core.env or {}, memory_mb=core.sandbox.memory_mb)
-    if source.kind != "parallel":
-        raise ConfigError(
-            f"env {source.target} is a single-agent Gymnasium environment: train it with "
-            "+algo=ppo (IPPO needs a PettingZoo parallel env, +env=pettingzoo env.id=...)"
-        )
-    if source.sandboxed:
-        raise ConfigError(
-            "env.path: PettingZoo environments from a file are not supported by ippo yet; "
-            "install the environment as a package and give env.id=package.module:Class"
-        )
-    envs = [source.make() for _ in range(source.num_envs)]
-    eval_env = source.make()
-    try:
-        seed_everything(core.seed)  # the run session's seeding, before the networks exist
-        groups = agent_groups(source.target, envs[0], c.group_by)
-        policies = PolicySet.build(source.target, envs[0], groups, c)
-        optimizer = make_optimizer(policies.parameters(), c.lr, c.adam_eps)
-        run = GymRun(core, cfg, name=f"{core.algo['name']}-{_label(source.target)}")  # type: ignore[index]
-        if run.finished:
-            return run.dir
-        with run.recorded():  # summary.json says how the run ended, whatever ends it
-            run.write_plan(
-                {
-                    "torch_threads": torch.get_num_threads(),
-                    "num_envs": source.num_envs,
-                    "vector": source.vector,
-                    "env_steps_per_step": c.num_steps * source.num_envs,
-                    "parameters": sum(p.numel() for p in policies.parameters()),
-                    "networks": sorted(policies.specs),
-                    "policy": network_label(*policies.specs.values()),
-                }
+    def run_classic(self, core: CoreConfig, cfg: dict[str, Any], algo: Any) -> Path:
+        c = algo.config
+        if c.norm_reward:
+            raise ConfigError(
+                "algo.norm_reward: not supported by ippo yet; set algo.norm_reward=false"
             )
-            run.restore(policies, optimizer)
-            _Loop(core, algo, policies, optimizer, envs, eval_env, run).run()
-    finally:
-        for env in [*envs, eval_env]:
-            env.close()
-    return run.dir
+        source = self.source(core)
+        if source.sandboxed:
+            raise ConfigError(
+                "env.path: PettingZoo environments from a file are not supported by ippo yet; "
+                "install the environment as a package and give env.id=package.module:Class"
+            )
+        envs = [source.make() for _ in range(source.num_envs)]
+        eval_env = source.make()
+        try:
+            seed_everything(core.seed)  # the run session's seeding, before the networks exist
+            groups = agent_groups(source.target, envs[0], c.group_by)
+            policies = PolicySet.build(source.target, envs[0], groups, c)
+            optimizer = make_optimizer(policies.parameters(), c.lr, c.adam_eps)
+            run = GymRun(core, cfg, _label(source.target))
+            if run.finished:
+                return run.dir
+            with run.recorded():  # summary.json says how the run ended, whatever ends it
+                run.write_plan(
+                    source,
+                    c.num_steps,
+                    policies,
+                    networks=sorted(policies.specs),
+                    policy=network_label(*policies.specs.values()),
+                )
+                run.restore(policies, optimizer)
+                _Loop(core, algo, policies, optimizer, envs, eval_env, run).run()
+        finally:
+            for env in [*envs, eval_env]:
+                env.close()
+        return run.dir
 
 
 def _label(target: str) -> str:

@@ -15,15 +15,46 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+from arena_core.classic_rl.envs import EnvSource, source_from_config
 from arena_core.classic_rl.run import GymRun
 from arena_core.classic_rl.vec import EnvStepError
 from arena_core.config.schema import CoreConfig
+from arena_core.errors import ConfigError
 from arena_core.learn.learner import NonFiniteLossError
+from arena_core.run_parts.build import build_algorithm
 from arena_core.session.progress import Progress
+from arena_core.session.recipe import Recipe
+from arena_core.threads import torch_threads
 
 EPISODE_SEED_STRIDE = 7919  # episodes restart from core.seed + stride * step: a resume replays none
+
+
+class ClassicRecipe(Recipe):
+    """What the `ppo` and `ippo` recipes share: the algorithm from its typed section and the run
+    under the thread count it asks for (`runtime.threads`, else `algo.threads`); each recipe's
+    `run_classic` sets up its envs and networks and runs its loop."""
+
+    env_kind: ClassVar[str]  # the env source kind it trains: "gymnasium" or "parallel"
+    wrong_kind: ClassVar[str]  # what to say to an env of the other kind
+
+    def train(self) -> Path:
+        inputs = self._inputs()
+        algo = build_algorithm(inputs.core.algo, inputs.algo)
+        with torch_threads(inputs.core.runtime.threads or algo.config.threads):
+            return self.run_classic(inputs.core, inputs.cfg, algo)
+
+    def source(self, core: CoreConfig) -> EnvSource:
+        """The `env` section's source, or a ConfigError when it is the other recipe's kind."""
+        source = source_from_config(core.env or {}, memory_mb=core.sandbox.memory_mb)
+        if source.kind != self.env_kind:
+            raise ConfigError(f"env {source.target} is {self.wrong_kind}")
+        return source
+
+    @abstractmethod
+    def run_classic(self, core: CoreConfig, cfg: dict[str, Any], algo: Any) -> Path:
+        """Set up and run one training run; returns its run directory."""
 
 
 class ClassicLoop(ABC):

@@ -3,15 +3,13 @@ agent uses which. Saved like a single policy (`model.safetensors` + `arena_polic
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from arena_core.classic_rl.nets import POLICY_FILE, ActorCritic
+from arena_core.classic_rl.nets import ActorCritic, save_policy
 from arena_core.classic_rl.spaces import network_spec
 from arena_core.errors import ConfigError
 
@@ -102,11 +100,4 @@ class PolicySet(nn.Module):
         return float(net.value(x)[0])
 
     def save_pretrained(self, path: str, **_: Any) -> None:
-        from safetensors.torch import save_file
-
-        out = Path(path)
-        out.mkdir(parents=True, exist_ok=True)
-        tensors = {k: v.detach().contiguous().clone() for k, v in self.state_dict().items()}
-        save_file(tensors, str(out / "model.safetensors"))
-        meta = {"kind": "multi_agent", "nets": self.specs, "key_of": self.key_of}
-        (out / POLICY_FILE).write_text(json.dumps(meta, indent=1))
+        save_policy(self, path, {"kind": "multi_agent", "nets": self.specs, "key_of": self.key_of})

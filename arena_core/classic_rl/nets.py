@@ -23,6 +23,18 @@ from torch import Tensor, nn
 POLICY_FILE = "arena_policy.json"
 
 
+def save_policy(module: nn.Module, path: str, meta: dict[str, Any]) -> None:
+    """A classic-RL checkpoint: the weights as model.safetensors and what rebuilds the networks
+    (`meta`) as arena_policy.json; what `save_pretrained` of every classic-RL policy writes."""
+    from safetensors.torch import save_file
+
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.detach().contiguous().clone() for k, v in module.state_dict().items()}
+    save_file(tensors, str(out / "model.safetensors"))
+    (out / POLICY_FILE).write_text(json.dumps(meta, indent=1))
+
+
 def _layer(layer: nn.Module, gain: float) -> nn.Module:
     nn.init.orthogonal_(layer.weight, gain)  # type: ignore[arg-type]
     nn.init.constant_(layer.bias, 0.0)  # type: ignore[arg-type]
@@ -219,13 +231,7 @@ class ActorCritic(nn.Module):
 
     # -- persistence (the checkpoint store calls this like a Hugging Face model's) -------------
     def save_pretrained(self, path: str, **_: Any) -> None:
-        from safetensors.torch import save_file
-
-        out = Path(path)
-        out.mkdir(parents=True, exist_ok=True)
-        tensors = {k: v.detach().contiguous().clone() for k, v in self.state_dict().items()}
-        save_file(tensors, str(out / "model.safetensors"))
-        (out / POLICY_FILE).write_text(json.dumps(self.spec, indent=1))
+        save_policy(self, path, self.spec)
 
     @classmethod
     def from_pretrained(cls, path: str | Path) -> ActorCritic:

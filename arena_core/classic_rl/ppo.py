@@ -7,10 +7,11 @@
         every eval.every steps: eval.episodes deterministic episodes on separately seeded envs
         every train.checkpoint_every steps: a checkpoint (resumable with train.resume=RUN_DIR)
 
-`PPORecipe` is what the launcher runs (its `check` is a dry run's look at the env), `_run` sets up
+`PPORecipe` is what the launcher runs (its `check` is a dry run's look at the env), `run_classic` sets up
 (envs, network, optimizer, the run and its restore), `_Loop.run` is the loop above. The pieces
 IPPO shares (envs, GAE, nets, the PPO update, evaluation, `GymRun`) stay in `arena_core.classic_rl`;
-the step loop itself (endings included) is `recipes/_classic_loop.py`'s, shared with IPPO.
+the step loop itself (endings included) is `ClassicLoop`'s (`classic_rl/loop.py`), shared
+with IPPO.
 The run directory is the LLM loop's (config.yaml, metrics.csv, TensorBoard, checkpoints/,
 summary.json with eval_return_mean/std before and after and wall_seconds). Environments from a
 user's file step in sandboxed child processes (envs.py); NaN observations or rewards end the
@@ -26,37 +27,33 @@ from typing import Any
 import numpy as np
 import torch
 
-from arena_core.classic_rl.envs import source_from_config
 from arena_core.classic_rl.eval import EVAL_SEED_OFFSET, evaluate
 from arena_core.classic_rl.gae import RewardScaler, gae
-from arena_core.classic_rl.loop import ClassicLoop
+from arena_core.classic_rl.loop import ClassicLoop, ClassicRecipe
 from arena_core.classic_rl.nets import ActorCritic, make_optimizer
 from arena_core.classic_rl.run import GymRun
 from arena_core.classic_rl.spaces import network_spec
 from arena_core.classic_rl.update import annealed_lr, ppo_update
 from arena_core.classic_rl.vec import make_vec
 from arena_core.config.schema import CoreConfig
-from arena_core.errors import ConfigError
 from arena_core.run_parts.build import build_algorithm
 from arena_core.session import seed_everything
-from arena_core.session.recipe import Recipe, RunInputs
+from arena_core.session.recipe import RunInputs
 from arena_core.store.kinds import network_label
-from arena_core.threads import torch_threads
 
 
-class PPORecipe(Recipe):
+class PPORecipe(ClassicRecipe):
     """PPO on a Gymnasium env: vector envs, GAE, clipped losses."""
+
+    env_kind = "gymnasium"
+    wrong_kind = "a PettingZoo parallel environment: train it with +algo=ippo"
 
     def check(self, inputs: RunInputs) -> str | None:
         """What a dry run checks: the env builds (sandboxed for a file) and PPO can take its
         spaces (UnsupportedSpaceError otherwise); returns a one-line description."""
         core = inputs.core
         algo = build_algorithm(core.algo, inputs.algo)
-        source = source_from_config(core.env or {}, memory_mb=core.sandbox.memory_mb)
-        if source.kind != "gymnasium":
-            raise ConfigError(
-                f"env {source.target} is a PettingZoo parallel environment: use +algo=ippo"
-            )
+        source = self.source(core)
         envs = make_vec(source, 1, core.sandbox.model_dump())
         try:
             network_spec(source.target, envs.observation_space, envs.action_space, algo.config)
@@ -64,58 +61,38 @@ class PPORecipe(Recipe):
         finally:
             envs.close()
 
-    def train(self) -> Path:
-        inputs = self._inputs()
-        algo = build_algorithm(inputs.core.algo, inputs.algo)
-        with torch_threads(inputs.core.runtime.threads or algo.config.threads):
-            return _run(inputs.core, inputs.cfg, algo)
-
-
-def _run(core: CoreConfig, cfg: dict[str, Any], algo: Any) -> Path:
-    c = algo.config
-    source = source_from_config(core.env or {}, memory_mb=core.sandbox.memory_mb)
-    if source.kind != "gymnasium":
-        raise ConfigError(
-            f"env {source.target} is a PettingZoo parallel environment: train it with +algo=ippo"
+    def run_classic(self, core: CoreConfig, cfg: dict[str, Any], algo: Any) -> Path:
+        c = algo.config
+        source = self.source(core)
+        envs = make_vec(source, source.num_envs, core.sandbox.model_dump())
+        try:  # the spaces are checked before anything else is built or trained
+            spec = network_spec(source.target, envs.observation_space, envs.action_space, c)
+        except Exception:
+            envs.close()
+            raise
+        eval_envs = make_vec(
+            source, min(core.eval.episodes, source.num_envs), core.sandbox.model_dump()
         )
-    envs = make_vec(source, source.num_envs, core.sandbox.model_dump())
-    try:  # the spaces are checked before anything else is built or trained
-        spec = network_spec(source.target, envs.observation_space, envs.action_space, c)
-    except Exception:
-        envs.close()
-        raise
-    eval_envs = make_vec(
-        source, min(core.eval.episodes, source.num_envs), core.sandbox.model_dump()
-    )
-    try:
-        seed_everything(core.seed)  # the run session's seeding, before the network exists
-        net = ActorCritic(spec)
-        optimizer = make_optimizer(net.parameters(), c.lr, c.adam_eps)
-        run = GymRun(core, cfg, name=f"{core.algo['name']}-{_label(source.target)}")  # type: ignore[index]
-        if run.finished:
-            return run.dir
-        with run.recorded():  # summary.json says how the run ended, whatever ends it
-            run.write_plan(
-                {
-                    "torch_threads": torch.get_num_threads(),
-                    "num_envs": source.num_envs,
-                    "vector": "sandboxed" if source.sandboxed else source.vector,
-                    "env_steps_per_step": c.num_steps * source.num_envs,
-                    "parameters": sum(p.numel() for p in net.parameters()),
-                    "policy": network_label(spec),
-                }
-            )
-            state = run.restore(net, optimizer)
-            scaler = (
-                RewardScaler(source.num_envs, c.gamma, c.clip_reward) if c.norm_reward else None
-            )
-            if scaler is not None and "reward_scaler" in state:
-                scaler.load(state["reward_scaler"])
-            _Loop(core, algo, net, optimizer, envs, eval_envs, run, scaler).run()
-    finally:
-        envs.close()
-        eval_envs.close()
-    return run.dir
+        try:
+            seed_everything(core.seed)  # the run session's seeding, before the network exists
+            net = ActorCritic(spec)
+            optimizer = make_optimizer(net.parameters(), c.lr, c.adam_eps)
+            run = GymRun(core, cfg, _label(source.target))
+            if run.finished:
+                return run.dir
+            with run.recorded():  # summary.json says how the run ended, whatever ends it
+                run.write_plan(source, c.num_steps, net, policy=network_label(spec))
+                state = run.restore(net, optimizer)
+                scaler = (
+                    RewardScaler(source.num_envs, c.gamma, c.clip_reward) if c.norm_reward else None
+                )
+                if scaler is not None and "reward_scaler" in state:
+                    scaler.load(state["reward_scaler"])
+                _Loop(core, algo, net, optimizer, envs, eval_envs, run, scaler).run()
+        finally:
+            envs.close()
+            eval_envs.close()
+        return run.dir
 
 
 def _label(target: str) -> str:

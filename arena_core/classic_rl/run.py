@@ -16,6 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from arena_core.classic_rl.envs import EnvSource
 from arena_core.config.schema import CoreConfig
 from arena_core.interrupts import Interrupted
 from arena_core.session import RunFailed, RunSession
@@ -33,9 +36,10 @@ class GymRunInterrupted(Interrupted):
 class GymRun:
     """One classic-RL run's directory and bookkeeping (see module docstring)."""
 
-    def __init__(self, core: CoreConfig, cfg: dict[str, Any], name: str) -> None:
+    def __init__(self, core: CoreConfig, cfg: dict[str, Any], env_label: str) -> None:
+        """Open (or resume) the run named `<algo>-<env_label>`."""
         self.core = core
-        self.session = RunSession.open(core, cfg, name)
+        self.session = RunSession.open(core, cfg, f"{core.algo['name']}-{env_label}")  # type: ignore[index]
         self.dir = self.session.run_dir
         self.resuming = self.session.resuming
         self.finished = self.session.done  # a resume of a run already at max_steps trains nothing
@@ -47,11 +51,23 @@ class GymRun:
         self._c0 = time.process_time()
         self._wall_before = 0.0
 
-    def write_plan(self, plan: dict[str, Any]) -> None:
+    def write_plan(
+        self, source: EnvSource, num_steps: int, module: torch.nn.Module, **fields: Any
+    ) -> None:
         """plan.json and its one line: classic RL runs on the CPU, one process (plus one child per
         env when they are sandboxed or async); no device split for the planner to search.
-        `policy` names the network ("mlp 64-64": the run's model on the dashboard)."""
-        plan = {"device": "cpu", "policy": network_label(self.core.algo or {}), **plan}
+        `source` is the env source (its env count and vectorisation), `fields` add the recipe's
+        own (`policy` names the network, "mlp 64-64": the run's model on the dashboard)."""
+        plan = {
+            "device": "cpu",
+            "policy": network_label(self.core.algo or {}),
+            "torch_threads": torch.get_num_threads(),
+            "num_envs": source.num_envs,
+            "vector": "sandboxed" if source.sandboxed else source.vector,
+            "env_steps_per_step": num_steps * source.num_envs,
+            "parameters": sum(p.numel() for p in module.parameters()),
+            **fields,
+        }
         line = (
             f"CPU, {plan['torch_threads']} torch thread(s), {plan['num_envs']} env(s) "
             f"{plan['vector']}, {plan['env_steps_per_step']} env steps per step, "

@@ -79,10 +79,26 @@ def run(args: argparse.Namespace) -> int:
         if not _wants_plan(overrides):
             return 0
 
-    from arena_core.cli.plan_summary import measured_prompt_tokens
+    from arena_core.cli.plan_summary import (
+        measured_prompt_tokens,
+        offline_kind,
+        sft_plan,
+        sft_plan_lines,
+    )
     from arena_core.planner import NoPlanFits, plan_from_config
 
     cfg = compose(overrides)
+    offline = offline_kind(cfg)
+    if offline == "sft":  # no generation to balance: the step's price from the run's own rows
+        found = sft_plan(cfg)
+        print(json.dumps(found) if args.json else "\n".join(sft_plan_lines(found)))
+        return 0
+    if offline:
+        algo = (cfg.get("algo") or {}).get("name")
+        raise ArenaError(
+            f"algo={algo}: the planner prices RL and SFT steps; a {offline} step is not priced "
+            "yet (`arena-run ... dry_run=true` shows what the run will use)"
+        )
     try:
         result = plan_from_config(
             cfg,

@@ -57,6 +57,124 @@ def measured_prompt_tokens(cfg: dict[str, Any]) -> int | None:
     return round(statistics.fmean(lengths)) if lengths else None
 
 
+SFT_SAMPLE_STEPS = 8  # steps of rows encoded to price an SFT step (as the run prices it)
+
+
+def model_config_dict(cfg: dict[str, Any]) -> dict[str, Any] | None:
+    """The model's config.json as a dict, read offline: the embedded model's, or the one in a
+    local or already-pulled model directory; None for a hub id that is not on this machine."""
+    import json
+
+    from arena_core.cli.cmd_plan import embedded_model_config
+    from arena_core.models.cache import resolve_model
+
+    embedded = embedded_model_config(cfg)
+    if embedded is not None:
+        return embedded
+    name = resolve_model(str((cfg.get("model") or {}).get("name_or_path", "")), fetch=False)
+    path = Path(name) / "config.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def offline_kind(cfg: dict[str, Any]) -> str | None:
+    """ "sft" or "preference" for an algorithm of the offline recipe (no generation: the RL
+    planner's search does not apply), None for the others."""
+    from arena_core.plugin_loader import get_plugins
+    from arena_core.registry import algorithm_recipe
+
+    name = str((cfg.get("algo") or {}).get("name"))
+    entry = get_plugins().registries.algorithms.entries.get(name)
+    if entry is None or algorithm_recipe(entry.obj) != "offline":
+        return None
+    categories = tuple(getattr(entry.obj, "data_categories", ()) or ())
+    return "sft" if "sft" in categories else "preference"
+
+
+def sft_plan(cfg: dict[str, Any]) -> dict[str, Any]:
+    """What an SFT run of `cfg` will do and its step's price (`planner.sft_price`), from the
+    lengths of its own first rows encoded as the run encodes them: the plan `arena plan` prints
+    for an SFT config, where the RL planner has no generation to balance.
+
+    Raises ConfigError naming what is missing (the model's config.json, the env's rows)."""
+    from itertools import islice
+
+    from arena_core.errors import ConfigError
+    from arena_core.learn.settings import DEFAULT_MICRO_BATCH_TOKENS
+    from arena_core.models.cache import resolve_model
+    from arena_core.planner.sft_price import sft_step_price
+    from arena_core.run_parts.build import make_env
+    from arena_core.sft_dpo.data import Encoder, OfflineData
+
+    model, algo = cfg.get("model") or {}, cfg.get("algo") or {}
+    train, runtime = cfg.get("train") or {}, cfg.get("runtime") or {}
+    name = str(model.get("name_or_path", ""))
+    config = model_config_dict(cfg)
+    if config is None:
+        raise ConfigError(
+            f"model.name_or_path={name}: its config.json is not on this machine, so the SFT step "
+            f"cannot be priced; `arena pull {name}` (or a local model directory) fixes it"
+        )
+    if name.startswith("arena:"):
+        from arena_core.models.tokenizer import build_tiny_tokenizer
+
+        tokenizer = build_tiny_tokenizer()
+    else:
+        from arena_core.models.loading import load_tokenizer
+
+        tokenizer = load_tokenizer(resolve_model(name, fetch=False))
+    rows = int(algo.get("batch_size") or 1)
+    budget = int(train.get("micro_batch_tokens") or DEFAULT_MICRO_BATCH_TOKENS)
+    data = OfflineData(make_env(cfg.get("env")), 0)
+    encoder = Encoder(
+        tokenizer, int(algo.get("max_length") or 512), bool(algo.get("completion_only", True))
+    )
+    first = islice(data.stream(int(cfg.get("seed") or 0)), SFT_SAMPLE_STEPS * rows)
+    lengths = [s.n_input for r in first for s in encoder.sft(r)]
+    price = sft_step_price(cfg, config, lengths, rows, budget)
+    threads = runtime.get("threads") or (algo.get("threads"))
+    lora = int((model.get("lora") or {}).get("r") or 0)
+    out: dict[str, Any] = {
+        "kind": "sft",
+        "model": name,
+        "torch_threads": threads,
+        "lora_rank": lora,
+        "rows_per_step": rows,
+        "micro_batch_tokens": budget,
+        "steps": int(train.get("max_steps") or 0),
+    }
+    if price is not None:
+        out["predicted"] = {"step_seconds": price.pop("step_seconds")}
+        out.update(price)
+    return out
+
+
+def sft_plan_lines(plan: dict[str, Any]) -> list[str]:
+    """`arena plan`'s text for an SFT plan: the plan line, the forecast of the steps, the
+    note on the CPU it was priced at."""
+    what = f"LoRA r={plan['lora_rank']}" if plan["lora_rank"] else "full fine-tuning"
+    threads = plan["torch_threads"] or "default"
+    line = (
+        f"plan: SFT on the CPU, {threads} torch thread(s), {plan['rows_per_step']} rows per step "
+        f"in micro-batches of {plan['micro_batch_tokens']} tokens, {what}"
+    )
+    predicted = (plan.get("predicted") or {}).get("step_seconds")
+    if predicted is None:
+        return [line + " | no step price (priced on the local CPU only)"]
+    step = float(predicted["total"])
+    lines = [
+        line + f" | step ~{step:.2f} s (rows of {plan['row_tokens_mean']:.0f} tokens on average)"
+    ]
+    if plan["steps"]:
+        total = plan["steps"] * step
+        lines.append(
+            f"forecast: ~{duration(total)} of training ({plan['steps']} steps x ~{step:.1f} s; "
+            "evaluations not included)"
+        )
+    if plan.get("note"):
+        lines.append(f"note: {plan['note']}")
+    return lines
+
+
 def run_plan(cfg: dict[str, Any]) -> Any | None:
     """The planner's result for this config, or None when it cannot plan (advice, not a gate).
 

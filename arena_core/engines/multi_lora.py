@@ -289,16 +289,6 @@ class RowAdapters:
                 m.__dict__.pop("forward", None)
 
 
-@contextmanager
-def row_lora(lora: RowAdapters | None, rows: Sequence[int]) -> Iterator[dict[str, Any]]:
-    """`lora.rows(rows)`, or nothing to do when the batch has no per-row adapters."""
-    if lora is None:
-        yield {}
-        return
-    with lora.rows(rows) as extra:
-        yield extra
-
-
 def generate_population(
     backend: Any,
     prompts: dict[str, list[list[int]]],

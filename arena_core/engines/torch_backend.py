@@ -36,7 +36,7 @@ from arena_core.engines.decode_cache import decode_attention, expand_rows, growi
 from arena_core.engines.decode_dtype import DTYPES, decode_dtype_linears
 from arena_core.engines.llama_decode import LlamaDecodeStep
 from arena_core.engines.merged_lora import merged_lora_linears
-from arena_core.engines.multi_lora import RowAdapters, check_row_adapters, row_lora
+from arena_core.engines.multi_lora import RowAdapters, check_row_adapters
 from arena_core.engines.onednn_linear import onednn_linears
 from arena_core.engines.sampling import sample_next
 from arena_core.engines.static_decode import DecoderCache, resolve_cuda_graphs
@@ -128,7 +128,8 @@ class TorchBackend:
             return []
         if any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
-        adapters = check_row_adapters(self.model, adapters, len(prompts))
+        if adapters is not None:  # one population member's adapter per row
+            adapters = check_row_adapters(self.model, adapters, len(prompts))
         generator = None
         if params.seed is not None and params.temperature > 0:
             generator = torch.Generator(device=self.device).manual_seed(int(params.seed))
@@ -412,7 +413,8 @@ class TorchBackend:
             if self.decode_dtype is None
             else decode_dtype_linears(self.model, self.decode_dtype)
         )
-        with row_lora(lora, rows) as extra, linears, merged:
+        row_adapters = lora.rows(rows) if lora is not None else nullcontext({})
+        with row_adapters as extra, linears, merged:
             out = self.model(
                 input_ids=ids,
                 attention_mask=mask,

@@ -1,33 +1,18 @@
-"""Fused kernels: LM head -> per-token logprob/entropy without [T, V] tensors, and RL token losses.
+"""Fused kernels: LM head -> per-token logprob (and entropy) without [T, V] tensors.
 
-``fused_linear_logprob`` picks Triton on CUDA and chunked torch elsewhere; ``policy_loss`` holds
-the GRPO/CISPO per-token losses and their aggregation, which only ever see [T]-sized tensors.
+``fused_linear_logprob`` picks Triton on CUDA and chunked torch elsewhere; the RL losses on its
+per-token output live with the learner (`arena_core.learn.losses`).
 """
 
-from arena_core.kernels._validate import KernelInputError
-from arena_core.kernels.chunking import choose_chunk_size
-from arena_core.kernels.fused_logprob import fused_linear_logprob, naive_linear_logprob
-from arena_core.kernels.policy_loss import (
-    AGGREGATION_MODES,
-    CISPOTokenLoss,
-    GRPOTokenLoss,
-    aggregate_loss,
-    cispo_token_loss,
-    grpo_token_loss,
-    k3_kl,
-    token_weights,
+from arena_core.kernels.fused_logprob import (
+    KernelInputError,
+    choose_chunk_size,
+    fused_linear_logprob,
+    naive_linear_logprob,
 )
 
 __all__ = [
-    "AGGREGATION_MODES",
-    "CISPOTokenLoss",
-    "GRPOTokenLoss",
     "KernelInputError",
-    "aggregate_loss",
-    "cispo_token_loss",
-    "grpo_token_loss",
-    "k3_kl",
-    "token_weights",
     "choose_chunk_size",
     "fused_linear_logprob",
     "naive_linear_logprob",

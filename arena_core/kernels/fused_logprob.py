@@ -19,32 +19,270 @@ processed in chunks of ``chunk_size`` rows:
 Outputs are fp32 for every input dtype: logprobs feed exp(logp - old_logp), where bf16 rounding
 (~0.4 %) would already move the importance ratio past typical clip ranges. Gradients come back in
 the input dtype, as autograd requires.
+
+The GEMMs write into preallocated fp32 buffers: bf16/fp16 GEMMs accumulate in fp32 inside the
+BLAS; what differs by platform is whether the result can be written in fp32 directly (CUDA's
+``out_dtype``) or is rounded to the input dtype and widened (CPU). The chunk size trades memory
+for GEMM efficiency: the planner calls :func:`choose_chunk_size` with its memory budget so the
+prediction and the kernels agree on the same number. The two vocabulary-wide row steps (softmax
+statistics, softmax gradient) are ``TorchRowOps`` here and ``TritonRowOps`` with the same
+signatures in :mod:`arena_core.kernels.triton_row_ops`; each writes into preallocated buffers,
+since at [chunk, V] sizes a fresh allocation costs page faults that take about as long as the
+arithmetic.
 """
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
-from arena_core.kernels import _gemm
-from arena_core.kernels._validate import check_linear_logprob_inputs, resolve_impl
-from arena_core.kernels.chunking import choose_chunk_size
+from arena_core.device import triton_usable
+from arena_core.errors import ArenaError
 from arena_core.kernels.filtering import filter_logits_, filtering
 from arena_core.kernels.filtering import keep_mask as _keep
-from arena_core.kernels.row_ops import RowOps, TorchRowOps
+
+IMPLS = ("auto", "torch", "triton", "naive")
+
+
+class KernelInputError(ArenaError, ValueError):
+    """Tensors passed to a kernel do not fit together (shape, dtype, device or value range)."""
+
+
+def check_linear_logprob_inputs(
+    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, temperature: float
+) -> None:
+    """Raise KernelInputError unless hidden [..., h], weight [V, h] and targets [...] fit."""
+    if weight.dim() != 2:
+        raise KernelInputError(
+            f"weight must be the LM head [V, h], got shape {tuple(weight.shape)}; "
+            "pass lm_head.weight (not its transpose, not a bias)"
+        )
+    V, h = weight.shape
+    if hidden.dim() < 1 or hidden.shape[-1] != h:
+        raise KernelInputError(
+            f"hidden {tuple(hidden.shape)} must end in the weight's hidden size h={h} "
+            f"(weight is {tuple(weight.shape)} = [V, h]); pass the final hidden states, after "
+            "the last norm"
+        )
+    if tuple(targets.shape) != tuple(hidden.shape[:-1]):
+        raise KernelInputError(
+            f"targets {tuple(targets.shape)} must match hidden's leading dims "
+            f"{tuple(hidden.shape[:-1])}; shift targets by one token (targets[t] = input_ids[t+1])"
+        )
+    if targets.dtype not in (torch.int64, torch.int32):
+        raise KernelInputError(f"targets must be int64 token ids, got {targets.dtype}")
+    if hidden.dtype != weight.dtype:
+        raise KernelInputError(
+            f"hidden is {hidden.dtype} but weight is {weight.dtype}; cast one so they match"
+        )
+    if not hidden.dtype.is_floating_point:
+        raise KernelInputError(f"hidden must be floating point, got {hidden.dtype}")
+    if hidden.device != weight.device or targets.device != hidden.device:
+        raise KernelInputError(
+            f"hidden ({hidden.device}), weight ({weight.device}) and targets ({targets.device}) "
+            "must be on one device"
+        )
+    if not temperature > 0:
+        raise KernelInputError(f"temperature must be > 0, got {temperature}")
+    if targets.numel() and (int(targets.min()) < 0 or int(targets.max()) >= V):
+        raise KernelInputError(
+            f"targets hold ids in [{int(targets.min())}, {int(targets.max())}] but the "
+            f"vocabulary has V={V} rows; mask padding before calling (no ignore index here)"
+        )
+
+
+def resolve_impl(impl: str, device: torch.device) -> str:
+    """Turn ``impl`` into one of torch/triton/naive, or say why the request cannot be met."""
+    if impl not in IMPLS:
+        raise KernelInputError(f"impl must be one of {IMPLS}, got {impl!r}")
+    if impl == "auto":
+        return "triton" if device.type == "cuda" and triton_usable(device) else "torch"
+    if impl == "triton" and not triton_usable(device):
+        raise KernelInputError(
+            f"impl='triton' needs Triton and a CUDA tensor (got {device}); use impl='torch' or "
+            "'auto', or set TRITON_INTERPRET=1 before importing triton (tests only, ~1000x slower)"
+        )
+    return impl
+
+
+#: Default working-set budget on CPU. 256 MiB keeps the logits chunk far below the naive [T, V]
+#: tensors (2.5 GB at T=4096, V=152k) while each GEMM still has ~200 rows, enough to run at the
+#: same FLOP rate as one large GEMM on this machine.
+DEFAULT_CPU_BUDGET_BYTES = 256 * 2**20
+#: Default on CUDA: bigger chunks mean fewer kernel launches and fuller tensor cores; 1 GiB is small
+#: next to an accelerator's memory.
+DEFAULT_CUDA_BUDGET_BYTES = 1024 * 2**20
+
+_FP32_BUFFERS = 2  # the logits chunk and one work buffer, both fp32
+_ROW_ALIGN = 16  # tensor cores and AVX-512 tiles like multiples of 16 rows
+
+
+def chunk_bytes_per_token(V: int, h: int, dtype: torch.dtype) -> int:
+    """Working-set bytes one token of a chunk costs in the fused kernels (forward or backward).
+
+    Two fp32 [V] rows (logits and work buffer), one [V] row in the input dtype when it is not fp32
+    (the GEMM writes the low-precision logits before they are widened, and the gradient rows are
+    narrowed before the grad_hidden GEMM), and fp32 rows of size h for the widened hidden chunk and
+    its gradient.
+    """
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    low_precision = V * itemsize if dtype != torch.float32 else 0
+    return _FP32_BUFFERS * V * 4 + low_precision + 2 * h * 4
+
+
+def choose_chunk_size(
+    T: int,
+    V: int,
+    h: int,
+    dtype: torch.dtype,
+    budget_bytes: int | None = None,
+    *,
+    device: torch.device | str | None = None,
+) -> int:
+    """The number of tokens per chunk so the kernels' working set stays within ``budget_bytes``.
+
+    :param T: tokens in the batch (the chunk never exceeds it).
+    :param V: vocabulary size (rows of the LM-head weight).
+    :param h: hidden size.
+    :param dtype: dtype of hidden and weight (bf16 adds a low-precision logits row per token).
+    :param budget_bytes: bytes the kernels may use for temporaries; ``None`` picks
+        ``DEFAULT_CUDA_BUDGET_BYTES`` on CUDA and ``DEFAULT_CPU_BUDGET_BYTES`` elsewhere.
+    :param device: where the kernels run (only used to pick the default budget).
+    :returns: a chunk size in ``[1, T]``, rounded down to a multiple of 16 when it is at least 16.
+
+    The working set excludes what any implementation must hold: inputs, the [T] outputs, saved
+    [T, h] gradient rows and, for full fine-tuning, the fp32 [V, h] weight-gradient accumulator.
+    """
+    if T < 1 or V < 1 or h < 1:
+        raise ValueError(f"choose_chunk_size needs positive sizes, got T={T}, V={V}, h={h}")
+    if budget_bytes is None:
+        is_cuda = device is not None and torch.device(device).type == "cuda"
+        budget_bytes = DEFAULT_CUDA_BUDGET_BYTES if is_cuda else DEFAULT_CPU_BUDGET_BYTES
+    if budget_bytes <= 0:
+        raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
+    rows = max(1, budget_bytes // chunk_bytes_per_token(V, h, dtype))
+    if rows >= _ROW_ALIGN:
+        rows -= rows % _ROW_ALIGN
+    return int(min(rows, T))
+
+
+@functools.cache
+def _cuda_out_dtype_works() -> bool:
+    try:
+        a = torch.ones(16, 16, device="cuda", dtype=torch.bfloat16)
+        torch.mm(a, a, out_dtype=torch.float32)
+    except (TypeError, RuntimeError):
+        return False
+    return True
+
+
+#: Rows of the weight widened to fp32 at a time on CPU (16 MiB at h=1024): small next to a chunk.
+_CPU_WIDEN_ROWS = 4096
+
+
+def _mm_fp32(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
+    """out (fp32) = a @ b for a [n, h], b = weight.T [h, V] of one dtype."""
+    if a.dtype == torch.float32:
+        torch.mm(a, b, out=out)
+    elif a.is_cuda and _cuda_out_dtype_works():
+        out.copy_(torch.mm(a, b, out_dtype=torch.float32))
+    elif a.is_cuda:
+        out.copy_(torch.mm(a, b))  # old torch: logits rounded once to the input dtype
+    else:
+        # CPU bf16 GEMMs round their output to bf16 (~0.03 at logit 10, a 3 % error in p):
+        # widen the weight a block of rows at a time instead and multiply in fp32.
+        a32 = a.to(torch.float32)
+        for v0 in range(0, b.shape[1], _CPU_WIDEN_ROWS):
+            v1 = min(v0 + _CPU_WIDEN_ROWS, b.shape[1])
+            out[:, v0:v1] = a32 @ b[:, v0:v1].to(torch.float32)
+
+
+def logits_into(
+    hidden_chunk: torch.Tensor, weight: torch.Tensor, inv_temperature: float, out: torch.Tensor
+) -> None:
+    """out [n, V] fp32 = hidden_chunk @ weight.T * inv_temperature."""
+    if inv_temperature != 1.0 and hidden_chunk.dtype == torch.float32:
+        _mm_fp32(hidden_chunk * inv_temperature, weight.t(), out)  # scale [n, h], not [n, V]
+        return
+    _mm_fp32(hidden_chunk, weight.t(), out)
+    if inv_temperature != 1.0:
+        out.mul_(inv_temperature)  # low precision: scale after the fp32 widening, not before
+
+
+def rows_times_weight(rows: torch.Tensor, weight: torch.Tensor, out: torch.Tensor) -> None:
+    """out [n, h] = rows [n, V] (fp32) @ weight [V, h], in out's dtype."""
+    if weight.dtype == torch.float32 and out.dtype == torch.float32:
+        torch.mm(rows, weight, out=out)
+    elif weight.is_cuda:
+        out.copy_(torch.mm(rows.to(weight.dtype), weight))  # tensor cores, fp32 accumulation
+    else:  # CPU: fp32 accumulation over blocks of widened weight rows (see _mm_fp32)
+        acc = torch.zeros(out.shape, dtype=torch.float32, device=out.device)
+        for v0 in range(0, weight.shape[0], _CPU_WIDEN_ROWS):
+            v1 = min(v0 + _CPU_WIDEN_ROWS, weight.shape[0])
+            acc.addmm_(rows[:, v0:v1], weight[v0:v1].to(torch.float32))
+        out.copy_(acc)
+
+
+def accumulate_weight_grad(
+    grad_weight: torch.Tensor, rows: torch.Tensor, hidden_chunk: torch.Tensor
+) -> None:
+    """grad_weight [V, h] fp32 += rows.T [V, n] @ hidden_chunk [n, h], no [V, h] temporary."""
+    grad_weight.addmm_(rows.t(), hidden_chunk.to(torch.float32))
+
+
+class TorchRowOps:
+    """The vocabulary-wide row operations in torch (CPU, and CUDA without Triton); all tensors
+    fp32, rows = tokens. ``TritonRowOps`` has the same signatures."""
+
+    name = "torch"
+
+    def stats(
+        self, z: torch.Tensor, targets: torch.Tensor, with_entropy: bool, work: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """(logsumexp, target logit, entropy or None) [C] for logits ``z`` [C, V]. On return
+        ``z`` holds the log-probabilities ``z - lse`` (the frozen-weight forward reuses them to
+        form gradient rows); ``work`` (same shape) is scratch."""
+        target_logit = z.gather(1, targets[:, None]).squeeze(1)
+        row_max = z.amax(dim=1, keepdim=True)
+        z.sub_(row_max)  # shifted logits: exp cannot overflow
+        exp_shifted = torch.exp(z, out=work)
+        sum_exp = exp_shifted.sum(dim=1)
+        log_sum = sum_exp.log()
+        entropy = None
+        if with_entropy:
+            # H = log s - sum(e * (z - m)) / s with e = exp(z - m): both terms stay small, so H
+            # keeps its precision even when it is much smaller than lse.
+            weighted = exp_shifted.mul_(z).sum(dim=1)
+            entropy = log_sum - weighted / sum_exp
+        z.sub_(log_sum[:, None])
+        return row_max.squeeze(1) + log_sum, target_logit, entropy
+
+    def softmax_grad(
+        self,
+        logp: torch.Tensor,
+        out: torch.Tensor,
+        targets: torch.Tensor,
+        entropy: torch.Tensor | None,
+        g_logprob: torch.Tensor,
+        g_entropy: torch.Tensor | None,
+        work: torch.Tensor,
+    ) -> None:
+        """Write the gradient wrt the logits of ``sum(g_logprob * logp[target] + g_entropy * H)``:
+        with p = exp(logp), ``g * (onehot - p) - g_H * p * (logp + H)``. ``out`` may alias
+        ``logp``; ``work`` is scratch, used only with ``g_entropy``, and then differs from both."""
+        if g_entropy is None:
+            torch.exp(logp, out=out).mul_(-g_logprob[:, None])
+        else:
+            if entropy is None:
+                raise ValueError("softmax_grad needs the entropy when g_entropy is given")
+            probs = torch.exp(logp, out=work)
+            torch.add(logp, entropy[:, None], out=out)
+            out.mul_(g_entropy[:, None]).add_(g_logprob[:, None]).mul_(probs).neg_()
+        out.scatter_add_(1, targets[:, None], g_logprob[:, None].to(out.dtype))
+
 
 FILTER_CHUNK_DIVISOR = 4  # top-k/top-p: smaller automatic chunks for the filter's buffers
-
-
-def _row_ops(impl: str) -> RowOps:
-    if impl == "triton":
-        from arena_core.kernels.triton_row_ops import TritonRowOps  # imports triton lazily
-
-        return TritonRowOps()
-    return TorchRowOps()
-
-
-def _ones(n: int, like: torch.Tensor) -> torch.Tensor:
-    return torch.ones(n, dtype=torch.float32, device=like.device)
 
 
 class _FusedLinearLogprob(torch.autograd.Function):
@@ -59,7 +297,7 @@ class _FusedLinearLogprob(torch.autograd.Function):
         temperature: float,
         chunk_size: int,
         with_entropy: bool,
-        row_ops: RowOps,
+        row_ops: TorchRowOps,
         top_k: int = 0,
         top_p: float = 1.0,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
@@ -80,7 +318,7 @@ class _FusedLinearLogprob(torch.autograd.Function):
         for start in range(0, T, C):
             end = min(start + C, T)
             z, work, tgt = z_buf[: end - start], work_buf[: end - start], targets[start:end]
-            _gemm.logits_into(hidden[start:end], weight, inv_t, z)
+            logits_into(hidden[start:end], weight, inv_t, z)
             filter_logits_(z, top_k, top_p, tgt)  # -inf outside the sampler's kept set
             lse_c, target_logit, ent_c = row_ops.stats(z, tgt, with_entropy, work)  # z := logp
             lse[start:end] = lse_c
@@ -88,13 +326,13 @@ class _FusedLinearLogprob(torch.autograd.Function):
             if entropy is not None:
                 entropy[start:end] = ent_c
             if dir_logprob is not None:
-                ones = _ones(end - start, z)
+                ones = torch.ones(end - start, **f32)
                 row_ops.softmax_grad(z, work, tgt, None, ones, None, work)
-                _gemm.rows_times_weight(work, weight, dir_logprob[start:end])
+                rows_times_weight(work, weight, dir_logprob[start:end])
             if dir_entropy is not None:
                 zeros = torch.zeros_like(ones)
                 row_ops.softmax_grad(z, z, tgt, ent_c, zeros, ones, work)
-                _gemm.rows_times_weight(z, weight, dir_entropy[start:end])
+                rows_times_weight(z, weight, dir_entropy[start:end])
         if dir_logprob is not None:
             dir_logprob.mul_(inv_t)
             if dir_entropy is not None:
@@ -143,7 +381,7 @@ def _recompute_backward(
     for start in range(0, T, C):
         end = min(start + C, T)
         z, work = z_buf[: end - start], work_buf[: end - start]
-        _gemm.logits_into(hidden[start:end], weight, ctx.inv_t, z)
+        logits_into(hidden[start:end], weight, ctx.inv_t, z)
         filter_logits_(z, ctx.top_k, ctx.top_p, targets[start:end])  # the forward's kept set
         z.sub_(lse[start:end, None])  # logp (-inf outside the kept set: gradient 0 there)
         ctx.row_ops.softmax_grad(
@@ -156,44 +394,12 @@ def _recompute_backward(
             work,
         )
         if grad_hidden is not None:
-            _gemm.rows_times_weight(z, weight, grad_hidden[start:end])
+            rows_times_weight(z, weight, grad_hidden[start:end])
         if grad_weight is not None:
-            _gemm.accumulate_weight_grad(grad_weight, z, hidden[start:end])
+            accumulate_weight_grad(grad_weight, z, hidden[start:end])
     if grad_weight is not None and grad_weight.dtype != weight.dtype:
         grad_weight = grad_weight.to(weight.dtype)
     return grad_hidden, grad_weight
-
-
-def prepare(
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
-    targets: torch.Tensor,
-    temperature: float,
-    chunk_size: int | None,
-    impl: str,
-    budget_bytes: int | None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, RowOps | None]:
-    """Validate, flatten to hidden [T, h] / targets [T], pick the chunk size and row ops.
-
-    :returns: (hidden, weight, targets, chunk_size, row ops or None for the naive impl).
-    """
-    check_linear_logprob_inputs(hidden, weight, targets, temperature)
-    resolved = resolve_impl(impl, hidden.device)
-    if not torch.is_grad_enabled():
-        # autograd.Function still reports needs_input_grad under no_grad: detach so the forward
-        # skips the gradient rows it would otherwise prepare for a backward that cannot come
-        hidden, weight = hidden.detach(), weight.detach()
-    flat_hidden = hidden.reshape(-1, hidden.shape[-1]).contiguous()
-    flat_targets = targets.reshape(-1).to(torch.int64).contiguous()
-    T, h = flat_hidden.shape
-    if chunk_size is None:
-        chunk_size = choose_chunk_size(
-            max(T, 1), weight.shape[0], h, hidden.dtype, budget_bytes, device=hidden.device
-        )
-    elif chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-    row_ops = None if resolved == "naive" else _row_ops(resolved)
-    return flat_hidden, weight, flat_targets, int(chunk_size), row_ops
 
 
 def naive_linear_logprob(
@@ -233,6 +439,7 @@ def fused_linear_logprob(
     budget_bytes: int | None = None,
     top_k: int = 0,
     top_p: float = 1.0,
+    check: bool = True,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """log softmax(hidden @ weight.T / temperature)[target] per token, without [T, V] tensors.
 
@@ -251,11 +458,16 @@ def fused_linear_logprob(
     :param top_k: with ``top_p``, the sampler's filter (:mod:`arena_core.kernels.filtering`):
         logprobs of the renormalised filtered distribution the tokens were drawn from (the
         target is always kept). 0 and 1.0 (the defaults) filter nothing.
+    :param check: validate the inputs first (shapes, dtypes, devices, the target range: a
+        KernelInputError that names the fix). The learner, whose targets are tokens its own engine
+        sampled, skips it: the target range check alone synchronises a GPU on every call.
     :returns: logprobs (fp32, shape of ``targets``), and entropy (fp32, same shape) when asked.
     """
-    _check_filter(top_k, top_p, return_entropy)
-    if resolve_impl(impl, hidden.device) == "naive":
+    if check:
+        _check_filter(top_k, top_p, return_entropy)
         check_linear_logprob_inputs(hidden, weight, targets, temperature)
+    resolved = resolve_impl(impl, hidden.device)
+    if resolved == "naive":
         return naive_linear_logprob(
             hidden,
             weight,
@@ -265,13 +477,28 @@ def fused_linear_logprob(
             top_k=top_k,
             top_p=top_p,
         )
-    auto_chunk = chunk_size is None
-    flat_hidden, weight, flat_targets, chunk_size, row_ops = prepare(
-        hidden, weight, targets, temperature, chunk_size, impl, budget_bytes
-    )
-    if auto_chunk and filtering(top_k, top_p):
-        # the filter's sort, cumsum and masks hold about four more [chunk, V] buffers
-        chunk_size = max(1, chunk_size // FILTER_CHUNK_DIVISOR)
+    if not torch.is_grad_enabled():
+        # autograd.Function still reports needs_input_grad under no_grad: detach so the forward
+        # skips the gradient rows it would otherwise prepare for a backward that cannot come
+        hidden, weight = hidden.detach(), weight.detach()
+    flat_hidden = hidden.reshape(-1, hidden.shape[-1]).contiguous()
+    flat_targets = targets.reshape(-1).to(torch.int64).contiguous()
+    if chunk_size is None:
+        T, h = flat_hidden.shape
+        chunk_size = choose_chunk_size(
+            max(T, 1), weight.shape[0], h, hidden.dtype, budget_bytes, device=hidden.device
+        )
+        if filtering(top_k, top_p):
+            # the filter's sort, cumsum and masks hold about four more [chunk, V] buffers
+            chunk_size = max(1, chunk_size // FILTER_CHUNK_DIVISOR)
+    elif chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    if resolved == "triton":
+        from arena_core.kernels.triton_row_ops import TritonRowOps  # imports triton lazily
+
+        row_ops = TritonRowOps()
+    else:
+        row_ops = TorchRowOps()
     lead_shape = targets.shape
     if flat_hidden.shape[0] == 0:
         empty = flat_hidden.new_zeros(lead_shape, dtype=torch.float32) + flat_hidden.sum() * 0
@@ -281,7 +508,7 @@ def fused_linear_logprob(
         weight,
         flat_targets,
         float(temperature),
-        chunk_size,
+        int(chunk_size),
         bool(return_entropy),
         row_ops,
         int(top_k),

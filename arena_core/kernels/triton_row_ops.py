@@ -1,11 +1,11 @@
-"""Triton versions of the vocabulary-wide row operations (see :mod:`arena_core.kernels.row_ops`).
+"""Triton versions of the vocabulary-wide row operations (see :class:`arena_core.kernels.fused_logprob.TorchRowOps`).
 
 One program per token row walks the vocabulary in ``BLOCK_V`` blocks:
 
 * ``_stats_kernel``: online logsumexp (running max ``m`` and rescaled running sum ``s``), the
   target logit gathered on the fly, and the entropy from a running ``sum(e * (z - m))`` that is
   rescaled with the max like ``s``; a second sweep writes ``z - lse`` back (the contract of
-  ``RowOps.stats``).
+  ``TorchRowOps.stats``).
 * ``_softmax_grad_kernel``: ``g * (onehot - p) - g_H * p * (logp + H)`` in one sweep.
 
 The GEMMs around them stay with cuBLAS (torch), which is faster than a hand-written Triton GEMM on

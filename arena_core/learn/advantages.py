@@ -1,20 +1,16 @@
 """Advantage estimators and reward shaping beyond GRPO's group statistics.
 
 Pure tensor functions that the algorithm plugins (RLOO, REINFORCE++, the DAPO options of GRPO and
-CISPO) compose, plus the two call sites of the optional algorithm hooks (see
-`arena_core.learn.algorithm.Algorithm`): the collector's batch hook and the learner's per-token
-hook. Each function says which paper it follows; tests/learn/test_advantages.py checks each
-against numbers worked out by hand.
+CISPO) compose; the optional algorithm hooks that use them (`arena_core.learn.algorithm`) are
+called by the collector (`batch_advantages`) and the learner (`token_advantages`). Each function
+says which paper it follows; tests/learn/test_advantages.py checks each against numbers worked
+out by hand.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import Tensor
-
-from arena_core.learn.algorithm import ScalesBatchAdvantages, TokenAdvantages
 
 
 def rloo_advantages(rewards: Tensor) -> Tensor:
@@ -113,54 +109,3 @@ def token_normalise(values: Tensor, eps: float) -> Tensor:
     if values.numel() < 2:
         return values - values.mean()
     return (values - values.mean()) / (values.std() + eps)
-
-
-def flat_refs(n_tok: int, mbs: list[Any], refs: list[Tensor] | None, fill: Tensor) -> Tensor | None:
-    """The reference logprobs of the step in flat token order, from per-micro-batch tensors.
-    Tokens no micro-batch covered (another rank's share under FSDP) get `fill` (zero KL)."""
-    if refs is None:
-        return None
-    out = fill.detach().float().clone()
-    for mb, ref in zip(mbs, refs, strict=True):
-        out[mb.flat_index] = ref.detach().float()
-    assert out.numel() == n_tok
-    return out
-
-
-def apply_token_advantages(
-    algorithm: Any,
-    advantages: Tensor,
-    lengths: list[int],
-    behaviour_logp: Tensor,
-    mbs: list[Any],
-    refs: list[Tensor] | None,
-) -> Tensor:
-    """The learner's call of the optional `token_advantages` hook: the per-token advantages of
-    the step, computed once before the first pass (unchanged when the algorithm has no hook)."""
-    if not isinstance(algorithm, TokenAdvantages):
-        return advantages
-    ref = flat_refs(advantages.numel(), mbs, refs, behaviour_logp)
-    out = algorithm.token_advantages(advantages, lengths, behaviour_logp, ref)
-    if out.shape != advantages.shape:
-        raise ValueError(
-            f"{type(algorithm).__name__}.token_advantages returned shape {tuple(out.shape)}, "
-            f"expected {tuple(advantages.shape)} (one advantage per loss token)"
-        )
-    return out.detach().to(advantages)
-
-
-def apply_batch_advantages(algorithm: Any, samples: list[Any], rewards: list[float]) -> None:
-    """The collector's call of the optional `batch_advantages` hook, once per step after every
-    group is assembled: rewrites each sample's advantage in place (no-op without the hook).
-    `rewards` are every reward of the step's kept groups (can be more than the samples)."""
-    if not isinstance(algorithm, ScalesBatchAdvantages) or not samples:
-        return
-    adv = torch.tensor([s.advantage for s in samples], dtype=torch.float32)
-    out = algorithm.batch_advantages(adv, torch.tensor(rewards, dtype=torch.float32))
-    if out.shape != adv.shape:
-        raise ValueError(
-            f"{type(algorithm).__name__}.batch_advantages returned shape {tuple(out.shape)}, "
-            f"expected {tuple(adv.shape)} (one advantage per sample)"
-        )
-    for sample, value in zip(samples, out.tolist(), strict=True):
-        sample.advantage = value

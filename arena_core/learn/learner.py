@@ -20,8 +20,7 @@ from torch import Tensor, nn
 from arena_core.device import autocast, module_device, tensors_to
 from arena_core.errors import ArenaError
 from arena_core.kernels.filtering import filtering
-from arena_core.learn.advantages import apply_token_advantages
-from arena_core.learn.algorithm import Algorithm, TokenBatch
+from arena_core.learn.algorithm import Algorithm, TokenAdvantages, TokenBatch
 from arena_core.learn.logprobs import LogprobFn, completion_logprobs, default_logprob_fn
 from arena_core.learn.losses import token_weights
 from arena_core.learn.mismatch import Correction, mismatch_metrics
@@ -87,7 +86,7 @@ class Learner:
                 "a custom logprob_fn cannot apply the sampler's top_k/top_p filter: leave "
                 "logprob_fn unset (the fused kernel applies it) or sample with top_k=0, top_p=1"
             )
-        self.logprob_fn = logprob_fn or default_logprob_fn(top_k=top_k, top_p=top_p)
+        self.logprob_fn = logprob_fn or default_logprob_fn(top_k=top_k, top_p=top_p, check=False)
         self.params = [p for p in model.parameters() if p.requires_grad]
         if not self.params:
             raise ValueError("the model has no trainable parameters")
@@ -114,12 +113,36 @@ class Learner:
         with torch.no_grad(), self._reference() as ref:
             return [self._logprobs(ref, mb) for mb in mbs]
 
-    def _teacher_logprobs(self, mbs: list[MicroBatch]) -> list[Tensor] | None:
+    def _teacher_logprobs(self, teacher: nn.Module, mbs: list[MicroBatch]) -> list[Tensor]:
         """The teacher's logprobs of each micro-batch's tokens, no grad (like the reference)."""
-        if self.teacher is None:
-            return None
         with torch.no_grad():
-            return [self._logprobs(self.teacher, mb).float() for mb in mbs]
+            return [self._logprobs(teacher, mb).float() for mb in mbs]
+
+    def _token_advantages(
+        self,
+        algorithm: TokenAdvantages,
+        adv: Tensor,
+        lengths: list[int],
+        behaviour: Tensor,
+        mbs: list[MicroBatch],
+        refs: list[Tensor] | None,
+    ) -> Tensor:
+        """The optional `token_advantages` hook (REINFORCE++: KL in the reward, global
+        normalisation): the step's per-token advantages, computed once before the first pass.
+        Tokens no micro-batch covered (another rank's share under FSDP) get the behaviour
+        logprob as their reference (zero KL)."""
+        ref = None
+        if refs is not None:
+            ref = behaviour.detach().float().clone()
+            for mb, r in zip(mbs, refs, strict=True):
+                ref[mb.flat_index] = r.detach().float()
+        out = algorithm.token_advantages(adv, lengths, behaviour, ref)
+        if out.shape != adv.shape:
+            raise ValueError(
+                f"{type(algorithm).__name__}.token_advantages returned shape {tuple(out.shape)}, "
+                f"expected {tuple(adv.shape)} (one advantage per loss token)"
+            )
+        return out.detach().to(adv)
 
     def _logprobs(self, model: nn.Module, mb: MicroBatch) -> Tensor:
         with autocast(str(self.device), self.autocast):
@@ -168,9 +191,9 @@ class Learner:
         weights = weights.to(dev)
         mbs = self.micro_batches(samples)
         refs = self._ref_logprobs(mbs) if self.algorithm.beta > 0 else None
-        # optional per-token advantages (REINFORCE++: KL in the reward, global normalisation)
-        adv = apply_token_advantages(self.algorithm, adv, lengths, behaviour, mbs, refs)
-        teachers = self._teacher_logprobs(mbs)
+        if isinstance(self.algorithm, TokenAdvantages):  # REINFORCE++: per-token advantages
+            adv = self._token_advantages(self.algorithm, adv, lengths, behaviour, mbs, refs)
+        teachers = self._teacher_logprobs(self.teacher, mbs) if self.teacher else None
         old = torch.zeros(n_tok, device=dev)
         seq_ids = torch.repeat_interleave(torch.arange(len(samples)), torch.tensor(lengths)).to(dev)
         is_w = torch.full((n_tok,), float("nan"), device=dev)  # NaN: not in this rank's share
@@ -209,7 +232,7 @@ class Learner:
                 self.optimizer.zero_grad(set_to_none=True)  # never apply a poisoned update
                 raise NonFiniteLossError(_nonfinite_message(total_loss, grad_norm, it, passes))
             self.optimizer.step()
-            self._check_weights()
+            check_weights(self.params, self.optimizer.param_groups[0]["lr"])
             if it == 0:
                 sums["loss"] = total_loss
                 sums["grad_norm"] = grad_norm
@@ -234,10 +257,6 @@ class Learner:
         for name, value in stats.items():
             sums[f"w:{name}"] = sums.get(f"w:{name}", 0.0) + float((w * value.float()).sum())
         sums["is_sum"] = sums.get("is_sum", 0.0) + float(batch.is_weight.sum())
-
-    def _check_weights(self) -> None:
-        """Raise NonFiniteWeightsError when the update just applied blew the weights up."""
-        check_weights(self.params, self.optimizer.param_groups[0]["lr"])
 
     def _clip(self) -> float:
         max_norm = self.algorithm.max_grad_norm

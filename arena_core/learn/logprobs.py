@@ -28,13 +28,15 @@ def plain_logprobs(hidden: Tensor, weight: Tensor, targets: Tensor) -> Tensor:
     return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
 
-def default_logprob_fn(top_k: int = 0, top_p: float = 1.0) -> LogprobFn:
+def default_logprob_fn(top_k: int = 0, top_p: float = 1.0, *, check: bool = True) -> LogprobFn:
     """The fused kernel (its chunked torch path on CPU, Triton on CUDA), scoring the sampler's
-    top-k/top-p filtered distribution when those are set."""
+    top-k/top-p filtered distribution when those are set. `check=False` skips the kernel's input
+    checks: for the learner, whose targets are the tokens its own engine sampled (a caller's
+    token ids, as the Tinker API's, keep them)."""
     from arena_core.kernels import fused_linear_logprob
 
     def fused(hidden: Tensor, weight: Tensor, targets: Tensor) -> Tensor:
-        return fused_linear_logprob(hidden, weight, targets, top_k=top_k, top_p=top_p)
+        return fused_linear_logprob(hidden, weight, targets, top_k=top_k, top_p=top_p, check=check)
 
     return fused
 

@@ -13,10 +13,6 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-# The per-token losses are implemented once, in the kernels package (the torch reference its
-# fused Triton versions are tested against); these wrappers give the learner's names and shapes.
-from arena_core.kernels import policy_loss as _kernels
-
 AggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
@@ -79,8 +75,9 @@ def aggregate(
 
 def k3_kl(logp: Tensor, ref_logp: Tensor) -> Tensor:
     """Per-token KL(pi || ref) estimate `exp(ref - logp) - (ref - logp) - 1` (Schulman's k3):
-    non-negative and unbiased, the estimator GRPO uses."""
-    return _kernels.k3_kl(logp, ref_logp)
+    non-negative, unbiased and low-variance for nearby policies, the estimator GRPO uses."""
+    d = ref_logp - logp
+    return torch.expm1(d) - d
 
 
 def truncated_is_weight(old_logp: Tensor, behaviour_logp: Tensor, cap: float | None) -> Tensor:
@@ -100,11 +97,19 @@ def grpo_token_loss(
 ) -> tuple[Tensor, Tensor]:
     """PPO-clip surrogate per token: `-min(r A, clip(r, 1-eps_low, 1+eps_high) A)`.
 
-    Returns (loss, clipped) where `clipped` marks tokens whose clipped branch was taken (the
-    gradient is zero there), for the clip-fraction metric.
+    `r = exp(logp - old_logp)`; asymmetric eps is DAPO's clip-higher. Returns (loss, clipped)
+    where `clipped` marks tokens whose gradient the clip removed (r above 1+eps_high with A > 0,
+    or below 1-eps_low with A < 0), for the clip-fraction metric.
     """
-    out = _kernels.grpo_token_loss(logp, old_logp, advantages, eps_low, eps_high)
-    return out.loss, out.clipped.bool()
+    _check_same_shape(logp, old_logp, advantages)
+    ratio = torch.exp(logp - old_logp)
+    clipped_obj = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * advantages
+    loss = -torch.minimum(ratio * advantages, clipped_obj)
+    with torch.no_grad():
+        clipped = ((ratio > 1.0 + eps_high) & (advantages > 0)) | (
+            (ratio < 1.0 - eps_low) & (advantages < 0)
+        )
+    return loss, clipped
 
 
 def cispo_token_loss(
@@ -113,10 +118,25 @@ def cispo_token_loss(
     """CISPO (MiniMax-M1) per token: `-sg(clip(r, 1-eps_low, 1+eps_high)) * A * log pi`.
 
     The importance weight is clipped and detached, so every token keeps a gradient (PPO's clip
-    zeroes the gradient of clipped tokens instead). Returns (loss, clipped mask).
+    zeroes the gradient of clipped tokens instead). Returns (loss, clipped mask: the tokens
+    whose weight was truncated).
     """
-    out = _kernels.cispo_token_loss(logp, behaviour_logp, advantages, eps_low, eps_high)
-    return out.loss, out.clipped.bool()
+    _check_same_shape(logp, behaviour_logp, advantages)
+    with torch.no_grad():
+        ratio = torch.exp(logp - behaviour_logp)
+        weight = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
+        clipped = (ratio < 1.0 - eps_low) | (ratio > 1.0 + eps_high)
+    return -(weight * advantages * logp), clipped
+
+
+def _check_same_shape(logp: Tensor, old_logp: Tensor, advantages: Tensor) -> None:
+    """Broadcasting would silently pair the wrong tokens: one shape, or a clear error."""
+    if not logp.shape == old_logp.shape == advantages.shape:
+        raise ValueError(
+            f"per-token tensors must have one shape, got logp {tuple(logp.shape)}, old/behaviour "
+            f"logp {tuple(old_logp.shape)}, advantages {tuple(advantages.shape)}; expand "
+            "per-sequence advantages to tokens first (advantages[seq_ids])"
+        )
 
 
 def gspo_token_loss(

@@ -64,8 +64,22 @@ class Correction:
         return dataclasses.replace(self, mode=mode)
 
     def weight(self, old_logp: Tensor, behaviour_logp: Tensor, seq_ids: Tensor | None) -> Tensor:
-        """The detached per-token weight [N] of this correction."""
-        return correction_weight(old_logp, behaviour_logp, seq_ids, self)
+        """The detached per-token weight [N] of this correction (the module docstring's
+        formulas)."""
+        log_r = (old_logp - behaviour_logp).detach().float()
+        if self.mode == "none" or (self.mode == "token_tis" and self.tis_cap is None):
+            return torch.ones_like(log_r)
+        if self.mode == "token_tis":
+            return torch.exp(log_r).clamp(max=self.tis_cap)
+        if self.mode == "icepop":
+            r = torch.exp(log_r)
+            inside = (r >= self.band_low) & (r <= self.band_high)
+            return torch.where(inside, r, torch.zeros_like(r))
+        if seq_ids is None:
+            raise ValueError("seq_mask needs each token's sequence id (TokenBatch.seq_ids)")
+        g = torch.exp(sequence_mean(log_r, seq_ids))
+        inside = (g >= 1.0 / self.seq_cap) & (g <= self.seq_cap)
+        return torch.where(inside, g, torch.zeros_like(g))
 
 
 def sequence_mean(values: Tensor, seq_ids: Tensor) -> Tensor:
@@ -78,55 +92,6 @@ def sequence_mean(values: Tensor, seq_ids: Tensor) -> Tensor:
     return (sums / counts)[inverse]
 
 
-def correction_weight(
-    old_logp: Tensor, behaviour_logp: Tensor, seq_ids: Tensor | None, corr: Correction
-) -> Tensor:
-    """Per-token weights of `corr` (the torch reference of the module docstring's formulas)."""
-    log_r = (old_logp - behaviour_logp).detach().float()
-    if corr.mode == "none" or (corr.mode == "token_tis" and corr.tis_cap is None):
-        return torch.ones_like(log_r)
-    if corr.mode == "token_tis":
-        return torch.exp(log_r).clamp(max=corr.tis_cap)
-    if corr.mode == "icepop":
-        r = torch.exp(log_r)
-        inside = (r >= corr.band_low) & (r <= corr.band_high)
-        return torch.where(inside, r, torch.zeros_like(r))
-    if seq_ids is None:
-        raise ValueError("seq_mask needs each token's sequence id (TokenBatch.seq_ids)")
-    g = torch.exp(sequence_mean(log_r, seq_ids))
-    inside = (g >= 1.0 / corr.seq_cap) & (g <= corr.seq_cap)
-    return torch.where(inside, g, torch.zeros_like(g))
-
-
-def cut_tokens(
-    old_logp: Tensor, behaviour_logp: Tensor, weight: Tensor, corr: Correction
-) -> Tensor:
-    """Which tokens the correction cut: masked to weight 0 (seq_mask, icepop), or truncated at
-    the cap (token_tis: `r > tis_cap`)."""
-    if corr.mode == "token_tis" and corr.tis_cap is not None:
-        return torch.exp((old_logp - behaviour_logp).detach().float()) > corr.tis_cap
-    if corr.mode in ("seq_mask", "icepop"):
-        return weight <= 0
-    return torch.zeros_like(weight, dtype=torch.bool)
-
-
-def mismatch_sums(
-    old_logp: Tensor, behaviour_logp: Tensor, weight: Tensor, corr: Correction
-) -> dict[str, float]:
-    """Additive pieces of the step's mismatch metrics over some of its tokens: the k3 sum, the
-    number of tokens the correction cut and the largest ratio."""
-    if old_logp.numel() == 0:
-        return {"kl_sum": 0.0, "cut": 0.0, "max_ratio": 0.0}
-    log_r = (old_logp - behaviour_logp).detach().float()
-    k3 = torch.expm1(log_r) - log_r  # r - log r - 1 >= 0: KL(sampler || learner) per token
-    cut = cut_tokens(old_logp, behaviour_logp, weight, corr)
-    return {
-        "kl_sum": float(k3.sum()),
-        "cut": float(cut.sum()),
-        "max_ratio": float(torch.exp(log_r.max())),
-    }
-
-
 def mismatch_metrics(
     old_logp: Tensor,
     behaviour_logp: Tensor,
@@ -134,19 +99,29 @@ def mismatch_metrics(
     corr: Correction,
     n_tokens: int | None = None,
 ) -> dict[str, float]:
-    """`mismatch/kl` (token mean of k3), `mismatch/masked_frac` and `mismatch/max_ratio`.
+    """`mismatch/kl` (token mean of k3), `mismatch/masked_frac` (the tokens the correction cut:
+    masked to weight 0 by seq_mask or icepop, truncated at the cap by token_tis) and
+    `mismatch/max_ratio`.
 
     Tokens whose weight is NaN are left out (a trainer rank's learner sees only its share of the
     step); `n_tokens` (default: the tokens left) is the divisor, so that the shares of one
     step's tokens add up to the step's means."""
     keep = ~torch.isnan(weight)
-    old_logp, behaviour_logp, weight = old_logp[keep], behaviour_logp[keep], weight[keep]
-    s = mismatch_sums(old_logp, behaviour_logp, weight, corr)
-    n = max(1, n_tokens if n_tokens is not None else old_logp.numel())
+    log_r = (old_logp[keep] - behaviour_logp[keep]).detach().float()
+    n = max(1, n_tokens if n_tokens is not None else log_r.numel())
+    if log_r.numel() == 0:
+        return {"mismatch/kl": 0.0, "mismatch/masked_frac": 0.0, "mismatch/max_ratio": 0.0}
+    k3 = torch.expm1(log_r) - log_r  # r - log r - 1 >= 0: KL(sampler || learner) per token
+    if corr.mode == "token_tis" and corr.tis_cap is not None:
+        cut = torch.exp(log_r) > corr.tis_cap
+    elif corr.mode in ("seq_mask", "icepop"):
+        cut = weight[keep] <= 0
+    else:
+        cut = torch.zeros_like(log_r, dtype=torch.bool)
     return {
-        "mismatch/kl": s["kl_sum"] / n,
-        "mismatch/masked_frac": s["cut"] / n,
-        "mismatch/max_ratio": s["max_ratio"],
+        "mismatch/kl": float(k3.sum()) / n,
+        "mismatch/masked_frac": float(cut.sum()) / n,
+        "mismatch/max_ratio": float(torch.exp(log_r.max())),
     }
 
 

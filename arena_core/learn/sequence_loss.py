@@ -18,7 +18,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from arena_core.learn.learner import Learner, NonFiniteLossError, _nonfinite_message
+from arena_core.learn.learner import (
+    Learner,
+    NonFiniteLossError,
+    _nonfinite_message,
+    check_weights,
+)
 from arena_core.learn.packing import Sample
 
 
@@ -77,7 +82,8 @@ def preference_step(
         learner.optimizer.zero_grad(set_to_none=True)
         raise NonFiniteLossError(_nonfinite_message(value, grad_norm, 0, 1))
     learner.optimizer.step()
-    learner._check_weights()  # a finite loss can still blow the weights up (algo.lr=1e30)
+    # a finite loss can still blow the weights up (algo.lr=1e30)
+    check_weights(learner.params, learner.optimizer.param_groups[0]["lr"])
     learner.optimizer.zero_grad(set_to_none=True)
     trained = sum(len(s.prompt_ids) + len(s.completion_ids) - 1 for s in chosen + rejected)
     return {

@@ -1,9 +1,10 @@
 """The group collector of a run, built one way for every LLM loop.
 
-The single run (`recipes.llm`) and population training (`arena_core.population`) sample their
-training groups alike: the `generation` section's sampling parameters, the example stream seeded
-by the run's `seed`, `train.max_sampling_rounds` and `train.max_flat_rounds`, and multi-turn episodes for a tool task. This
-is that setup, in one place, so the two loops cannot drift apart.
+The single run (`arena_core.llm_rl.recipe`) and population training (`arena_core.population`)
+sample their training groups alike: the `generation` section's sampling parameters, the example
+stream seeded by the run's `seed`, `train.max_sampling_rounds` and `train.max_flat_rounds`, and
+multi-turn episodes for a tool task. This is that setup, in one place, so the two loops cannot
+drift apart.
 """
 
 from __future__ import annotations
@@ -60,5 +61,10 @@ def build_collector(
     if is_tool_task(task):  # multi-turn episodes with tools: arena_core.engines.multi_turn
         from arena_core.engines.multi_turn import EpisodeRunner
 
-        collector.episodes = EpisodeRunner(task, tokenizer, seed=core.seed)
+        own = getattr(task, "episode_runner", None)  # a task that drives its episodes itself
+        collector.episodes = (
+            own(tokenizer, seed=core.seed)
+            if callable(own)
+            else EpisodeRunner(task, tokenizer, seed=core.seed)
+        )
     return collector

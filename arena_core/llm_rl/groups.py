@@ -35,9 +35,9 @@ import torch
 from torch import Tensor
 
 from arena_core.engines.base import Completion, GenerationBackend, SamplingParams
-from arena_core.learn.advantages import apply_batch_advantages
 from arena_core.learn.algorithm import (
     Algorithm,
+    ScalesBatchAdvantages,
     ShapesRewards,
     keeps_flat_groups,
     masks_truncated,
@@ -170,7 +170,8 @@ class GroupCollector:
             kept = out.groups_kept
             self._assemble(out, comps, values, valid, n_try, need)
             flat_rounds = flat_rounds + 1 if out.groups_kept == kept else 0
-        apply_batch_advantages(self.algorithm, out.samples, out.group_rewards)
+        if isinstance(self.algorithm, ScalesBatchAdvantages) and out.samples:
+            self._batch_advantages(self.algorithm, out)  # scale_rewards=batch
         if masks_truncated(self.algorithm):
             out.algo_metrics.setdefault("samples/masked_truncated", 0.0)
         out.position = self.position
@@ -231,6 +232,19 @@ class GroupCollector:
                 out.samples.append(
                     Sample(c.prompt_ids, list(c.token_ids), list(c.logprobs), a, c.loss_mask)
                 )
+
+    def _batch_advantages(self, algorithm: ScalesBatchAdvantages, out: StepBatch) -> None:
+        """The optional `batch_advantages` hook, once the step's groups are assembled: rewrites
+        each sample's advantage in place, from every (shaped) reward of the kept groups."""
+        adv = torch.tensor([s.advantage for s in out.samples], dtype=torch.float32)
+        new = algorithm.batch_advantages(adv, torch.tensor(out.group_rewards, dtype=torch.float32))
+        if new.shape != adv.shape:
+            raise ValueError(
+                f"{type(algorithm).__name__}.batch_advantages returned shape {tuple(new.shape)}, "
+                f"expected {tuple(adv.shape)} (one advantage per sample)"
+            )
+        for sample, value in zip(out.samples, new.tolist(), strict=True):
+            sample.advantage = value
 
     def _shape(self, out: StepBatch, rewards: Tensor, comps: list[Completion]) -> Tensor:
         """The algorithm's optional reward shaping of one group ([1, g]) before advantages; its

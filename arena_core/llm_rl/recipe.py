@@ -3,7 +3,7 @@
 
 Read top to bottom: `LLMRecipe` (what the launcher runs), `open_llm_run` (set up: the algorithm,
 the text task, the reward file and the run session; the `population` recipe opens its run the
-same way), `_train` (the parts of an LLM run, built once by `pipeline.parts.open_run_parts`, and
+same way), `_train` (the parts of an LLM run, built once by `run_parts.parts.open_run_parts`, and
 the engines in processes when the plan splits devices), then `_Loop`, the loop itself: evaluate,
 then per step generate a batch, learn on it, log, evaluate and checkpoint when due, and finish
 with summary.json. The run directory, resume, seeds, loggers, checkpoints, Ctrl-C and SIGTERM
@@ -26,6 +26,7 @@ from arena_core.engines.base import GenerationFailed
 from arena_core.learn.learner import Learner, NonFiniteLossError
 from arena_core.llm_rl.batch_source import AsyncSource, SyncSource, generator_policy
 from arena_core.llm_rl.collecting import build_collector
+from arena_core.llm_rl.groups import StepBatch
 from arena_core.llm_rl.mismatch_guard import GuardHook
 from arena_core.llm_rl.run_warnings import count_step, run_warnings
 from arena_core.llm_rl.step_row import rate, step_row
@@ -250,7 +251,7 @@ class _Loop:
                     self._evaluate()
                     progress.note(_eval_line(self.evals[-1]))
                 while self.step < total:
-                    row = self._train_step()
+                    row = self._record(*self._train_step())
                     for line in self.guard.after_step(self.step, row) if self.guard else []:
                         progress.note(line)  # the mismatch guard tightened or relaxed
                     if row["train/flat_step"] and not self.totals.get("steps/flat_noted"):
@@ -293,14 +294,22 @@ class _Loop:
     def _due(self, every: int) -> bool:
         return every > 0 and self.step % every == 0
 
-    def _train_step(self) -> dict[str, Any]:
+    def _train_step(self) -> tuple[StepBatch, dict[str, float], float, float]:
+        """One step: generate and score groups (their advantages too), update the policy, hand
+        the engine the new weights. Returns the batch, the learner's metrics, the step's seconds
+        and the weight-sync pause, which `_record` turns into the metrics row."""
         t0 = time.perf_counter()
-        batch = self.source.next_batch(self.step)
+        batch = self.source.next_batch(self.step)  # generate -> score -> advantages
         self.data_position = batch.position
-        learn = self.learner.step(batch.samples) if batch.samples else {}
+        learn = self.learner.step(batch.samples) if batch.samples else {}  # loss -> update
         self.step += 1
-        pause = self.source.after_step(self.step)
-        step_s = time.perf_counter() - t0
+        pause = self.source.after_step(self.step)  # the engine samples from the new weights
+        return batch, learn, time.perf_counter() - t0, pause
+
+    def _record(
+        self, batch: StepBatch, learn: dict[str, float], step_s: float, pause: float
+    ) -> dict[str, Any]:
+        """The step's metrics row, added to the run's totals (warnings, refill prices, summary)."""
         row = step_row(batch, learn, step_s)
         row.update(batch.episode_metrics)  # tool tasks: calls, parse outcomes, tool tokens
         row.update(self.source.step_metrics(batch, self.step - 1, step_s, pause))

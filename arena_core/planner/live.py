@@ -17,8 +17,13 @@ the bandwidth and the decode's math by the decode shape's; the fixed overheads (
 per layer and per step, one thread) stretch by the share of a core the one-thread passes got.
 The 1-minute load average is not used: it lags, so right after other work stopped a plan priced
 at it predicted 4.56 s per step against 1.98 s measured (issue 44), and right after work started
-it prices the idle machine. Half a second sees a few instants, so a neighbour's burst can still
-move it: each plan notes the speeds it was priced at and the load average beside them.
+it prices the idle machine. The probe alternates the two sides four times over a second, so a
+neighbour's burst of a tenth of a second weighs on both alike (a half-second probe of two
+alternations priced 2 threads at 0.24-0.99 of one idle thread in ten consecutive plans on this
+machine at load average 2.2; the one-second probe 0.41-0.50 in six at load average 5). Still it
+sees an instant: each plan notes the speeds it was priced at and the load average beside them,
+and a run re-prices its step at the speed its first step really ran at (`refill.observe_speed`,
+`sft_price.sft_reprice`).
 
 ``ARENA_PLAN_CPU_SHARE=F`` fixes every speed at F of one idle thread's (0 < F <= 1) instead of
 measuring it, and ``ARENA_PLAN_PROBE=0`` turns live pricing off (plans then use the
@@ -38,7 +43,8 @@ from arena_core.planner.hardware import HardwareProfile
 
 PROBE_ENV = "ARENA_PLAN_PROBE"
 SHARE_ENV = "ARENA_PLAN_CPU_SHARE"
-PROBE_SECONDS = 0.5
+PROBE_SECONDS = 1.0
+PROBE_ROUNDS = 4  # alternations of the one-thread and the run's-threads passes
 OVERHEADS = (
     "decode_step_overhead_s",
     "decode_layer_overhead_s",
@@ -117,7 +123,8 @@ def measure_speed(threads: int, seconds: float = PROBE_SECONDS) -> dict[str, flo
     then with ``threads`` threads by the wall clock: what the run will get. Their ratio is the
     speed factor of each shape (``decode``, ``learn``); ``share`` is the fraction of a core the
     one-thread runs got (the run's Python thread: its per-layer overheads stretch by it). The
-    passes alternate, ``seconds`` in all, so a neighbour's burst weighs on both sides alike.
+    passes alternate (`PROBE_ROUNDS` times), ``seconds`` in all, so a neighbour's burst weighs
+    on both sides alike.
 
     Why measured, not derived from a share: more threads are faster on idle cores and can be
     far slower on busy ones, where a decode-sized product on 2 threads ran 7-19x slower than on
@@ -133,9 +140,9 @@ def measure_speed(threads: int, seconds: float = PROBE_SECONDS) -> dict[str, flo
     idle = {k: [0.0, 0.0] for k in shapes}  # flops, CPU seconds
     now = {k: [0.0, 0.0] for k in shapes}  # flops, wall seconds
     wall_1 = [0.0, 0.0]  # CPU seconds, wall seconds of the one-thread passes
-    slot = seconds / (2 * 2 * len(shapes))
+    slot = seconds / (PROBE_ROUNDS * 2 * len(shapes))
     try:
-        for _ in range(2):
+        for _ in range(PROBE_ROUNDS):
             for name, x in shapes.items():
                 flops = 2.0 * x.shape[0] * 576 * 1536
                 for n_threads, into in ((1, idle), (max(1, threads), now)):

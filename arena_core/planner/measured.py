@@ -52,6 +52,14 @@ def record_measured(
         plan["repriced_first"] = {
             "flat_rate": totals["refill/first_flat_rate"],
             "after_steps": 1,
-            "step_seconds": {"total": totals["refill/first_total_s"]},
+            "observed_speed": {
+                "generate": round(totals.get("refill/speed_generate", 1.0), 3),
+                "learn": round(totals.get("refill/speed_learn", 1.0), 3),
+            },
+            "step_seconds": {
+                phase: totals[f"refill/first_{phase}_s"]
+                for phase in ("generate", "learn", "total")
+                if f"refill/first_{phase}_s" in totals
+            },
         }
     atomic_write_json(path, plan)

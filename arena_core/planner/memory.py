@@ -47,7 +47,7 @@ GPU_RUNTIME_OVERHEAD = 1.5e9
 CPU_RUNTIME_OVERHEAD = 0.6e9
 ENGINE_PREFILL_CHUNK = 8192  # vLLM V1 default max_num_batched_tokens
 ENGINE_MAX_SEQS = 256  # vLLM default max_num_seqs
-FUSED_BUDGET_GPU = 1024 * 2**20  # arena_core.kernels.chunking defaults
+FUSED_BUDGET_GPU = 1024 * 2**20  # arena_core.kernels.fused_logprob defaults
 FUSED_BUDGET_CPU = 256 * 2**20
 
 
@@ -127,7 +127,7 @@ def fused_logprob_bytes(tokens: int, vocab: int, hidden: int, b: int, gpu: bool)
         try:
             import torch
 
-            from arena_core.kernels.chunking import choose_chunk_size, chunk_bytes_per_token
+            from arena_core.kernels.fused_logprob import choose_chunk_size, chunk_bytes_per_token
 
             dtype = torch.float32 if b == 4 else torch.bfloat16
             rows = choose_chunk_size(tokens, vocab, hidden, dtype, device="cuda" if gpu else "cpu")

@@ -1,9 +1,10 @@
 """How a run is checked while it runs: the plan's predicted step time against the measured steps,
 so a plan that is off on this machine says so early, with the CPU share it was priced at.
 
-The prediction checked is the plan's step re-priced at the flat-group rate the run has observed
-(`planner.refill`, `repriced` in the plan) when there is one: refill rounds are part of what a
-step costs, and only the run can see how many it needs."""
+The prediction checked is the plan's step re-priced after the first step (`planner.refill`,
+`repriced` in the plan) when there is one: at the flat-group rate the run has observed (refill
+rounds are part of what a step costs, and only the run can see how many it needs) and at the
+speed its first step ran at (the CPU the run really gets)."""
 
 from __future__ import annotations
 
@@ -22,12 +23,19 @@ def plan_check(plan: dict[str, Any], step_seconds: list[float]) -> str:
     if not predicted:
         return f"plan check: {measured:.2f} s/step measured ({steps}); the plan predicted none"
     ratio = predicted / measured
-    refills = " (refill rounds included)" if repriced else ""
+    refills = " (re-priced after step 1: refill rounds, observed speed)" if repriced else ""
     line = (
         f"plan check: {measured:.2f} s/step measured ({steps}) vs {predicted:.2f} s predicted"
         f"{refills} (x{ratio:.2f})"
     )
-    if abs(ratio - 1) > 0.3:
+    if abs(ratio - 1) > 0.3 and (plan.get("repriced") or {}).get("observed_speed"):
+        faster = "faster" if ratio > 1 else "slower"
+        line += (
+            f": off by more than 30%: the steps after the first ran {faster} than the first, "
+            "whose speed priced them (other work on this machine started or stopped; a first "
+            "step also warms up)"
+        )
+    elif abs(ratio - 1) > 0.3:
         line += ": off by more than 30% on this machine"
         load, cores = _load()
         speed = plan.get("priced_at_speed")

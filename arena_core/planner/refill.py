@@ -22,6 +22,15 @@ step's groups, each later one for the missing ones over the informative rate see
 twice as many) with each sampled group flat at the observed rate, over a few hundred seeded
 draws, and prices the mean step: the rounds' generation, the learning on the groups kept, the
 weight sync. At a flat rate of 0 that is the plan's own price.
+
+The speed, too, is taken from the first step (`observe_speed`): the plan's price of the rounds
+and the learning that step really did, over the seconds its phases took, is how fast this CPU
+runs this work now, against the probe's estimate (`planner.live`) the plan was priced at. On the
+shared 2-core machine the probe's matmuls ran 2-3x faster than the real SmolLM2 step beside
+others' work (a real step is many small parallel ops, each waiting for a preempted thread), and
+its decode shape, in cache, does not see others' memory traffic. Every re-price divides the
+round and learning prices by the speeds of that first step, which the run prints and plan.json
+keeps (`observed_speed`).
 """
 
 from __future__ import annotations
@@ -112,7 +121,8 @@ def observed_flat_rate(totals: dict[str, float]) -> tuple[float, int] | None:
 
 def reprice(plan: dict[str, Any], totals: dict[str, float], steps: int) -> dict[str, Any] | None:
     """The plan's step re-priced at the flat-group rate the run observed over its `steps`
-    steps so far, or None when the plan has no round prices or nothing was sampled yet."""
+    steps so far and at the speed its first step ran at (`observed_speed`), or None when the
+    plan has no round prices or nothing was sampled yet."""
     refill = plan.get("refill")
     seen = observed_flat_rate(totals)
     if not refill or seen is None:
@@ -122,8 +132,15 @@ def reprice(plan: dict[str, Any], totals: dict[str, float], steps: int) -> dict[
     wl = plan.get("workload") or {}
     serial = plan.get("colocate") != "none" or not wl.get("overlap")
     scale = trained_length_scale(wl, totals)
-    if scale != 1.0:
-        refill = {**refill, "learn_s_by_groups": [x * scale for x in refill["learn_s_by_groups"]]}
+    speed = {
+        "generate": float(totals.get("refill/speed_generate", 1.0)),
+        "learn": float(totals.get("refill/speed_learn", 1.0)),
+    }
+    refill = {
+        **refill,
+        "generate_s_by_groups": [x / speed["generate"] for x in refill["generate_s_by_groups"]],
+        "learn_s_by_groups": [x * scale / speed["learn"] for x in refill["learn_s_by_groups"]],
+    }
     step = expected_step(refill, flat, float(predicted.get("sync") or 0.0), serial)
     return {
         "flat_rate": round(flat, 3),
@@ -131,8 +148,54 @@ def reprice(plan: dict[str, Any], totals: dict[str, float], steps: int) -> dict[
         "after_steps": int(steps),
         "rounds": round(step["rounds"], 2),
         "learn_length_scale": round(scale, 3),
+        "observed_speed": {k: round(v, 3) for k, v in speed.items()},
         "step_seconds": {k: round(step[k], 3) for k in ("generate", "learn", "sync", "total")},
     }
+
+
+def observe_speed(plan: dict[str, Any], totals: dict[str, float]) -> None:
+    """After a step (the first of this process: `refill_note`): how fast it really ran against
+    the plan's price, per phase, kept in `totals` (``refill/speed_generate``,
+    ``refill/speed_learn``) for every re-price after it.
+
+    Why: the plan is priced at the CPU a one-second probe saw as the run started; a step is
+    the CPU the run actually gets, on its real shapes (the engine's decode streaming the
+    weights, rows that stop early, the learner's micro-batches), beside whatever else the
+    machine runs. The speed is the plan's price of the work the step did (its generation rounds,
+    its learning on the groups it kept, from the step's own row: `add_step`) over the seconds
+    the step's phases took: above 1 the run is faster than priced. A phase the step did not run
+    (nothing kept: no learning) takes the other phase's speed, the same CPU's."""
+    refill = plan.get("refill")
+    if not refill or "refill/last/sampled" not in totals:
+        return
+    p = int(refill["groups_per_step"])
+    gen_table, learn_table = refill["generate_s_by_groups"], refill["learn_s_by_groups"]
+    rounds = max(1, int(totals.get("refill/last/rounds") or 1))
+    sampled = int(totals["refill/last/sampled"] or p)
+    first = min(p, sampled)
+    later = (sampled - first) / (rounds - 1) if rounds > 1 else 0.0
+    gen_price = _table(gen_table, first) + (rounds - 1) * _table(gen_table, later)
+    kept = int(totals.get("refill/last/kept") or 0)
+    wl = plan.get("workload") or {}
+    step = {"refill/kept_groups": kept, "tokens/trained": totals.get("refill/last/trained", 0.0)}
+    learn_price = learn_table[min(kept, len(learn_table) - 1)] * trained_length_scale(wl, step)
+    gen_s = float(totals.get("refill/last/generate_s") or 0.0)
+    learn_s = float(totals.get("refill/last/learn_s") or 0.0)
+    gen_speed = gen_price / gen_s if gen_price > 0 and gen_s > 0 else None
+    learn_speed = learn_price / learn_s if learn_price > 0 and learn_s > 0 else None
+    gen_speed = gen_speed or learn_speed or 1.0
+    totals["refill/speed_generate"] = gen_speed
+    totals["refill/speed_learn"] = learn_speed or gen_speed
+
+
+def _table(table: list[float], groups: float) -> float:
+    """A round's price for `groups` groups (0 for none), between the table's entries."""
+    if groups <= 0:
+        return 0.0
+    lo = max(1, min(len(table), math.floor(groups)))
+    hi = max(1, min(len(table), math.ceil(groups)))
+    frac = groups - math.floor(groups) if hi > lo else 0.0
+    return table[lo - 1] * (1 - frac) + table[hi - 1] * frac
 
 
 def trained_length_scale(wl: dict[str, Any], totals: dict[str, float]) -> float:
@@ -148,12 +211,22 @@ def trained_length_scale(wl: dict[str, Any], totals: dict[str, float]) -> float:
 
 
 def add_step(totals: dict[str, float], row: dict[str, Any]) -> None:
-    """Count one step's groups (its metrics row) into the run's totals."""
+    """Count one step's groups (its metrics row) into the run's totals, and keep the step's
+    own work and phase seconds (``refill/last/*``)."""
     sampled = float(row.get("groups/sampled") or 0.0)
     uninformative = sum(
         float(row.get(k) or 0.0) for k in ("groups/dropped_zero_adv", "groups/dropped_failed")
     )
     totals["groups/sampled"] = totals.get("groups/sampled", 0.0) + sampled
+    last = {  # this step alone: what `observe_speed` prices against its seconds
+        "sampled": sampled,
+        "rounds": float(row.get("sampling/rounds") or 1.0),
+        "kept": float(row.get("groups/kept") or 0.0),
+        "trained": float(row.get("tokens/trained") or 0.0),
+        "generate_s": float(row.get("time/generate_s") or 0.0),
+        "learn_s": float(row.get("time/learn_s") or 0.0),
+    }
+    totals.update({f"refill/last/{k}": v for k, v in last.items()})
     totals["refill/kept_groups"] = totals.get("refill/kept_groups", 0.0) + float(
         row.get("groups/kept") or 0.0
     )
@@ -163,22 +236,29 @@ def add_step(totals: dict[str, float], row: dict[str, Any]) -> None:
 
 
 def refill_note(plan: dict[str, Any] | None, totals: dict[str, float], steps: int) -> str | None:
-    """After a step: record the re-priced step in `plan` (`repriced`, what the plan check and
-    plan.json then show) and return the line to print, or None when the plan has nothing to
-    re-price (no plan, no round prices, nothing sampled)."""
+    """After a step (the run calls it after the first step of each process: a resumed run's
+    plan is priced anew): the speed that step ran at (`observe_speed`), the re-priced step
+    recorded in `plan` (`repriced`, what the plan check and plan.json then show); returns the
+    line to print, or None when the plan has nothing to re-price (no plan, no round prices,
+    nothing sampled)."""
     if not plan:
         return None
+    observe_speed(plan, totals)
     found = reprice(plan, totals, steps)
     if found is None:
         return None
     plan["repriced"] = found
-    totals["refill/first_total_s"] = found["step_seconds"]["total"]  # plan.json keeps it
+    for phase in ("generate", "learn", "total"):  # plan.json keeps them (`repriced_first`)
+        totals[f"refill/first_{phase}_s"] = found["step_seconds"][phase]
     totals["refill/first_flat_rate"] = found["flat_rate"]
     before = ((plan.get("predicted") or {}).get("step_seconds") or {}).get("total") or 0.0
     s = found["step_seconds"]
+    speed = found["observed_speed"]
     return (
         f"plan re-priced: {found['flat_rate']:.0%} of the {found['groups_sampled']} groups sampled "
         f"in {steps} step(s) were flat, so a step takes ~{found['rounds']:.1f} generation "
-        f"round(s): ~{s['total']:.1f} s/step (generate {s['generate']:.1f}, learn "
-        f"{s['learn']:.1f}; {before:.1f} s priced for one round with every group informative)"
+        f"round(s), and the step ran at x{speed['generate']:.2f} (generate) / "
+        f"x{speed['learn']:.2f} (learn) the speed it was priced at: ~{s['total']:.1f} s/step "
+        f"(generate {s['generate']:.1f}, learn {s['learn']:.1f}; {before:.1f} s priced at the "
+        "start for one round with every group informative)"
     )

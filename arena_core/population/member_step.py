@@ -138,4 +138,9 @@ def _episode_runner(core: CoreConfig, task: Any, tokenizer: Any) -> Any:
         return None
     from arena_core.engines.multi_turn import EpisodeRunner
 
-    return EpisodeRunner(task, tokenizer, seed=core.seed)
+    own = getattr(task, "episode_runner", None)  # a task that drives its episodes itself
+    return (
+        own(tokenizer, seed=core.seed)
+        if callable(own)
+        else EpisodeRunner(task, tokenizer, seed=core.seed)
+    )

@@ -1,7 +1,7 @@
 """The parts of an LLM run, built in one place: task, policy, learner, backend, reward scorer.
 
-Why: the single run (`recipes.llm`), a population's driver (`recipes.population`) and its member
-actors (`evolution.workers`) all need the same parts, built the same way and closed the same way.
+Why: the single run (`llm_rl.recipe`), a population's driver (`population.recipe`) and its member
+actors (`population.workers`) all need the same parts, built the same way and closed the same way.
 Written three times, the copies drifted: the population paths did not mount an MCP env's state
 directories into the reward sandbox (`expose=`), so its reward could not read an episode's
 database, and never closed the task, so its MCP servers outlived the run. `open_run_parts` is the

@@ -7,23 +7,33 @@ from typing import Any
 
 from arena_core.tasks import Example, TextTask
 
+MAX_CACHED = (
+    100_000  # prompts kept per cache: a long run's stream of distinct prompts stays bounded
+)
+
+
+def chat_prompt(
+    tokenizer: Any, messages: list[dict[str, str]], cache: dict[str, list[int]]
+) -> list[int]:
+    """The ids of chat `messages` with the assistant turn opened, cached in `cache`."""
+    key = repr(messages)
+    ids = cache.get(key)
+    if ids is None:
+        out = tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        ids = list(out["input_ids"] if isinstance(out, dict) else out)
+        if len(cache) < MAX_CACHED:
+            cache[key] = ids
+    return ids
+
 
 class PromptEncoder:
     """Chat-template encoding of a task's examples, cached (the same prompts recur in eval)."""
 
     def __init__(self, task: TextTask, tokenizer: Any) -> None:
         self.task, self.tokenizer = task, tokenizer
-        self._cache: dict[tuple[str, str], list[int]] = {}
+        self._cache: dict[str, list[int]] = {}
 
     def __call__(self, example: Example) -> list[int]:
-        key = (example.question, example.answer)
-        ids = self._cache.get(key)
-        if ids is None:
-            messages = self.task.messages(example)
-            out = self.tokenizer.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=True, return_dict=False
-            )
-            ids = list(out["input_ids"] if isinstance(out, dict) else out)
-            if len(self._cache) < 100_000:
-                self._cache[key] = ids
-        return ids
+        return chat_prompt(self.tokenizer, self.task.messages(example), self._cache)

@@ -73,6 +73,8 @@ def _template_messages(messages: list[Any]) -> list[dict[str, Any]]:
                 }
                 for c in m.tool_calls
             ]
+        if m.reasoning_content:  # for templates that render it (vLLM passes it on too)
+            msg["reasoning_content"] = m.reasoning_content
         if m.tool_call_id:
             msg["tool_call_id"] = m.tool_call_id
         if m.name:

@@ -105,6 +105,7 @@ class ChatMessage(BaseModel):
     name: str | None = None
     tool_calls: list[ToolCallIn] | None = None  # assistant turns only
     tool_call_id: str | None = None  # tool turns only
+    reasoning_content: str | None = None  # an assistant turn's reasoning (vLLM's field)
 
     @model_validator(mode="after")
     def _shape(self) -> ChatMessage:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from arena_core.learn.packing import Sample
+from arena_core.run_parts.prompts import chat_prompt
 from arena_core.tasks import Example, gold_completion, shuffled_epochs
 
 
@@ -94,16 +95,7 @@ class Encoder:
         self._prompts: dict[str, list[int]] = {}
 
     def prompt(self, messages: list[dict[str, str]]) -> list[int]:
-        key = repr(messages)
-        ids = self._prompts.get(key)
-        if ids is None:
-            out = self.tokenizer.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=True, return_dict=False
-            )
-            ids = list(out["input_ids"] if isinstance(out, dict) else out)
-            if len(self._prompts) < 100_000:
-                self._prompts[key] = ids
-        return ids
+        return chat_prompt(self.tokenizer, messages, self._prompts)
 
     def sample(self, messages: list[dict[str, str]], completion: str) -> Sample:
         """The sample whose completion tokens carry the loss: the completion only, or (with

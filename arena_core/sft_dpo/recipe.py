@@ -28,6 +28,7 @@ from arena_core.errors import ConfigError
 from arena_core.learn.learner import Learner, NonFiniteLossError
 from arena_core.learn.mismatch import MISMATCH_KEYS
 from arena_core.learn.settings import DEFAULT_MICRO_BATCH_TOKENS
+from arena_core.planner.sft_price import sft_reprice
 from arena_core.run_parts.build import build_algorithm, make_env
 from arena_core.session import RunSession
 from arena_core.session.recipe import Recipe
@@ -177,6 +178,8 @@ class _OfflineRun:
                             row.setdefault(key, None)
                     self.metrics.log(self.step, row)
                     self._print(row)
+                    if self.step == 1 and (line := sft_reprice(self.run_dir, row["time/learn_s"])):
+                        print(line, flush=True)  # the step at the speed it really ran at
                     # periodic, or a new best evaluation (its weights are kept: RUN:best)
                     why = save_reason(self.step, self.core.train.checkpoint_every, self.evals)
                     if why and self.step < total:

@@ -162,7 +162,7 @@ def read_run(path: Path, *, project: str | None = None) -> RunInfo:
             problems.append(f"config.yaml unreadable ({_short(exc)})")
     else:
         problems.append("no config.yaml")
-    summary = _read_json(path / "summary.json", problems)
+    summary = read_json_object(path / "summary.json", problems)
     try:
         ckpts = list_checkpoints(path)
     except ArenaError as exc:
@@ -194,7 +194,7 @@ def read_validation(run_dir: Path) -> dict[str, Any] | None:
     path = Path(run_dir) / "validation.json"
     problems: list[str] = []
     try:
-        report = _read_json(path, problems)
+        report = read_json_object(path, problems)
     except OSError as exc:
         return {"problem": f"validation.json unreadable ({_short(exc)})"}
     if problems:
@@ -217,7 +217,9 @@ def _set_best(info: RunInfo, records: list[dict[str, Any]]) -> None:
     info.best_eval = info.best_eval_reward = ranking.value(best)
 
 
-def _read_json(path: Path, problems: list[str]) -> dict[str, Any] | None:
+def read_json_object(path: Path, problems: list[str]) -> dict[str, Any] | None:
+    """A run file that must hold one JSON object: None when absent; when unreadable, None and one
+    line in `problems` naming the file (a damaged file never hides the rest of a run)."""
     if not path.is_file():
         return None
     try:
@@ -225,7 +227,7 @@ def _read_json(path: Path, problems: list[str]) -> dict[str, Any] | None:
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
         return data
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (OSError, ValueError) as exc:
         problems.append(f"{path.name} unreadable ({_short(exc)})")
         return None
 

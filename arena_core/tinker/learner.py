@@ -52,7 +52,8 @@ def score(
                 logp = completion_logprobs(model, mb, logprob_fn=logprob_fn)
                 pieces = torch.split(logp, [len(d.tokens) for d in batch])
                 per_token = [
-                    datum_loss(spec, lp, d.inputs) for lp, d in zip(pieces, batch, strict=True)
+                    datum_loss(spec, lp, d.inputs, d.sampled)
+                    for lp, d in zip(pieces, batch, strict=True)
                 ]
                 loss = torch.stack([t.sum() for t in per_token]).sum()
                 if grad and loss.requires_grad:

@@ -21,9 +21,21 @@ tensor has one value per input token.
 - `dro`: `-sum(logp A - beta/2 (logp - sampler logprobs)^2)`, `loss_fn_config` `beta`
   (default 0.05). No Arena algorithm has this formula, so it is written here.
 
-`stable_reinforce` needs sampling-time information that Tinker records on its own servers and an
-objective Tinker has not published, so it is not served; server-side custom losses neither. Asking
-for one is a 400 that names it and lists the losses that are served.
+- `stable_reinforce`: REINFORCE with a truncated importance weight,
+  `-sum(sg(min(r, C)) A logp) + kl_coeff * sum_sampled (r - 1 - log r)`. Tinker documents what
+  it takes (sampled sequences named by `sequence_id` through `Datum.with_provenance`, nonzero
+  advantages only on sampled tokens, `loss_fn_config` `kl_coeff`) and what it is for (REINFORCE
+  that stays stable when sampler and learner differ: async RL, different numerics), but not its
+  formula. Arena serves the published estimator for exactly that mismatch, truncated importance
+  sampling (Yao et al. 2025, "Your efficient RL framework secretly brings you off-policy RL
+  training"; cap `C` = `clip_high_threshold`, default 2), which is Arena's CISPO token loss with
+  the weight clipped to `[0, C]`; `kl_coeff` (default 0) adds the k3 estimate of
+  KL(sampler || learner) on the sampled tokens, pulling the learner back to the sampler. The
+  sampler's per-token logprobs come in `logprobs`, as for the other RL losses: Arena's sampler
+  runs the client's own weights, so nothing else needs recording.
+
+Server-side custom losses are not served: asking for one is a 400 that names it and lists the
+losses that are served.
 """
 
 from __future__ import annotations
@@ -48,16 +60,15 @@ LOSSES: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
     "cispo": (RL_INPUTS, (), CLIP_KEYS),
     "gspo": ((*RL_INPUTS, "sequence_ratio_mask"), ("sequence_ratio_mask",), CLIP_KEYS),
     "dro": (RL_INPUTS, (), ("beta",)),
+    "stable_reinforce": (RL_INPUTS, (), ("kl_coeff", "clip_high_threshold")),
 }
 NOT_IMPLEMENTED = {
-    "stable_reinforce": "it needs the stability information Tinker's own samplers record "
-    "(record_stability_info) and an objective Tinker has not published; train with "
-    "importance_sampling, ppo, cispo or gspo (math_rl: loss_fn=importance_sampling)",
     "custom": "server-side custom losses are not served: use forward_backward_custom, which "
     "runs your loss in the client",
 }
 DEFAULT_CLIP = (0.8, 1.2)
 DEFAULT_DRO_BETA = 0.05
+DEFAULT_TRUNCATION = 2.0  # stable_reinforce's importance-weight cap (Yao et al.'s default)
 
 
 class LossInputError(ArenaError):
@@ -66,12 +77,13 @@ class LossInputError(ArenaError):
 
 @dataclass
 class LossSpec:
-    """A checked loss request: its name and clip thresholds (ratios)."""
+    """A checked loss request: its name, clip thresholds (ratios) and coefficients."""
 
     name: str
     clip_low: float = DEFAULT_CLIP[0]
     clip_high: float = DEFAULT_CLIP[1]
     beta: float = DEFAULT_DRO_BETA
+    kl_coeff: float = 0.0
 
 
 def check_request(loss_fn: str, config: dict[str, float | str], data: list[WireDatum]) -> LossSpec:
@@ -91,6 +103,8 @@ def check_request(loss_fn: str, config: dict[str, float | str], data: list[WireD
             f"{list(keys) or 'none'})"
         )
     spec = LossSpec(loss_fn)
+    if loss_fn == "stable_reinforce":
+        spec.clip_low, spec.clip_high = 0.0, DEFAULT_TRUNCATION
     for key in keys:
         if key in config:
             value = config[key]
@@ -102,13 +116,44 @@ def check_request(loss_fn: str, config: dict[str, float | str], data: list[WireD
             f"'{loss_fn}' clip thresholds are ratios around 1: need clip_low_threshold <= 1 <= "
             f"clip_high_threshold, got {spec.clip_low} and {spec.clip_high}"
         )
-    if spec.beta < 0:
-        raise LossInputError(f"'{loss_fn}' loss_fn_config['beta'] must be >= 0, got {spec.beta}")
+    for key in ("beta", "kl_coeff"):
+        if getattr(spec, key) < 0:
+            raise LossInputError(
+                f"'{loss_fn}' loss_fn_config['{key}'] must be >= 0, got {getattr(spec, key)}"
+            )
     if not data:
         raise LossInputError("forward_backward got no data: pass at least one Datum")
     for i, datum in enumerate(data):
         check_datum(i, datum, ("target_tokens", *needs), optional=optional)
+        if loss_fn == "stable_reinforce":
+            check_provenance(i, datum)
     return spec
+
+
+def check_provenance(i: int, datum: WireDatum) -> None:
+    """stable_reinforce trains on sampled tokens only: the datum names its sampled sequences
+    (`Datum.with_provenance`), its spans tile the targets, and no prompt position carries an
+    advantage."""
+    n = len(datum.tokens)
+    if datum.sampled is None:
+        raise LossInputError(
+            f"data[{i}] has no provenance: loss_fn 'stable_reinforce' needs every datum to name "
+            "the sampled sequences its tokens came from (Datum.with_provenance with the "
+            "SampledSequence.sequence_id of each sample); send it, or train with "
+            "importance_sampling, ppo or cispo"
+        )
+    if datum.sampled.size != n:
+        raise LossInputError(
+            f"data[{i}].loss_fn_input_spans cover {datum.sampled.size} positions but "
+            f"data[{i}].loss_fn_inputs['target_tokens'] has {n}: the spans must tile the targets"
+        )
+    stray = np.flatnonzero((datum.inputs["advantages"] != 0) & ~datum.sampled)
+    if stray.size:
+        raise LossInputError(
+            f"data[{i}].loss_fn_inputs['advantages'] is nonzero at position {int(stray[0])}, a "
+            "prompt position: 'stable_reinforce' takes advantages on sampled tokens only (put "
+            "a KL penalty on prompt tokens in the reward, or set kl_discount_factor=0)"
+        )
 
 
 def check_datum(i: int, datum: WireDatum, needs: tuple[str, ...], optional: tuple = ()) -> None:
@@ -138,16 +183,23 @@ RATIO_LOSSES = ("importance_sampling", "ppo", "cispo", "gspo")  # every term is 
 def zero_gradient(spec: LossSpec, inputs: dict[str, np.ndarray]) -> bool:
     """Whether this datum's loss has an exactly zero gradient: every advantage 0 under a loss
     whose every term is proportional to the advantage, or every weight 0 under cross_entropy
-    (`dro`'s quadratic penalty has a gradient without advantages)."""
-    if spec.name in RATIO_LOSSES:
+    (`dro`'s quadratic penalty and `stable_reinforce`'s KL term have a gradient without
+    advantages)."""
+    if spec.name in RATIO_LOSSES or (spec.name == "stable_reinforce" and spec.kl_coeff == 0):
         return not np.any(inputs["advantages"])
     if spec.name == "cross_entropy" and "weights" in inputs:
         return not np.any(inputs["weights"])
     return False
 
 
-def datum_loss(spec: LossSpec, logp: torch.Tensor, inputs: dict[str, np.ndarray]) -> torch.Tensor:
-    """Per-token losses [T] of one datum (sum them for the datum's loss)."""
+def datum_loss(
+    spec: LossSpec,
+    logp: torch.Tensor,
+    inputs: dict[str, np.ndarray],
+    sampled: np.ndarray | None = None,
+) -> torch.Tensor:
+    """Per-token losses [T] of one datum (sum them for the datum's loss); `sampled` marks the
+    positions a sampler produced (stable_reinforce's KL term is taken there only)."""
 
     def tensor(name: str, default: float | None = None) -> torch.Tensor:
         if name not in inputs and default is not None:
@@ -161,6 +213,15 @@ def datum_loss(spec: LossSpec, logp: torch.Tensor, inputs: dict[str, np.ndarray]
         return grpo_token_loss(logp, old, adv, eps_low=math.inf, eps_high=math.inf)[0]
     if spec.name == "dro":
         return -(logp * adv - 0.5 * spec.beta * (logp - old) ** 2)
+    if spec.name == "stable_reinforce":
+        weight_cap = spec.clip_high - 1.0  # the weight clipped to [0, C]: CISPO's bounds 1 -/+ eps
+        loss = cispo_token_loss(logp, old, adv, eps_low=1.0, eps_high=weight_cap)[0]
+        if spec.kl_coeff == 0:
+            return loss
+        log_ratio = logp - old
+        k3 = torch.exp(log_ratio) - 1.0 - log_ratio  # >= 0; its mean under the sampler is the KL
+        mask = torch.as_tensor(sampled, device=logp.device) if sampled is not None else adv != 0
+        return loss + spec.kl_coeff * k3 * mask
     eps_low, eps_high = 1.0 - spec.clip_low, spec.clip_high - 1.0
     if spec.name == "ppo":
         return grpo_token_loss(logp, old, adv, eps_low=eps_low, eps_high=eps_high)[0]

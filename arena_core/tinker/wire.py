@@ -28,10 +28,13 @@ class WireError(ArenaError):
 
 @dataclass
 class WireDatum:
-    """One decoded datum: its input tokens and its `loss_fn_inputs` as flat numpy arrays."""
+    """One decoded datum: its input tokens, its `loss_fn_inputs` as flat numpy arrays and, when
+    the client attached provenance (`Datum.with_provenance`), which target positions a sampled
+    sequence produced (`sampled`, one bool per `loss_fn_inputs` position; None without spans)."""
 
     tokens: list[int]
     inputs: dict[str, np.ndarray] = field(default_factory=dict)
+    sampled: np.ndarray | None = None
 
 
 @dataclass
@@ -77,7 +80,7 @@ def decode_forward_backward(body: bytes) -> FwdBwdRequest:
                 raise WireError(
                     f"data[{i}].loss_fn_inputs['{name}'] cannot be read: {exc}"
                 ) from None
-        data.append(WireDatum(tokens, inputs))
+        data.append(WireDatum(tokens, inputs, _sampled_positions(datum.loss_fn_input_spans)))
     return FwdBwdRequest(
         model_id=msg.model_id,
         seq_id=int(msg.seq_id),
@@ -86,6 +89,19 @@ def decode_forward_backward(body: bytes) -> FwdBwdRequest:
         forward_only=bool(msg.forward_only),
         data=data,
     )
+
+
+def _sampled_positions(spans) -> np.ndarray | None:
+    """The runs of `loss_fn_input_spans` (prompt or sampled, tiling the targets in order) as one
+    bool per target position: True where a sampled sequence produced the token."""
+    if not spans:
+        return None
+    runs = []
+    for span in spans:
+        kind = span.WhichOneof("span")
+        length = getattr(span, kind).length if kind else 0
+        runs.append(np.full(length, kind == "sampled_tokens", dtype=bool))
+    return np.concatenate(runs)
 
 
 def _batched(arrays: list[np.ndarray], dtype: np.dtype, proto_dtype: int) -> pb.BatchedTensor:

@@ -114,8 +114,12 @@ class ToolTask(Protocol):
 
 
 def is_tool_task(task: Any) -> bool:
-    """Whether `task` opens tool sessions (the runtime then runs multi-turn episodes)."""
-    return callable(getattr(task, "open_session", None))
+    """Whether `task` opens tool sessions (the runtime then runs multi-turn episodes), or runs
+    its episodes itself: `episode_runner(tokenizer, seed=...)` gives an object with
+    EpisodeRunner's `run`, `failed_kinds` and `add_metrics` (verifiers' own rollouts)."""
+    return callable(getattr(task, "open_session", None)) or callable(
+        getattr(task, "episode_runner", None)
+    )
 
 
 def tool_task_problems(obj: Any) -> list[str]:

@@ -111,3 +111,17 @@ def test_a_run_stopped_at_the_budget_reports_its_printed_evaluations(bench, tmp_
     figures = bench._figures(tmp_path, output)
     assert (figures["before"], figures["after"], figures["steps"]) == (0.19, 0.235, 3)
     assert figures["stopped_at_budget"] is True
+
+
+def test_verifiers_environment_is_a_job_or_skipped_with_the_install_line(bench) -> None:
+    """Without verifiers (the CI venv) the bench says how to install it instead of failing; the
+    job it would run is the shipped preset on that id, evaluated on the asked number of items."""
+    if importlib.util.find_spec("verifiers") is None:
+        assert "pip install 'arena-rl[verifiers]'" in bench.verifiers_missing("vf-arith")
+    elif importlib.util.find_spec("vf_arith") is None:
+        assert "examples/verifiers/vf-arith" in bench.verifiers_missing("vf-arith")
+    assert bench.verifiers_missing("vf-surely-not-installed") is not None
+    overrides = bench.verifiers_overrides("vf-arith", 50)
+    assert overrides[0] == "+experiment=verifiers_smollm2"
+    cfg = bench._job(overrides)
+    assert cfg["env"]["id"] == "vf-arith" and cfg["eval"]["num_prompts"] == 50

@@ -1,7 +1,10 @@
 """+env=verifiers against the real verifiers package (0.3.x: classic API and verifiers.v1;
 0.4: v1 only), with small environment packages of its own (tests/envs/verifiers_fixtures): a
-SingleTurnEnv, a MultiTurnEnv with env_response, a ToolEnv from a plain function, a v1 Taskset
-and a package whose import fails. The rubric runs in the sandbox; arena-run trains on each."""
+SingleTurnEnv, a MultiTurnEnv with env_response, a ToolEnv from a plain function, a
+StatefulToolEnv that injects state into its tool, an EnvGroup of two of them, a v1 Taskset and a
+package whose import fails. Multi-turn episodes run through verifiers' own `rollout` against the
+run's engine served over HTTP (the embedded tiny model); the rubric runs in the sandbox;
+arena-run trains on each."""
 
 from __future__ import annotations
 
@@ -164,15 +167,28 @@ def test_arena_run_trains_a_single_turn_env_with_a_column_per_function(
 
 
 @CLASSIC
-@pytest.mark.parametrize("env_id", ["vf-guess-fixture", "vf-calc-fixture"])
-def test_arena_run_trains_multi_turn_and_tool_envs(env_id: str, tmp_runs: Path) -> None:
-    assert arena_run([*TINY, f"env.id={env_id}", f"paths.runs={tmp_runs}"]) == 0
+@pytest.mark.parametrize(
+    ("env_id", "mode"), [("vf-bank-fixture", "async"), ("vf-mix-fixture", "sync")]
+)
+def test_arena_run_trains_envs_that_run_their_own_episodes(
+    env_id: str, mode: str, tmp_runs: Path
+) -> None:
+    """A StatefulToolEnv and an EnvGroup (a ToolEnv and a MultiTurnEnv) train through the front
+    door: their rollouts run against the run's own engine, their rubrics score in the sandbox.
+    The bank's reward varies with the amount the model deposits, so the learner trains on the
+    episodes' sampled tokens."""
+    args = [*TINY, f"env.id={env_id}", "generation.max_new_tokens=64", f"runtime.mode={mode}",
+            "algo.group_size=4", "train.max_steps=2", f"paths.runs={tmp_runs}"]  # fmt: skip
+    assert arena_run(args) == 0
     (run_dir,) = tmp_runs.iterdir()
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "finished"
-    columns = set().union(*_metrics(run_dir))
-    assert "tools/episodes" in columns
-    first = {"vf-guess-fixture": "said_it", "vf-calc-fixture": "answered"}[env_id]
-    assert {f"reward/{first}", "reward/correctness", "eval/accuracy"} <= columns
+    rows = _metrics(run_dir)
+    columns = set().union(*rows)
+    assert {"tools/episodes", "verifiers/restarts", "eval/accuracy"} <= columns
+    first = {"vf-bank-fixture": "rich", "vf-mix-fixture": "said_it"}[env_id]
+    assert {f"reward/{first}", "reward/correctness"} <= columns
+    if env_id == "vf-bank-fixture":
+        assert any(float(r.get("tokens/trained") or 0) > 0 for r in rows)
 
 
 def test_arena_run_trains_a_v1_taskset(tmp_runs: Path) -> None:
@@ -202,90 +218,136 @@ def test_dry_run_and_plugins_list_it(capsys) -> None:
     assert "verifiers" in capsys.readouterr().out
 
 
-# -- episodes: the environment's own logic answers, its tokens masked ---------------------------
-def _episode(env_id: str, turns: list[str]) -> tuple[Any, Any, Any, Any]:
+# -- episodes: the environment's own rollout, sampling from Arena's engine over HTTP ----------------
+@pytest.fixture(scope="module")
+def engine() -> Any:
+    """The embedded tiny model on Arena's torch engine, as a run samples from it."""
+    from arena_core.engines.torch_backend import TorchBackend
+    from arena_core.models import load_policy
+
+    policy = load_policy({"name_or_path": "arena:tiny", "lora": {"r": 0}})
+    return TorchBackend(policy.model, policy.tokenizer, device="cpu")
+
+
+def _rollouts(
+    engine: Any, env_id: str, picks: list[int], max_new_tokens: int = 24, **cfg: Any
+) -> tuple[Any, list[Any], list[Any]]:
+    """(task, examples, completions): the env's own rollout of held-out rows `picks`."""
     from arena_core.engines.base import SamplingParams
-    from arena_core.engines.multi_turn import EpisodeRunner
-    from arena_core.models.tokenizer import build_tiny_tokenizer
-    from tests.tools.conftest import ScriptedPolicy
 
-    tok = build_tiny_tokenizer()
-    task = make_verifiers({"id": env_id, "eval_size": 2})
-    backend = ScriptedPolicy(tok, lambda prompt, turn: tok.encode(turns[turn]))
-    ex = task.held_out[0]
-    (c,) = EpisodeRunner(task, tok).run(backend, [ex], SamplingParams(max_new_tokens=400))
-    return task, ex, c, tok
+    task = make_verifiers({"id": env_id, "eval_size": 2, **cfg})
+    examples = [task.held_out[i] for i in picks]
+    runner = task.episode_runner(engine.tokenizer)
+    comps = runner.run(engine, examples, SamplingParams(max_new_tokens=max_new_tokens))
+    return task, examples, comps
 
 
-def _score(task: Any, ex: Any, c: Any) -> tuple[float, str]:
-    state = (c.episode or {}).get("final_state") or {}
+def _split(c: Any, tok: Any) -> tuple[str, str]:
+    """(what the model sampled, what came between its turns), decoded."""
+    pairs = list(zip(c.token_ids, c.loss_mask, strict=True))
+    sampled = tok.decode([i for i, m in pairs if m == 1], skip_special_tokens=True)
+    return sampled, tok.decode([i for i, m in pairs if m == 0])
+
+
+def _scores(task: Any, examples: list[Any], comps: list[Any]) -> tuple[list, list, dict]:
+    items = [
+        (ex.question, ex.answer, c.text, (c.episode or {}).get("final_state") or {})
+        for ex, c in zip(examples, comps, strict=True)
+    ]
     with RewardPool(task.reward, workers=1, timeout_s=60) as pool:
-        (o,) = pool.score([(ex.question, ex.answer, c.text, state)])
-    return o.value, o.kind
+        return RewardScorer(pool, path=task.reward).score_with_components(items)
 
 
 @CLASSIC
-def test_a_multi_turn_env_answers_each_turn_with_its_env_response_masked_out() -> None:
-    """setup_state, env_response and the env's own @vf.stop run the episode; the hint tokens are
-    context (mask 0), the model's turns are trained exactly as sampled; the rubric reads the
-    episode's messages and state (hints_used is a weight-0 metric, said_it the reward)."""
-    task, ex, c, tok = _episode("vf-guess-fixture", ["banana", "apple", "never"])
+def test_a_multi_turn_env_runs_its_own_rollout_and_only_sampled_tokens_train(engine) -> None:
+    """verifiers' own MultiTurnEnv.rollout drives the episode through the in-run server: its
+    setup_state, env_response and max_turns run it; the training sequence is the server's token
+    ids, each model turn exactly as sampled (loss mask 1, the server's logprobs), the hints and
+    the template's glue between turns masked out (mask 0)."""
+    task, examples, (c,) = _rollouts(engine, "vf-guess-fixture", [0])
+    tok = engine.tokenizer
     episode = c.episode or {}
-    assert episode["end"] == "done" and episode["turns"] == 2  # the env's `guessed` stop
-    sampled = [i for i, m in zip(c.token_ids, c.loss_mask, strict=True) if m == 1]
-    assert tok.decode(sampled).replace(tok.eos_token, "") == "bananaapple"
-    between = tok.decode([i for i, m in zip(c.token_ids, c.loss_mask, strict=True) if m == 0])
-    assert "Hint 1: it is a red fruit." in between
-    state = episode["final_state"]
-    assert state["state"]["hints"] == 1 and state["state"]["stop_condition"] == "guessed"
-    assert _score(task, ex, c) == (1.0, "ok")
+    assert (episode["turns"], episode["end"], episode["restarts"]) == (3, "max_turns", 0)
+    sampled, between = _split(c, tok)
+    said = [m["content"] for m in episode["final_state"]["completion"] if m["role"] == "assistant"]
+    assert sampled == "".join(said)  # what the environment saw is what the learner trains
+    assert "Hint 1: it is a red fruit." in between and "Hint 2: it is a red fruit." in between
+    assert all(lp < 0 for lp, m in zip(c.logprobs, c.loss_mask, strict=True) if m == 1)
+    assert all(lp == 0 for lp, m in zip(c.logprobs, c.loss_mask, strict=True) if m == 0)
+    assert episode["final_state"]["state"]["hints"] == 2
+    values, kinds, comps = _scores(task, examples, [c])
+    assert kinds == ["ok"] and comps["hints_used"] == [2.0] and comps["num_turns"] == [3.0]
     task.close()
 
 
 @CLASSIC
-def test_a_multi_turn_env_stops_at_its_own_max_turns() -> None:
-    task, ex, c, _ = _episode("vf-guess-fixture", ["pear", "plum", "fig", "kiwi"])
-    assert (c.episode or {})["turns"] == 3  # load_environment's max_turns=3
-    assert _score(task, ex, c) == (0.0, "ok")
-    task.close()
-
-
-@CLASSIC
-def test_a_tool_env_calls_its_plain_functions_through_its_own_call_tool() -> None:
-    call = '<tool_call>{"name": "add", "arguments": {"a": 20, "b": 7}}</tool_call>'
-    task, ex, c, tok = _episode("vf-calc-fixture", [call, "It is 27."])
+def test_an_env_whose_own_code_raises_fails_that_episode_alone(engine) -> None:
+    """env_response raising ends its episode as failed: not scored, no loss, counted."""
+    task, _, (c,) = _rollouts(engine, "vf-guess-fixture", [0], args={"broken": True})
     episode = c.episode or {}
-    assert episode["turns"] == 2 and episode["end"] == "no_call"
-    between = tok.decode([i for i, m in zip(c.token_ids, c.loss_mask, strict=True) if m == 0])
-    assert "27" in between  # the tool's answer, as the template renders a tool message
-    assert episode["final_state"]["tool_calls"][0]["result"] == "27"
-    assert _score(task, ex, c) == (1.0, "ok")
+    assert episode["end"] == "failed" and "the hint service is down" in episode["error"]
+    assert c.token_ids == [] and task.episode_runner(engine.tokenizer).failed_kinds(
+        [c], ["ok"]
+    ) == ["episode_failed"]
+    metrics: dict[str, float] = {}
+    task.episode_runner(engine.tokenizer).add_metrics(metrics, [c])
+    assert metrics["episodes/failed"] == 1
     task.close()
 
 
 @CLASSIC
-def test_group_reward_functions_see_the_whole_group() -> None:
+def test_a_stateful_tool_env_injects_state_into_its_tool_and_the_rubric_reads_it(
+    engine,
+) -> None:
+    """StatefulToolEnv: the model's call (forced by the env's own first request) runs through
+    the env's call_tool with the account it injects from the episode's state; the rubric reads
+    that state in the sandbox. The forced call's compact JSON is rendered differently in the
+    next prompt, so the sequence restarts there: the tool's answer is context."""
+    task, examples, comps = _rollouts(engine, "vf-bank-fixture", [0, 1], max_new_tokens=64)
+    tok = engine.tokenizer
+    for c in comps:
+        episode = c.episode or {}
+        assert episode["turns"] == 2 and episode["outcomes"] == {"ok": 1}
+        assert episode["restarts"] == 1  # counted as verifiers/restarts
+        assert "deposit #1 done" in tok.decode(c.prompt_ids)
+        assert episode["final_state"]["state"]["account"]["deposits"] == 1
+    values, kinds, got = _scores(task, examples, comps)
+    assert kinds == ["ok", "ok"] and got["deposits"] == [1.0, 1.0]
+    balances = [c.episode["final_state"]["state"]["account"]["balance"] for c in comps]
+    assert values == [1.0 if b >= 120 else 0.0 for b in balances]
+    assert {"total_tool_calls", "pay_calls"} <= set(got)  # ToolEnv's own metrics
+    task.close()
+
+
+@CLASSIC
+def test_an_env_group_routes_each_row_to_its_member_and_rubric(engine) -> None:
+    """EnvGroup: the ToolEnv row and the MultiTurnEnv row each run their member's rollout and
+    are scored by that member's rubric (the other member's functions read 0)."""
+    task, examples, (calc, guess) = _rollouts(engine, "vf-mix-fixture", [0, -1], eval_size=20)
+    assert (guess.episode or {})["turns"] == 3  # the guessing member: hints until max_turns
+    assert "Hint 1" in _split(guess, engine.tokenizer)[1]
+    assert (calc.episode or {})["end"] in ("no_tools_called", "max_turns")
+    values, kinds, got = _scores(task, examples, [calc, guess])
+    assert kinds == ["ok", "ok"]
+    assert got["hints_used"] == [0.0, 2.0] and got["add_calls"][1] == 0.0
+    task.close()
+
+
+@CLASSIC
+def test_group_reward_functions_see_the_whole_group(engine) -> None:
     """A rubric with a group function (plural parameters) runs its episodes as one group: the
     function gets every completion of the group, in the sandbox, and each its own score."""
-    from arena_core.engines.base import SamplingParams
-    from arena_core.engines.multi_turn import EpisodeRunner
-    from arena_core.models.tokenizer import build_tiny_tokenizer
-    from tests.tools.conftest import ScriptedPolicy
-
-    tok = build_tiny_tokenizer()
     task = make_verifiers({"id": "vf-sum-fixture", "args": {"group": True}, "eval_size": 2})
-    texts = iter(["<answer>2001</answer>", "<answer>2001</answer>", "<answer>7</answer>"])
-    backend = ScriptedPolicy(tok, lambda prompt, turn: tok.encode(next(texts)))
+    from arena_core.engines.base import SamplingParams
+
     ex = task.held_out[0]
-    comps = EpisodeRunner(task, tok).run(backend, [ex] * 3, SamplingParams(max_new_tokens=50))
+    runner = task.episode_runner(engine.tokenizer)
+    comps = runner.run(engine, [ex] * 3, SamplingParams(max_new_tokens=12))
     assert [(c.episode or {})["turns"] for c in comps] == [1, 1, 1]
-    items = [(ex.question, ex.answer, c.text, (c.episode or {})["final_state"]) for c in comps]
-    with RewardPool(task.reward, workers=1, timeout_s=60) as pool:
-        values, kinds, got = RewardScorer(pool, path=task.reward).score_with_components(items)
+    values, kinds, got = _scores(task, [ex] * 3, comps)
+    texts = [c.episode["final_state"]["completion"][-1]["content"] for c in comps]
     assert kinds == ["ok"] * 3
-    assert got["distinct"] == [0.0, 0.0, 1.0]
-    assert got["correct_answer"] == [1.0, 1.0, 0.0]
-    assert values == [pytest.approx(1.25), pytest.approx(1.25), pytest.approx(0.75)]
+    assert got["distinct"] == [1.0 if texts.count(t) == 1 else 0.0 for t in texts]
     task.close()
 
 

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from arena_core.kernels import choose_chunk_size
-from arena_core.kernels.chunking import (
+from arena_core.kernels.fused_logprob import (
     DEFAULT_CPU_BUDGET_BYTES,
     DEFAULT_CUDA_BUDGET_BYTES,
     chunk_bytes_per_token,

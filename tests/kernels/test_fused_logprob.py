@@ -170,11 +170,11 @@ def test_bad_inputs_name_shapes_and_fix(case, match):
 
 
 def _count_calls(monkeypatch, name):
-    from arena_core.kernels import _gemm
+    from arena_core.kernels import fused_logprob
 
     calls = []
-    real = getattr(_gemm, name)
-    monkeypatch.setattr(_gemm, name, lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = getattr(fused_logprob, name)
+    monkeypatch.setattr(fused_logprob, name, lambda *a, **k: calls.append(1) or real(*a, **k))
     return calls
 
 
@@ -196,3 +196,12 @@ def test_no_grad_mode_skips_the_gradient_rows(monkeypatch):
     assert grad_gemm_calls == []
     fused_linear_logprob(hidden, weight, targets, chunk_size=6)  # frozen: rows formed in forward
     assert len(grad_gemm_calls) == 4
+
+
+def test_unchecked_call_gives_the_same_logprobs_and_checked_one_still_names_the_fix():
+    hidden, weight, targets, *_ = _inputs(20, 8, 30, torch.float32, True)
+    checked = fused_linear_logprob(hidden, weight, targets, chunk_size=6)
+    unchecked = fused_linear_logprob(hidden, weight, targets, chunk_size=6, check=False)
+    torch.testing.assert_close(unchecked, checked, rtol=0, atol=0)
+    with pytest.raises(KernelInputError, match="vocabulary has V=30"):
+        fused_linear_logprob(hidden, weight, targets + 30, chunk_size=6)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from arena_core.kernels import fused_linear_logprob
-from arena_core.kernels.row_ops import TorchRowOps
+from arena_core.kernels.fused_logprob import TorchRowOps
 
 from ._reference import assert_rel_close, reference
 

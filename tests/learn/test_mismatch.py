@@ -12,7 +12,7 @@ from arena_algorithms.grpo import GRPO
 from arena_core.learn.algorithm import TokenBatch
 from arena_core.learn.learner import Learner
 from arena_core.learn.logprobs import completion_logprobs
-from arena_core.learn.mismatch import Correction, correction_weight, mismatch_metrics
+from arena_core.learn.mismatch import Correction, mismatch_metrics
 from arena_core.learn.packing import Sample, pack
 
 # three sequences (lengths 3, 2, 4); log ratios old - behaviour per token, chosen so that each
@@ -50,7 +50,7 @@ CORR = Correction(tis_cap=2.0, seq_cap=1.2, band_low=0.5, band_high=2.2)
 @pytest.mark.parametrize("mode", ["token_tis", "seq_mask", "icepop", "none"])
 def test_correction_weights_match_the_formulas(mode: str) -> None:
     corr = CORR.with_mode(mode)
-    w = correction_weight(_t(OLD), _t(BEH), torch.tensor(SEQS), corr)
+    w = corr.weight(_t(OLD), _t(BEH), torch.tensor(SEQS))
     expected = _hand_weights(mode, corr)
     torch.testing.assert_close(w, _t(expected), atol=1e-6, rtol=1e-5)
     if mode != "none":  # the fixed batch makes every real correction act

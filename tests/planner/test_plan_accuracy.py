@@ -19,7 +19,9 @@ import pytest
 
 import arena
 from arena_core.cli.main import main as arena_main
-from arena_core.planner.refill import expected_step
+from arena_core.cli.run import main as run_main
+from arena_core.planner.plan_check import plan_check
+from arena_core.planner.refill import add_step, expected_step, refill_note, reprice
 
 QUICKSTART = ["+experiment=quickstart", "runtime.threads=1"]
 
@@ -101,6 +103,73 @@ def test_refill_rounds_follow_the_collector_rule():
     assert 1 < half["rounds"] < 4 and 0 < half["groups_kept"] < 2
 
 
+def test_the_first_step_sets_the_speed_every_reprice_uses():
+    """The speed is the plan's price of the work the first step did over its phases' seconds;
+    a phase it did not run takes the other's; later steps do not move it."""
+    plan = {
+        "refill": {
+            "groups_per_step": 2,
+            "max_rounds": 2,
+            "max_flat_rounds": 2,
+            "generate_s_by_groups": [1.0, 1.5, 2.0, 2.5],
+            "learn_s_by_groups": [0.0, 3.0, 5.0],
+        },
+        "predicted": {"step_seconds": {"generate": 1.5, "learn": 5.0, "sync": 0.0, "total": 6.5}},
+        "workload": {"group_size": 4, "prompt_tokens": 10, "completion_tokens": 10},
+        "colocate": "shared",
+    }
+    totals: dict = {}
+    # step 1: 2 groups, 1 flat: a second round of 2 groups kept 1; generation took 7 s
+    step1 = {
+        "groups/sampled": 4,
+        "groups/kept": 2,
+        "groups/dropped_zero_adv": 1,
+        "sampling/rounds": 2,
+        "time/generate_s": 7.0,
+        "time/learn_s": 2.5,
+        "tokens/trained": 160.0,  # 8 rows of the 20 tokens priced: length scale 1
+    }
+    add_step(totals, step1)
+    assert refill_note(plan, totals, 1).startswith("plan re-priced:")
+    speed = plan["repriced"]["observed_speed"]
+    assert speed["generate"] == pytest.approx((1.5 + 1.5) / 7.0, abs=1e-3)
+    assert speed["learn"] == pytest.approx(5.0 / 2.5, abs=1e-3)
+    # a second step, ten times slower, does not move the price set after the first
+    add_step(totals, {**step1, "time/generate_s": 70.0, "time/learn_s": 25.0})
+    assert reprice(plan, totals, 2)["observed_speed"] == speed
+    # nothing learned in the first step: learning is priced at the generation's speed
+    flat: dict = {}
+    add_step(
+        flat,
+        {
+            "groups/sampled": 6,
+            "groups/kept": 0,
+            "groups/dropped_zero_adv": 6,
+            "sampling/rounds": 2,
+            "time/generate_s": 8.0,
+        },
+    )
+    refill_note(plan, flat, 1)
+    assert flat["refill/speed_generate"] == pytest.approx((1.5 + 2.5) / 8.0)
+    assert flat["refill/speed_learn"] == flat["refill/speed_generate"]
+
+
+def test_the_plan_check_of_a_repriced_step_names_a_changed_machine():
+    """Re-priced at the speed of the first step, a step still off says why: the machine changed
+    after it (or the first step's warm-up), not the calibration."""
+    plan = {
+        "predicted": {"step_seconds": {"total": 5.0}},
+        "repriced": {
+            "observed_speed": {"generate": 1.0, "learn": 1.0},
+            "step_seconds": {"total": 3.0},
+        },
+    }
+    assert plan_check(plan, [2.9, 3.1]).endswith("(x1.00)")
+    off = plan_check(plan, [1.5, 1.6])
+    assert "vs 3.00 s predicted (re-priced after step 1" in off
+    assert "ran faster than the first" in off and "--calibrate" not in off
+
+
 def test_a_flat_run_reprices_its_step_with_the_refill_rounds(tmp_path, capsys):
     """Every group flat: the collector samples 2 groups, then 4, then stops (max_flat_rounds=2)
     and learns nothing; the run says so after its first step and plan.json keeps the price."""
@@ -130,25 +199,33 @@ def test_a_flat_run_reprices_its_step_with_the_refill_rounds(tmp_path, capsys):
     plan = json.loads((run.path / "plan.json").read_text())
     table = plan["refill"]["generate_s_by_groups"]
     assert plan["repriced"]["flat_rate"] == 1.0 and plan["repriced"]["rounds"] == 2
+    # the rounds at the speed the first step's generation really ran at against its price
+    first_generate = float(_metrics(run.path)[0]["time/generate_s"])
+    speed = plan["repriced"]["observed_speed"]
+    assert speed["generate"] == pytest.approx((table[1] + table[3]) / first_generate, rel=0.01)
+    assert speed["learn"] == speed["generate"]  # nothing learned: the same CPU's speed
     assert plan["repriced"]["step_seconds"]["generate"] == pytest.approx(
-        table[1] + table[3], abs=2e-3
+        (table[1] + table[3]) / speed["generate"], rel=0.01
     )
     assert plan["repriced"]["step_seconds"]["learn"] == 0.0
-    assert plan["repriced_first"]["flat_rate"] == 1.0
+    first = plan["repriced_first"]
+    assert first["flat_rate"] == 1.0 and first["observed_speed"] == speed
+    assert first["step_seconds"]["generate"] == pytest.approx(first_generate, rel=0.01)
+    assert f"x{speed['generate']:.2f} (generate)" in line
+
+
+def _metrics(run_dir) -> list[dict]:
+    import csv
+
+    with open(run_dir / "metrics.csv") as fh:
+        return list(csv.DictReader(fh))
 
 
 def test_an_sft_run_prices_its_step_at_the_cpu_it_gets(tmp_path, monkeypatch, capsys):
     """The tutorial's cold start is an SFT run: its plan.json carries a step price too, the
     learn term on its own rows, and it follows the CPU the run gets."""
     data = tmp_path / "sft.jsonl"
-    data.write_text(
-        "".join(
-            json.dumps({"prompt": f"What is {a} + {b}?", "response": f"<answer>{a + b}</answer>"})
-            + "\n"
-            for a in range(4)
-            for b in range(4)
-        )
-    )
+    _sft_rows(data)
     monkeypatch.setenv("ARENA_PLAN_PROBE", "1")
     prices = {}
     for share in ("1", "0.5"):
@@ -173,6 +250,67 @@ def test_an_sft_run_prices_its_step_at_the_cpu_it_gets(tmp_path, monkeypatch, ca
         plan = json.loads((run.path / "plan.json").read_text())
         prices[share] = plan["predicted"]["step_seconds"]["total"]
         assert plan["priced_at_speed"]["learn"] == float(share)
+        # after the first step: re-priced at the speed that step ran at on its own rows
+        step_prices = plan["step_prices_s"]
+        first_learn = float(_metrics(run.path)[0]["time/learn_s"])
+        first = plan["repriced_first"]
+        assert first["observed_speed"]["learn"] == pytest.approx(
+            step_prices[0] / first_learn, rel=0.01
+        )
+        assert first["step_seconds"]["total"] == pytest.approx(
+            sum(step_prices) / len(step_prices) / first["observed_speed"]["learn"], rel=0.01
+        )
     assert prices["1"] > 0
     assert prices["0.5"] == pytest.approx(2 * prices["1"], rel=0.02)
-    assert "| step ~" in capsys.readouterr().out  # the plan line says it
+    out = capsys.readouterr().out
+    assert "| step ~" in out  # the plan line says it
+    assert "plan re-priced: the first step ran at x" in out
+
+
+def _sft_rows(path) -> None:
+    path.write_text(
+        "".join(
+            json.dumps({"prompt": f"What is {a} + {b}?", "response": f"<answer>{a + b}</answer>"})
+            + "\n"
+            for a in range(4)
+            for b in range(4)
+        )
+    )
+
+
+def test_arena_plan_prices_an_sft_config(tmp_path, capsys, monkeypatch):
+    """`arena plan` on an SFT config (the tutorial's cold start is one) prints the SFT plan, its
+    step priced on the config's own rows at the CPU the run would get, instead of asking for
+    the RL keys an SFT config does not have (algo.group_size)."""
+    data = tmp_path / "sft.jsonl"
+    _sft_rows(data)
+    args = [
+        "plan",
+        "+algo=sft",
+        "+env=dataset",
+        "model=tiny",
+        f"env.path={data}",
+        "algo.batch_size=4",
+        "train.max_steps=10",
+        "runtime.threads=1",
+    ]
+    monkeypatch.setenv("ARENA_PLAN_PROBE", "1")
+    prices = {}
+    for share in ("1", "0.25"):
+        monkeypatch.setenv("ARENA_PLAN_CPU_SHARE", share)
+        capsys.readouterr()
+        assert arena_main([*args, "--json"]) == 0
+        found = json.loads(capsys.readouterr().out)
+        assert found["kind"] == "sft" and found["rows_per_step"] == 4
+        assert found["priced_at_speed"]["learn"] == float(share)
+        prices[share] = found["predicted"]["step_seconds"]["total"]
+    assert prices["1"] > 0
+    assert prices["0.25"] == pytest.approx(4 * prices["1"], rel=0.02)
+    assert arena_main(args) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("plan: SFT on the CPU, 1 torch thread(s), 4 rows per step")
+    assert "forecast: ~" in out and "(10 steps x ~" in out
+    assert "algo.group_size" not in out
+    # a dry run shows the same plan
+    assert run_main([*args[1:], "dry_run=true"]) == 0
+    assert "# plan: SFT on the CPU, 1 torch thread(s), 4 rows per step" in capsys.readouterr().out

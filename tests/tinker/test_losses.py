@@ -4,7 +4,8 @@ The references below are written from Tinker's loss documentation, independently
 kernels: `importance_sampling` is `-sum(r A)`, `ppo` `-sum(min(r A, clip(r, lo, hi) A))`,
 `cispo` `-sum(sg(clip(r, lo, hi)) A logp)`, `dro` `-sum(logp A - beta/2 (logp - q)^2)` and
 `gspo` PPO's clip on `s_t = exp(sg[mean of log r over the masked tokens] + logp - sg[logp])`,
-with `r = exp(logp - q)`, `q` the sampler's logprobs, summed over tokens and datums. Values are checked through the SDK (the server's `loss:sum` for the logprobs
+`stable_reinforce` truncated importance sampling `-sum(sg(min(r, C)) A logp)` plus
+`kl_coeff * sum_sampled (r - 1 - log r)`, with `r = exp(logp - q)`, `q` the sampler's logprobs, summed over tokens and datums. Values are checked through the SDK (the server's `loss:sum` for the logprobs
 it reports), gradients on the server's per-token loss function directly.
 """
 
@@ -21,6 +22,7 @@ CONFIGS = {
     "cispo": {"clip_low_threshold": 0.5, "clip_high_threshold": 1.05},
     "gspo": {"clip_low_threshold": 0.97, "clip_high_threshold": 1.02},
     "dro": {"beta": 0.3},
+    "stable_reinforce": {"kl_coeff": 0.4, "clip_high_threshold": 1.1},
 }
 
 
@@ -41,6 +43,12 @@ def reference(
         return -torch.min(ratio * adv, torch.clamp(ratio, lo, hi) * adv).sum()
     if name == "dro":
         return -(logp * adv - 0.5 * config.get("beta", 0.05) * (logp - old) ** 2).sum()
+    if name == "stable_reinforce":  # mask: the sampled positions
+        cap = config.get("clip_high_threshold", 2.0)
+        sampled = mask if mask is not None else (adv != 0).float()
+        k3 = ratio - 1 - (logp - old)
+        truncated = -(torch.clamp(ratio, max=cap).detach() * adv * logp).sum()
+        return truncated + config.get("kl_coeff", 0.0) * (k3 * sampled).sum()
     if name == "gspo":  # Tinker's published GSPO-token code
         in_ratio = (mask if mask is not None else adv) != 0
         log_ratio = (logp.detach() - old)[in_ratio].mean()
@@ -70,12 +78,16 @@ def test_rl_loss_values_through_the_sdk(service, tokenizer, name: str) -> None:
         adv = rng.normal(0, 1, n).astype(np.float32)
         inputs = {"target_tokens": targets, "logprobs": old, "advantages": adv}
         mask = None
-        if name == "gspo":  # the ratio over the last tokens only, as a prompt/sample split
+        if name in ("gspo", "stable_reinforce"):  # the last tokens as the sampled ones
             mask = np.array([0.0] * (n // 2) + [1.0] * (n - n // 2), dtype=np.float32)
+        if name == "gspo":
             inputs["sequence_ratio_mask"] = mask
-        data.append(
-            types.Datum(model_input=types.ModelInput.from_ints(ids[:-1]), loss_fn_inputs=inputs)
-        )
+        if name == "stable_reinforce":
+            adv[: n // 2] = 0.0  # advantages on sampled tokens only
+        datum = types.Datum(model_input=types.ModelInput.from_ints(ids[:-1]), loss_fn_inputs=inputs)
+        if name == "stable_reinforce":
+            datum = with_sampled_tail(datum, n, n // 2)
+        data.append(datum)
         mask_t = None if mask is None else torch.tensor(mask)
         refs.append(
             reference(name, logp, torch.tensor(old), torch.tensor(adv), CONFIGS[name], mask_t)
@@ -96,19 +108,49 @@ def test_rl_loss_gradients_match_the_reference(name: str) -> None:
     config = CONFIGS[name] or {}
     spec = LossSpec(
         name,
-        config.get("clip_low_threshold", 0.8),
+        config.get("clip_low_threshold", 0.0 if name == "stable_reinforce" else 0.8),
         config.get("clip_high_threshold", 1.2),
         config.get("beta", 0.05),
+        config.get("kl_coeff", 0.0),
     )
     ours = base.clone().requires_grad_(True)
     inputs = {"logprobs": old.numpy(), "advantages": adv.numpy()}
-    ours_loss = datum_loss(spec, ours, inputs).sum()
+    ours_loss = datum_loss(spec, ours, inputs, (adv != 0).numpy()).sum()
     ours_loss.backward()
     theirs = base.clone().requires_grad_(True)
     theirs_loss = reference(name, theirs, old, adv, CONFIGS[name])
     theirs_loss.backward()
     torch.testing.assert_close(ours_loss, theirs_loss.detach(), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(ours.grad, theirs.grad, rtol=1e-5, atol=1e-6)
+
+
+def with_sampled_tail(datum, n: int, prompt: int, sequence_id: str = "request-0:0"):
+    """The datum's last `n - prompt` targets named as one sampled sequence's tokens."""
+    from tinker import types
+
+    return datum.with_provenance(
+        model_input=[
+            types.PromptProvenanceSpan(sequence_id=sequence_id, length=prompt + 1),
+            types.SampledProvenanceSpan(sequence_id=sequence_id, length=n - prompt - 1),
+        ],
+        loss_fn_inputs=[
+            types.PromptProvenanceSpan(sequence_id=sequence_id, offset=1, length=prompt),
+            types.SampledProvenanceSpan(sequence_id=sequence_id, length=n - prompt),
+        ],
+    )
+
+
+def test_stable_reinforce_truncates_the_weight_and_keeps_every_gradient() -> None:
+    """Its weight is capped at C and detached: a token far above the cap still learns (PPO's
+    clip would zero it), with C times the plain REINFORCE gradient; below 1 nothing is cut."""
+    from arena_core.tinker.losses import LossSpec, datum_loss
+
+    logp = torch.tensor([-1.0, -1.0], requires_grad=True)
+    old = torch.tensor([-3.0, -0.5])  # ratios e^2 (capped at 2) and e^-0.5 (kept)
+    adv = torch.ones(2)
+    spec = LossSpec("stable_reinforce", 0.0, 2.0)
+    datum_loss(spec, logp, {"logprobs": old.numpy(), "advantages": adv.numpy()}).sum().backward()
+    torch.testing.assert_close(logp.grad, -torch.tensor([2.0, float(np.exp(-0.5))]))
 
 
 def test_gspo_clips_whole_sequences() -> None:
@@ -142,8 +184,15 @@ def test_loss_config_is_checked(service, tokenizer) -> None:
     )
     with pytest.raises(tinker.BadRequestError, match="clip_ratio"):
         training.forward_backward([datum], "ppo", {"clip_ratio": 0.2}).result()
-    with pytest.raises(tinker.BadRequestError, match="stable_reinforce.*not implemented"):
+    with pytest.raises(tinker.BadRequestError, match="'custom' is not implemented"):
+        training.forward_backward([datum], "custom").result()
+    with pytest.raises(tinker.BadRequestError, match=r"data\[0\] has no provenance"):
         training.forward_backward([datum], "stable_reinforce").result()
+    with pytest.raises(tinker.BadRequestError, match="nonzero at position 0, a prompt position"):
+        training.forward_backward([with_sampled_tail(datum, n, 1)], "stable_reinforce").result()
+    with pytest.raises(tinker.BadRequestError, match="kl_coeff"):
+        sampled = with_sampled_tail(datum, n, 0)
+        training.forward_backward([sampled], "stable_reinforce", {"kl_coeff": -0.1}).result()
     with pytest.raises(tinker.BadRequestError, match="beta"):
         training.forward_backward([datum], "dro", {"beta": -1.0}).result()
     with pytest.raises(tinker.BadRequestError, match=r"data\[0\].loss_fn_inputs has no 'logprobs'"):
@@ -189,3 +238,44 @@ def test_zero_advantage_datums_are_scored_without_a_gradient(service, tokenizer)
         after[1].loss_fn_outputs[0]["logprobs"].data,
         atol=1e-6,
     )
+
+
+def test_stable_reinforce_trains_on_recorded_samples(service, tokenizer) -> None:
+    """The SDK's StableReinforce flow, as Tinker documents it: sample with
+    `record_stability_info=True`, name each sequence's tokens with `Datum.with_provenance`, train
+    with `loss_fn="stable_reinforce"`; the sample with a positive advantage becomes likelier."""
+    from tinker import types
+
+    training = service.create_lora_training_client(base_model=BASE, rank=4, seed=21).result()
+    sampler = training.save_weights_and_get_sampling_client(record_stability_info=True).result()
+    prompt = tokenizer.encode("3+4=")
+    params = types.SamplingParams(max_tokens=4, temperature=1.0, seed=3, stop=[])
+    seq = sampler.sample(types.ModelInput.from_ints(prompt), 1, params).result().sequences[0]
+    assert seq.sequence_id
+    n_prompt, n_sampled = len(prompt), len(seq.tokens)
+    datum = types.Datum(
+        model_input=types.ModelInput.from_ints(prompt + seq.tokens[:-1]),
+        loss_fn_inputs={
+            "target_tokens": np.array(prompt[1:] + seq.tokens, dtype=np.int64),
+            "logprobs": np.array([0.0] * (n_prompt - 1) + seq.logprobs, dtype=np.float32),
+            "advantages": np.array([0.0] * (n_prompt - 1) + [1.0] * n_sampled, dtype=np.float32),
+        },
+    ).with_provenance(
+        model_input=[
+            types.PromptProvenanceSpan(sequence_id=seq.sequence_id, length=n_prompt),
+            types.SampledProvenanceSpan(sequence_id=seq.sequence_id, length=n_sampled - 1),
+        ],
+        loss_fn_inputs=[
+            types.PromptProvenanceSpan(sequence_id=seq.sequence_id, offset=1, length=n_prompt - 1),
+            types.SampledProvenanceSpan(sequence_id=seq.sequence_id, length=n_sampled),
+        ],
+    )
+    config = {"kl_coeff": 0.01}
+    before = training.forward_backward([datum], "stable_reinforce", config).result()
+    sampled_before = before.loss_fn_outputs[0]["logprobs"].data[-n_sampled:]
+    # on-policy every weight is 1: the loss is REINFORCE's -sum(A logp), the KL term ~0
+    assert before.metrics["loss:sum"] == pytest.approx(-sum(sampled_before), rel=1e-3, abs=1e-4)
+    np.testing.assert_allclose(sampled_before, seq.logprobs, atol=2e-4)
+    training.optim_step(types.AdamParams(learning_rate=1e-4)).result()
+    after = training.forward([datum], "stable_reinforce", config).result()
+    assert sum(after.loss_fn_outputs[0]["logprobs"].data[-n_sampled:]) > sum(sampled_before)

@@ -204,8 +204,8 @@ def test_bad_input_is_a_400_naming_datum_and_field(service, sft_datum) -> None:
     with pytest.raises(tinker.BadRequestError, match=r"data\[1\]\.loss_fn_inputs\['weights'\]"):
         training.forward_backward([good, bad], "cross_entropy").result()
     # a loss the server does not implement is named, and the client keeps working afterwards
-    with pytest.raises(tinker.BadRequestError, match="'stable_reinforce' is not implemented"):
-        training.forward_backward([good], "stable_reinforce").result()
+    with pytest.raises(tinker.BadRequestError, match="'custom' is not implemented"):
+        training.forward_backward([good], "custom").result()
 
 
 def test_a_result_slower_than_one_poll_still_arrives(service, sft_datum, monkeypatch) -> None:

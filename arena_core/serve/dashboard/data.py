@@ -370,15 +370,10 @@ def checkpoints(info: index.RunInfo, runs: Path) -> dict[str, Any]:
 
 def plan(info: index.RunInfo, m: Metrics | None = None) -> dict[str, Any] | None:
     """plan.json with predicted against measured step seconds (means over metrics.csv)."""
-    path = info.path / "plan.json"
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(data, dict):
-            raise ValueError("not a JSON object")
-    except (OSError, ValueError) as exc:
-        return {"problem": f"plan.json unreadable ({exc})"}
+    problems: list[str] = []
+    data = index.read_json_object(info.path / "plan.json", problems)
+    if data is None:
+        return {"problem": problems[0]} if problems else None
     predicted = (data.get("predicted") or {}).get("step_seconds") or {}
     m = m if m is not None else read_metrics(info.path)
     measured_cols = {

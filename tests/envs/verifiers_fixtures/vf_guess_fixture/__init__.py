@@ -6,6 +6,8 @@ from datasets import Dataset
 
 
 class GuessEnv(vf.MultiTurnEnv):
+    broken = False
+
     async def setup_state(self, state):
         state["hints"] = 0
         return state
@@ -16,11 +18,13 @@ class GuessEnv(vf.MultiTurnEnv):
         return "apple" in (last or "").lower()
 
     async def env_response(self, messages, state, **kwargs):
+        if self.broken:
+            raise RuntimeError("the hint service is down")
         state["hints"] += 1
         return [{"role": "user", "content": f"Hint {state['hints']}: it is a red fruit."}]
 
 
-def load_environment():
+def load_environment(broken: bool = False):
     rows = [{"question": f"Guess my word ({i}).", "answer": "apple"} for i in range(30)]
 
     def hints_used(state) -> float:
@@ -33,9 +37,11 @@ def load_environment():
             else 0.0
         )
 
-    return GuessEnv(
+    env = GuessEnv(
         dataset=Dataset.from_list(rows[:20]),
         eval_dataset=Dataset.from_list(rows[20:]),
         rubric=vf.Rubric(funcs=[said_it, hints_used], weights=[1.0, 0.0]),
         max_turns=3,
     )
+    env.broken = broken
+    return env
