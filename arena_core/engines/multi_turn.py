@@ -489,6 +489,15 @@ class EpisodeRunner:
         dst["tools/parse_error_rate"] = bad / calls if calls else 0.0
 
 
+def episode_runner_for(task: Any, tokenizer: Any, seed: int) -> Any:
+    """The runner of a tool task's episodes: the task's own when it drives them itself
+    (`episode_runner(tokenizer, seed=...)`, e.g. a verifiers environment's rollouts), else
+    Arena's `EpisodeRunner` over its tool sessions. The single run and the population members
+    both build it here, so their episodes cannot differ."""
+    own = getattr(task, "episode_runner", None)
+    return own(tokenizer, seed=seed) if callable(own) else EpisodeRunner(task, tokenizer, seed=seed)
+
+
 def _add(dst: dict[str, float], key: str, value: float) -> None:
     dst[key] = dst.get(key, 0.0) + float(value)
 

@@ -59,12 +59,7 @@ def build_collector(
     from arena_core.tools.protocol import is_tool_task
 
     if is_tool_task(task):  # multi-turn episodes with tools: arena_core.engines.multi_turn
-        from arena_core.engines.multi_turn import EpisodeRunner
+        from arena_core.engines.multi_turn import episode_runner_for
 
-        own = getattr(task, "episode_runner", None)  # a task that drives its episodes itself
-        collector.episodes = (
-            own(tokenizer, seed=core.seed)
-            if callable(own)
-            else EpisodeRunner(task, tokenizer, seed=core.seed)
-        )
+        collector.episodes = episode_runner_for(task, tokenizer, core.seed)
     return collector

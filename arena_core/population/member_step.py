@@ -136,11 +136,6 @@ def _episode_runner(core: CoreConfig, task: Any, tokenizer: Any) -> Any:
 
     if not is_tool_task(task):
         return None
-    from arena_core.engines.multi_turn import EpisodeRunner
+    from arena_core.engines.multi_turn import episode_runner_for
 
-    own = getattr(task, "episode_runner", None)  # a task that drives its episodes itself
-    return (
-        own(tokenizer, seed=core.seed)
-        if callable(own)
-        else EpisodeRunner(task, tokenizer, seed=core.seed)
-    )
+    return episode_runner_for(task, tokenizer, core.seed)
