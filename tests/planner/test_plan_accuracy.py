@@ -254,8 +254,8 @@ def test_an_sft_run_prices_its_step_at_the_cpu_it_gets(tmp_path, monkeypatch, ca
         step_prices = plan["step_prices_s"]
         first_learn = float(_metrics(run.path)[0]["time/learn_s"])
         first = plan["repriced_first"]
-        assert first["observed_speed"]["learn"] == pytest.approx(
-            step_prices[0] / first_learn, rel=0.01
+        assert first["observed_speed"]["learn"] == pytest.approx(  # plan.json keeps 3 decimals
+            step_prices[0] / first_learn, rel=0.01, abs=5e-4
         )
         assert first["step_seconds"]["total"] == pytest.approx(
             sum(step_prices) / len(step_prices) / first["observed_speed"]["learn"], rel=0.01
