@@ -79,6 +79,13 @@ CONFIGS: dict[str, list[str]] = {
         "env.config.max_terms=2",
         "env.config.max_digits=1",
     ],
+    "products": [
+        "env.config.min_terms=2",
+        "env.config.max_terms=2",
+        "env.config.min_digits=1",
+        "env.config.max_digits=1",
+    ],
+    "gcd": ["env.config.min_numbers=2", "env.config.max_numbers=2", "env.config.max_value=20"],
     "number_sorting": [
         "env.config.min_numbers=3",
         "env.config.max_numbers=3",

@@ -18,7 +18,7 @@ machine is shared, so each pair (naive, fused) runs back to back and only the ra
 
 Variants: ``naive`` (full logits, log-softmax, gather, then the learner's GRPO token loss) and
 ``learner``: exactly what ``Learner`` runs, its default head function
-(``arena_core.learn.logprobs.default_logprob_fn``: ``fused_linear_logprob``, which recomputes the
+(``arena_core.learn.learner.default_logprob_fn``: ``fused_linear_logprob``, which recomputes the
 logits in backward when the weight needs a gradient) followed by the same GRPO token loss.
 
 Usage: ``python bench/fused_logprob.py [--tokens 4096] [--repeats 1]``; the last line printed is
@@ -53,7 +53,7 @@ def _inputs(T: int, vocab: int, weight_grad: bool, seed: int = 0):
 def _learner_path_step(variant: str, inputs) -> None:
     """The learner's per-token path: head logprobs, then the GRPO surrogate, weighted sum."""
     from arena_core.kernels import naive_linear_logprob
-    from arena_core.learn.logprobs import default_logprob_fn
+    from arena_core.learn.learner import default_logprob_fn
     from arena_core.learn.losses import grpo_token_loss
 
     hidden, weight, targets, old_logprobs, advantages = inputs

@@ -4,27 +4,32 @@ for the tiny quickstart and for both stages of the SmolLM2 GSM8K tutorial, in on
 Each case is a real `arena-run` in a child process, out of the box (an empty calibration cache:
 the shipped CPU calibration on this machine's own rates, `planner.machine_rates`), priced at the
 CPU the run gets as it starts (`planner.live`: a one-second probe of the run's torch threads),
-then re-priced after its first step at the speed that step really ran at:
+then re-priced after its first and its second step at the speed the run really runs at:
 
 - tiny: `+experiment=quickstart` as shipped (8 prompts x 8, 48 new tokens, one thread);
 - sft: `+experiment=gsm8k_smollm2_coldstart` (the tutorial's cold start: LoRA SFT, 8 rows a step,
   2 threads), priced by `planner.sft_price` (re-priced by `sft_reprice`);
 - grpo: `+experiment=gsm8k_smollm2` from that cold start (GRPO, 6 prompts x 8, 192 new tokens,
   the tutorial's own reward, at most 2 generation rounds, 2 threads). Its groups are often flat,
-  so its step is re-priced at the flat-group rate and the speed the first step showed
-  (`planner.refill`, plan.json `repriced_first`).
+  so its step is re-priced at the flat-group rate and the speed the steps showed
+  (`planner.refill`, plan.json `repriced_first`, `repriced_warm`);
+- rg: `+experiment=reasoning_gym_smollm2` on chain_sum (GRPO on SmolLM2, 8 prompts x 8, 24 new
+  tokens, 2 threads), whose groups carry signal, so a SmolLM2 GRPO step's learning is priced and
+  checked too (the tutorial's GRPO stage from a few-step cold start learns nothing: every group
+  is flat).
 
-The price checked is the one the run printed after its first step (`plan re-priced: ...`),
-against the mean `time/step_s` of the steps after it: a forecast of steps it had not run. The
-start price (the probe's) is shown beside it with its own ratio.
+The price checked is the one the run printed after its second step (`plan re-priced: ...`, at
+the speed of that step: the first one warms up), against the mean `time/step_s` of the steps
+after it: a forecast of steps it had not run. The start price (the probe's) and the price after
+the first step are shown beside it, each with its own ratio against the same steps.
 
 Both conditions run in one go: quiet (whatever else the shared machine runs: its load average is
 printed), then busy: `--busy N` busy-loop processes (default: one per usable CPU) start before the
 run, so its plan is priced under that load too, and stop after it. Goal (issue 44 item 4): every
 price within 30% of the measured step, in both conditions.
 
-    python bench/plan_accuracy.py [--data DIR] [--only tiny,sft,grpo] [--conditions quiet,busy]
-        [--steps 4] [--grpo-steps 3] [--busy N] [extra Hydra overrides for the SmolLM2 cases]
+    python bench/plan_accuracy.py [--data DIR] [--only tiny,sft,grpo,rg] [--conditions quiet,busy]
+        [--steps 5] [--grpo-steps 4] [--busy N] [extra Hydra overrides for the SmolLM2 cases]
 """
 
 from __future__ import annotations
@@ -57,6 +62,17 @@ QUICK = [  # what a bench does not measure: evaluations kept tiny, no checkpoint
 def case_args(name: str, data: Path, extra: list[str]) -> list[str]:
     if name == "tiny":
         return ["+experiment=quickstart", "eval.num_prompts=2"]
+    if name == "rg":  # SmolLM2 GRPO whose groups carry signal: the learning half priced too
+        return [
+            "+experiment=reasoning_gym_smollm2",
+            "env.task=chain_sum",
+            "env.config.min_terms=2",
+            "env.config.max_terms=3",
+            "env.config.max_digits=1",
+            "env.eval_size=2",
+            "eval.num_prompts=2",
+            *extra,
+        ]
     tutorial = [
         f"env.path={data}",
         "env.eval_size=2",
@@ -130,7 +146,7 @@ def run_case(name: str, args: list[str], steps: int, runs: Path, cache: str) -> 
     if run_dir is None:
         raise SystemExit(f"{name}: arena-run printed no run directory (log: {log})")
     out = compare(run_dir)
-    out["load_during_steps"] = sampler.mean_from_step(2)
+    out["load_during_steps"] = sampler.mean_from_step(3)
     out["load_before"], out["load_after"] = load_before, os.getloadavg()[0]
     out["rss_peak_gb"] = usage.ru_maxrss * 1024 / 1e9  # Linux: KiB
     out["lines"] = [
@@ -145,11 +161,14 @@ def compare(run_dir: Path) -> dict:
         rows = [
             {k: float(v) for k, v in r.items() if v not in ("", None, "nan")}
             for r in csv.DictReader(fh)
-        ][1:]  # the first step warms up and sets the price the later ones are checked against
+        ]
+    warm = plan.get("repriced_warm") or {}
+    # the steps the checked price had not run: after the second (after the first without one)
+    rows = rows[int(warm.get("after_steps") or 1) :]
     mean = lambda key: statistics.fmean(r.get(key, 0.0) for r in rows)  # noqa: E731
     start = plan["predicted"]["step_seconds"]
     first = plan.get("repriced_first") or {}
-    price = first.get("step_seconds") or start
+    price = warm.get("step_seconds") or first.get("step_seconds") or start
     note = next((n for n in plan.get("notes", []) if n.startswith("priced at")), plan.get("note"))
     return {
         "price_s": price["total"],
@@ -158,7 +177,9 @@ def compare(run_dir: Path) -> dict:
         "start_price_s": start["total"],
         "start_generate_s": start.get("generate", 0.0),
         "start_learn_s": start.get("learn", 0.0),
-        "observed_speed": first.get("observed_speed"),
+        "first_price_s": (first.get("step_seconds") or start)["total"],
+        "observed_speed_first": first.get("observed_speed"),
+        "observed_speed": (warm or first).get("observed_speed"),
         "flat_rate": first.get("flat_rate"),
         "rounds": (plan.get("repriced") or {}).get("rounds"),
         "measured_s": mean("time/step_s"),
@@ -186,7 +207,9 @@ def show(name: str, cond: str, r: dict) -> None:
         f"{r['start_price_s'] / r['measured_s']:.2f}; generate {r['start_generate_s']:.2f}, learn "
         f"{r['start_learn_s']:.2f}), priced at learn {speed.get('learn', float('nan')):.2f} / "
         f"decode {speed.get('decode', float('nan')):.2f} of an idle thread; after step 1: "
-        f"x{json.dumps(r['observed_speed'])} the start's speed"
+        f"{r['first_price_s']:.2f} s (ratio {r['first_price_s'] / r['measured_s']:.2f}, at "
+        f"x{json.dumps(r['observed_speed_first'])} the start's speed); after step 2: "
+        f"x{json.dumps(r['observed_speed'])}"
         + (
             f", {r['flat_rate']:.0%} of groups flat ({r['rounds']} rounds/step over the run)"
             if r["flat_rate"] is not None
@@ -204,10 +227,10 @@ def show(name: str, cond: str, r: dict) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=str(REPO / "../shared/data/gsm8k"), help="GSM8K env.path")
-    ap.add_argument("--only", default="tiny,sft,grpo", help="comma-separated cases")
+    ap.add_argument("--only", default="tiny,sft,grpo,rg", help="comma-separated cases")
     ap.add_argument("--conditions", default="quiet,busy", help="quiet, busy or both")
-    ap.add_argument("--steps", type=int, default=4, help="steps of tiny and sft (1st warms up)")
-    ap.add_argument("--grpo-steps", type=int, default=3, help="steps of grpo (1st warms up)")
+    ap.add_argument("--steps", type=int, default=5, help="steps of tiny and sft (3rd on checked)")
+    ap.add_argument("--grpo-steps", type=int, default=4, help="steps of grpo (3rd on checked)")
     ap.add_argument("--busy", type=int, default=0, help="busy loops (0: one per usable CPU)")
     args, extra = ap.parse_known_args()
     cases = args.only.split(",")
@@ -238,6 +261,7 @@ def main() -> int:
                     "within_30pct": abs(ratio - 1) <= TOLERANCE,
                     "start_price_s": round(r["start_price_s"], 2),
                     "start_ratio": round(r["start_price_s"] / r["measured_s"], 3),
+                    "after_step1_ratio": round(r["first_price_s"] / r["measured_s"], 3),
                     "observed_speed": r["observed_speed"],
                     "flat_rate": r["flat_rate"],
                     "speed": r["speed"],

@@ -27,6 +27,11 @@ after `/` and before `@`, `-` -> `_`), and maps it onto Arena's text-task contra
   the tokens between turns (env and tool messages, template glue) are masked out. A plain
   SingleTurnEnv's one turn is sampled by Arena's batched generate directly (the same prompt and
   tokens, without the HTTP round trip).
+- a v1 Taskset whose package exports an Env of its own (multi-turn episodes: its `run` answers
+  the model's turns), or whose tasks bring toolsets (MCP tool servers), plays them through verifiers' own Env, interception server and `null` chat
+  harness, against the same in-run server (`verifiers_v1.py` says how, and what it refuses); each
+  episode's model calls become one training sequence through the same interleave
+  (`interleave`), its rewards the ones verifiers recorded on the trace.
 - the rubric still scores in the sandbox (not the env's `run_rollout` scoring in this process):
   rubric code is user code, and the worker gets the episode's messages and JSON-ready state.
   The rollout code itself (env_response, tools) runs in the run's process, as every env plugin
@@ -300,7 +305,7 @@ class VerifiersTask:
                 (getattr(f, "__name__", repr(f)), float(w)) for f, w, _ in rubric_funcs(env.rubric)
             ]
         else:
-            train, held = self._taskset_rows(env, cfg.eval_size)
+            train, held, self.tasks = self._taskset_rows(env, cfg.eval_size)
             self.held_from = "the taskset's first tasks"
             task_cls = type(env).task_type()
             from verifiers.v1.utils.decorators import discover_decorated
@@ -330,12 +335,16 @@ class VerifiersTask:
             raise ConfigError(f"env.id={cfg.id}: no training rows left beside the held-out ones")
 
     @staticmethod
-    def _taskset_rows(taskset: Any, eval_size: int) -> tuple[list[dict], list[dict]]:
+    def _taskset_rows(
+        taskset: Any, eval_size: int
+    ) -> tuple[list[dict], list[dict], dict[int, Any]]:
         """A v1 Taskset's tasks as rows: the first `eval_size` held out, the rest trained on
-        (an infinite taskset: the next 50,000)."""
+        (an infinite taskset: the next 50,000); and the tasks by `idx` (what an episode plays)."""
         rows = []
+        tasks = {}
         infinite = getattr(taskset, "INFINITE", False)
         for task in itertools.islice(iter(taskset), eval_size + 50_000 if infinite else None):
+            tasks[task.data.idx] = task
             data = task.data
             prompt = data.prompt if data.prompt is not None else ""
             messages = prompt_messages(prompt)
@@ -347,7 +356,7 @@ class VerifiersTask:
                 f"the taskset has {len(rows)} tasks: env.eval_size={eval_size} held out leaves "
                 "none to train on; lower env.eval_size"
             )
-        return rows[eval_size:], rows[:eval_size]
+        return rows[eval_size:], rows[:eval_size], tasks
 
     def example(self, row: dict[str, Any], index: int, split: str) -> Example:
         """One row as an Example; `answer` is the JSON the sandboxed reward scores with."""
@@ -430,12 +439,22 @@ _LOOP = _Loop()
 class VerifiersRolloutTask(VerifiersTask):
     """A task whose episodes the environment runs itself (`env.rollout`): a classic
     MultiTurnEnv, ToolEnv, StatefulToolEnv, MCPEnv or EnvGroup, or any env whose rubric has group
-    functions (see the module docstring). The run's engine samples behind an OpenAI-compatible
+    functions (see the module docstring); or a v1 Taskset's own Env (`v1_env`, its `run`). The run's engine samples behind an OpenAI-compatible
     server on loopback, one per generation backend, started on first use and stopped by
     `close`."""
 
-    def __init__(self, cfg: VerifiersConfig, api: str, env: Any) -> None:
+    def __init__(self, cfg: VerifiersConfig, api: str, env: Any, v1_env: Any = None) -> None:
         super().__init__(cfg, api, env)
+        self._servers: dict[int, Any] = {}
+        self._lock = threading.Lock()
+        if api == V1:  # the Taskset's own Env plays the episodes (envs/verifiers_v1.py)
+            from arena_envs.verifiers_v1 import Episodes
+
+            self.v1_env = v1_env
+            self.episodes = Episodes(v1_env)
+            self.max_turns = cfg.max_turns or 10
+            self.group_rewards = False
+            return
         if cfg.max_turns is not None:
             for each in [env, *(getattr(env, "envs", None) or [])]:
                 if hasattr(each, "max_turns"):
@@ -443,8 +462,6 @@ class VerifiersRolloutTask(VerifiersTask):
         own = getattr(env, "max_turns", -1)
         self.max_turns = cfg.max_turns or (own if isinstance(own, int) and own > 0 else 10)
         self.group_rewards = has_group_rewards(env.rubric)
-        self._servers: dict[int, Any] = {}
-        self._lock = threading.Lock()
 
     def episode_runner(self, tokenizer: Any, seed: int = 0) -> VerifiersRollouts:
         """What runs the episodes (the runtime asks for it instead of Arena's EpisodeRunner)."""
@@ -479,6 +496,9 @@ class VerifiersRolloutTask(VerifiersTask):
         return server.url + "/v1"
 
     def close(self) -> None:
+        if self.api == V1:  # the Env's interception server and the recorder, on their loop
+            with contextlib.suppress(Exception):
+                _LOOP.run(self.episodes.close(), timeout_s=30)
         with self._lock:
             servers, self._servers = list(self._servers.values()), {}
         for server in servers:
@@ -549,10 +569,16 @@ class VerifiersRollouts:
     async def _rollouts(
         self, url: str, examples: list[Example], sampling: dict[str, Any]
     ) -> list[Any]:
+        cfg = self.task.cfg
+        if self.task.api == V1:
+            tasks = [self.task.tasks[json.loads(ex.answer)["row"]["idx"]] for ex in examples]
+            return await self.task.episodes.run(
+                url.removesuffix("/v1"), tasks, sampling, SERVED_MODEL,
+                cfg.rollouts_at_once, cfg.episode_timeout_s,
+            )  # fmt: skip
         from verifiers.legacy.clients import resolve_client
         from verifiers.legacy.types import ClientConfig
 
-        cfg = self.task.cfg
         # the in-run server takes no key: name a variable nobody sets, so a key of the user's
         # (verifiers reads PRIME_API_KEY by default) is never sent
         client = resolve_client(
@@ -584,6 +610,10 @@ class VerifiersRollouts:
         if isinstance(state, BaseException):
             why = "timed out" if isinstance(state, TimeoutError) else _user_error(state)
             return self._failed(example, f"the environment's rollout failed: {why}")
+        if self.task.api == V1:
+            from arena_envs.verifiers_v1 import completion
+
+            return completion(self, example, state, version)
         steps = [s for s in state.get("trajectory") or [] if s.get("tokens")]
         if state.get("error") is not None:
             return self._failed(example, f"the episode failed: {state['error']!r}")
@@ -591,29 +621,7 @@ class VerifiersRollouts:
             return self._failed(
                 example, "the episode has no model turn with token ids (the server returned none)"
             )
-        prompt: list[int] = list(steps[0]["tokens"]["prompt_ids"])
-        ids: list[int] = []
-        mask: list[int] = []
-        logprobs: list[float] = []
-        restarts = 0
-        for k, step in enumerate(steps):
-            tokens = step["tokens"]
-            if k:
-                seen, asked = prompt + ids, list(tokens["prompt_ids"])
-                if asked[: len(seen)] == seen:  # the extension property: append what came between
-                    between = asked[len(seen) :]
-                    ids += between
-                    mask += [0] * len(between)
-                    logprobs += [0.0] * len(between)
-                else:  # restart from this turn's prompt: the earlier turns are context now
-                    restarts += 1
-                    prompt, ids, mask, logprobs = asked, [], [], []
-            sampled = list(tokens["completion_ids"])
-            own_mask = [int(bool(m)) for m in tokens.get("completion_mask") or [1] * len(sampled)]
-            own_lp = [float(x) for x in tokens.get("completion_logprobs") or []]
-            ids += sampled
-            mask += (own_mask + [1] * len(sampled))[: len(sampled)]
-            logprobs += (own_lp + [0.0] * len(sampled))[: len(sampled)]
+        prompt, ids, mask, logprobs, restarts = interleave(steps)
         last = steps[-1]
         message = getattr(last.get("response"), "message", None)
         cut = bool(last.get("is_truncated")) or getattr(message, "finish_reason", "") == "length"
@@ -681,6 +689,39 @@ class VerifiersRollouts:
                 episode["final_state"] = {**states[index], "group": states, "index": index}
 
 
+def interleave(steps: list[dict[str, Any]]) -> tuple[list, list, list, list, int]:
+    """(prompt ids, sequence ids, loss mask, logprobs, restarts) of an episode's model turns,
+    each a step whose `tokens` are what the server returned (`prompt_ids`, `completion_ids`,
+    `completion_logprobs`, optionally `completion_mask`), the way prime-rl interleaves a
+    trajectory (`VerifiersRollouts`' docstring): sampled ids trained with the server's logprobs,
+    the ids a turn's prompt adds to the sequence so far masked, and a restart from a turn's
+    prompt when it does not extend the sequence."""
+    prompt: list[int] = list(steps[0]["tokens"]["prompt_ids"])
+    ids: list[int] = []
+    mask: list[int] = []
+    logprobs: list[float] = []
+    restarts = 0
+    for k, step in enumerate(steps):
+        tokens = step["tokens"]
+        if k:
+            seen, asked = prompt + ids, list(tokens["prompt_ids"])
+            if asked[: len(seen)] == seen:  # the extension property: append what came between
+                between = asked[len(seen) :]
+                ids += between
+                mask += [0] * len(between)
+                logprobs += [0.0] * len(between)
+            else:  # restart from this turn's prompt: the earlier turns are context now
+                restarts += 1
+                prompt, ids, mask, logprobs = asked, [], [], []
+        sampled = list(tokens["completion_ids"])
+        own_mask = [int(bool(m)) for m in tokens.get("completion_mask") or [1] * len(sampled)]
+        own_lp = [float(x) for x in tokens.get("completion_logprobs") or []]
+        ids += sampled
+        mask += (own_mask + [1] * len(sampled))[: len(sampled)]
+        logprobs += (own_lp + [0.0] * len(sampled))[: len(sampled)]
+    return prompt, ids, mask, logprobs, restarts
+
+
 def _json_state(state: Any) -> dict[str, Any]:
     """The JSON-ready fields of a verifiers state, for the rubric (what it names as `state`)."""
     out = {}
@@ -743,6 +784,14 @@ def make_verifiers(env_cfg: dict) -> VerifiersTask:
     api, env = load(cfg.id, dict(cfg.args))
     if is_multi_turn(api, env):
         return VerifiersRolloutTask(cfg, api, env)
+    if api == V1:
+        from arena_envs import verifiers_v1
+
+        if verifiers_v1.runs_episodes(cfg.id, env):
+            v1_env = verifiers_v1.build_env(
+                cfg.id, dict(cfg.args), cfg.max_turns, cfg.episode_timeout_s
+            )
+            return VerifiersRolloutTask(cfg, api, env, v1_env)
     return VerifiersTask(cfg, api, env)
 
 
@@ -778,8 +827,7 @@ def validate_verifiers(
         "load",
         PASS,
         f"{cfg.id}: {kind} ({task.api} API), {len(task.train)} training rows, "
-        f"{len(task.held_out)} held out ({task.held_from})"
-        + ("; episodes: its own rollout" if isinstance(task, VerifiersRolloutTask) else ""),
+        f"{len(task.held_out)} held out ({task.held_from})" + _episodes_note(task),
     )
     funcs = ", ".join(f"{n} x{w:g}" for n, w in task.funcs)
     report.add("rubric", PASS, f"{funcs}; accuracy: {task.accuracy} at full marks")
@@ -815,6 +863,17 @@ def validate_verifiers(
         )
     task.close()
     return report
+
+
+def _episodes_note(task: VerifiersTask) -> str:
+    if not isinstance(task, VerifiersRolloutTask):
+        return ""
+    if task.api == CLASSIC:
+        return "; episodes: its own rollout"
+    return (
+        f"; episodes: its Env's own run ({type(task.v1_env).__name__}), each agent on "
+        "verifiers' null chat loop in a local subprocess"
+    )
 
 
 def _parse(value: str) -> Any:

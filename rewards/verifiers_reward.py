@@ -33,7 +33,11 @@ Rules (classic)
   env runs such a rubric's episodes as a group. Without it the function raises, naming itself.
 - correctness = 1.0 when the `accuracy` function scores >= 1.0 (Arena's eval/accuracy).
 Rules (v1): the task's `@vf.reward` methods score a trace of the prompt and the completion
-through the task's own `score`; each reward is a component, the reward their weighted sum.
+through the task's own `score`; each reward is a component, the reward their weighted sum. A
+multi-turn v1 episode (its Env's own `run`) comes with the rewards verifiers recorded on its
+trace while it ran (`state["rewards"]`: {name: {score, weight}}, `state["metrics"]`): those are
+the components and their weighted sum the reward (they exist only in the episode: an Env's `run`
+records its own, e.g. a game's outcome).
 """
 
 from __future__ import annotations
@@ -223,7 +227,9 @@ def _funcs(rubric: Any) -> list[tuple[Any, float, Any]]:
     return [(f, float(w), rubric) for f, w in zip(rubric.funcs, rubric.weights, strict=True)]
 
 
-def _v1(ref: dict[str, Any], completion: str) -> dict:
+def _v1(ref: dict[str, Any], completion: str, state: dict[str, Any] | None) -> dict:
+    if state and isinstance(state.get("rewards"), dict):
+        return _v1_episode(state)
     from verifiers.v1.configs.agent import AgentConfig
     from verifiers.v1.graph import MessageNode
     from verifiers.v1.trace import AgentInfo, Trace, TraceTask
@@ -252,9 +258,22 @@ def _v1(ref: dict[str, Any], completion: str) -> dict:
     return {"reward": total, "scores": scores}
 
 
+def _v1_episode(state: dict[str, Any]) -> dict:
+    """A v1 episode's rewards as verifiers recorded them on its trace (the task's `@vf.reward`
+    methods and what the Env's run/finalize recorded; its metrics are weight-0 components)."""
+    scores = {str(k): float(v) for k, v in (state.get("metrics") or {}).items()}
+    total = 0.0
+    for name, got in state["rewards"].items():
+        scores[name] = float(got["score"])
+        total += float(got["score"]) * float(got["weight"])
+    return {"reward": total, "scores": scores}
+
+
 def _score(answer: str, completion: str, state: dict[str, Any] | None) -> dict:
     ref = json.loads(answer)
-    got = _v1(ref, completion) if ref.get("api") == "v1" else _classic(ref, completion, state)
+    got = (
+        _v1(ref, completion, state) if ref.get("api") == "v1" else _classic(ref, completion, state)
+    )
     acc = ref.get("accuracy")
     if acc in got["scores"]:
         got["scores"]["correctness"] = 1.0 if got["scores"][acc] >= 1.0 else 0.0

@@ -50,7 +50,7 @@ def fsdp_options(plan: dict[str, Any] | None, device: str) -> FSDPOptions:
 
 def decoder_layers(model: nn.Module) -> list[nn.Module]:
     """The transformer blocks of a transformers CausalLM (inside a peft wrapper or not)."""
-    from arena_core.learn.logprobs import causal_lm
+    from arena_core.learn.learner import causal_lm
 
     body = causal_lm(model).get_decoder()
     layers = getattr(body, "layers", None)
@@ -69,7 +69,7 @@ class LogprobModule(nn.Module):
         self.lm = lm
 
     def forward(self, mb: Any, temperature: float, logprob_fn: Any) -> torch.Tensor:
-        from arena_core.learn.logprobs import completion_logprobs
+        from arena_core.learn.learner import completion_logprobs
 
         out = completion_logprobs(self.lm, mb, temperature=temperature, logprob_fn=logprob_fn)
         return out.clone() if out._is_view() else out  # FSDP's backward hook needs a non-view
@@ -82,7 +82,7 @@ def shard_model(model: nn.Module, world: int, device: str, opts: FSDPOptions) ->
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
     if opts.activation_checkpointing:
-        from arena_core.learn.logprobs import causal_lm
+        from arena_core.learn.learner import causal_lm
 
         causal_lm(model).gradient_checkpointing_enable(
             gradient_checkpointing_kwargs={"use_reentrant": False}

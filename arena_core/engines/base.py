@@ -48,6 +48,11 @@ class Completion:
         """The oldest version that produced a token (staleness is measured from it)."""
         return min(self.versions) if self.versions else 0
 
+    @property
+    def n_sampled(self) -> int:
+        """The tokens the policy sampled (a multi-turn episode's tool tokens were not)."""
+        return len(self.token_ids) if self.loss_mask is None else sum(map(bool, self.loss_mask))
+
 
 @runtime_checkable
 class GenerationBackend(Protocol):

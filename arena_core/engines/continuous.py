@@ -10,7 +10,7 @@ How the batch is kept (the CPU layout of `TorchBackend._generate_dynamic`): one 
 `GrowingLayer`s, left-padded to a common width, with a 2-D attention mask and per-row positions.
 - Join: the new prompts are prefilled together (one forward, left-padded) into their own cache,
   then both caches are left-padded to the wider of the two and stacked on the batch dimension.
-- Leave: the rows that go on are selected (`expand_rows`), then leading columns that no live row
+- Leave: the rows that go on are selected (`batch_select_indices`), then leading columns that no live row
   attends to are cut off, so the width tracks the longest live row, not the batch's history.
 - Sampling: rows with the same rule (temperature, top_p, generator) are sampled together with
   `sample_next`, the training sampler, so a served token follows the same distribution.
@@ -30,7 +30,6 @@ from arena_core.engines.base import SamplingParams
 from arena_core.engines.decode_cache import (
     GrowingLayer,
     decode_attention,
-    expand_rows,
     growing_cache,
 )
 from arena_core.engines.sampling import sample_next, sampled_distribution
@@ -196,7 +195,7 @@ class ContinuousBatch:
                 self.clear()
                 return
             index = torch.tensor(keep, device=self._mask.device)
-            expand_rows(self._cache, index)
+            self._cache.batch_select_indices(index)
             self._mask, self._pos = self._mask[index], self._pos[index]
             self._tokens = self._tokens[index]
             self.owners = [self.owners[i] for i in keep]

@@ -17,8 +17,8 @@ Why each piece exists (measured on SmolLM2-135M, 30 layers, 9 query / 3 KV heads
   (`GrowingLayer`: `K^T` row-major, the positions contiguous; its scores ran 2-3x faster
   than over [.., positions, dim] keys).
 - Prefix sharing: the rows of a GRPO group share one prompt, so the engine prefills each distinct
-  prompt once and `expand_rows` copies its cache into the group's rows (see
-  `TorchBackend._generate_batch`).
+  prompt once and `DynamicCache.batch_select_indices` copies its cache into the group's rows
+  (see `TorchBackend._generate_dynamic`).
 
 `decode_attention(model)` switches the model to `gqa_attention` for the decode block only (the
 learner keeps its own implementation); the function is exact SDPA with autograd, so a learner
@@ -252,11 +252,6 @@ def growing_cache(
         for layer in cache.layers
     ]
     return cache
-
-
-def expand_rows(cache: DynamicCache, index: torch.Tensor) -> None:
-    """Row i of the cache becomes old row `index[i]` (prefix sharing; dropping finished rows)."""
-    cache.batch_select_indices(index)
 
 
 def gqa_attention(

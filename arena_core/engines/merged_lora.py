@@ -44,16 +44,13 @@ def _lora_linears(model: nn.Module) -> list[nn.Module]:
         try:
             from peft.tuners.lora.layer import Linear as LoraLinear
         except ImportError:  # no peft: nothing is adapted
-            LoraLinear = None  # noqa: N806
-        found = (
-            []
-            if LoraLinear is None
-            else [
+            found = []
+        else:
+            found = [
                 m
                 for m in model.modules()
                 if type(m) is LoraLinear and type(m.base_layer) is nn.Linear
             ]
-        )
         _layers[model] = found
     return found
 

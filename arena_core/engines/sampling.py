@@ -1,7 +1,7 @@
-"""Sampling for the torch engine: the filtering rules and the logprob they imply, in one place.
+"""Sampling for the torch engine: the token drawn and the logprob of the distribution drawn from.
 
-The learner recomputes logprobs with the same rule (`arena_core.kernels.filtering.keep_mask`), so
-behaviour and learner logprobs describe one distribution.
+Top-k / top-p filtering is `arena_core.kernels.filtering.filter_logits`, the rule the learner's
+logprob applies too, so behaviour and learner logprobs describe one distribution.
 """
 
 from __future__ import annotations
@@ -9,18 +9,7 @@ from __future__ import annotations
 import torch
 
 from arena_core.engines.base import SamplingParams
-from arena_core.kernels.filtering import filtering, keep_mask
-
-
-def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
-    """Mask (-inf) the tokens top-k and top-p exclude; at least one token always survives.
-
-    The kept set is `arena_core.kernels.filtering.keep_mask`, the same rule the learner's
-    logprob applies, so behaviour and learner logprobs describe one distribution.
-    """
-    if not filtering(top_k, top_p):
-        return logits
-    return logits.masked_fill(~keep_mask(logits, top_k, top_p), float("-inf"))
+from arena_core.kernels.filtering import filter_logits
 
 
 def sample_next(

@@ -32,7 +32,7 @@ from transformers import DynamicCache, StaticCache
 from arena_core.engines import cpu_attention
 from arena_core.engines.backend_configs import TorchBackendConfig
 from arena_core.engines.base import Completion, DecodeControl, SamplingParams, count_generated
-from arena_core.engines.decode_cache import decode_attention, expand_rows, growing_cache
+from arena_core.engines.decode_cache import decode_attention, growing_cache
 from arena_core.engines.decode_dtype import DTYPES, decode_dtype_linears
 from arena_core.engines.llama_decode import LlamaDecodeStep
 from arena_core.engines.merged_lora import merged_lora_linears
@@ -140,15 +140,17 @@ class TorchBackend:
         try:
             out: list[Completion] = []
             for i in range(0, len(prompts), step):
-                out += self._generate_batch(
+                rows = BatchRows(
+                    self,
                     prompts[i : i + step],
                     params,
-                    generator,
-                    control,
-                    on_token,
+                    generator=generator,
+                    control=control,
+                    on_token=on_token,
                     offset=i,
                     adapters=None if adapters is None else adapters[i : i + step],
                 )
+                out += self._generate_batch(rows)
         finally:
             self.model.train(was_training)
         seconds = time.perf_counter() - start
@@ -207,35 +209,14 @@ class TorchBackend:
 
     # -- the decode loop -------------------------------------------------------------------------
     @torch.no_grad()
-    def _generate_batch(
-        self,
-        prompts: list[list[int]],
-        params: SamplingParams,
-        generator: torch.Generator | None,
-        control: DecodeControl | None = None,
-        on_token: TokenCallback | None = None,
-        offset: int = 0,
-        adapters: list[str] | None = None,
-    ) -> list[Completion]:
+    def _generate_batch(self, rows: BatchRows) -> list[Completion]:
+        """One batch of rows, decoded with the cache this backend keeps (`kv_cache`)."""
         if self.kv_cache == "static":
-            return self._generate_static(
-                prompts, params, generator, control, on_token, offset, adapters
-            )
+            return self._generate_static(rows)
         with decode_attention(self.model):
-            return self._generate_dynamic(
-                prompts, params, generator, control, on_token, offset, adapters
-            )
+            return self._generate_dynamic(rows)
 
-    def _generate_dynamic(
-        self,
-        prompts: list[list[int]],
-        params: SamplingParams,
-        generator: torch.Generator | None,
-        control: DecodeControl | None,
-        on_token: TokenCallback | None,
-        offset: int,
-        adapters: list[str] | None,
-    ) -> list[Completion]:
+    def _generate_dynamic(self, rows: BatchRows) -> list[Completion]:
         """The CPU decode: shared prefill, in-place KV appends, finished rows dropped in bulk.
 
         Each distinct (prompt, adapter) is prefilled once and its KV rows copied to every row
@@ -243,6 +224,7 @@ class TorchBackend:
         the batch (and its cache) is compacted when a quarter of its rows are finished, so a
         batch whose rows end one by one is copied O(log rows) times instead of once per row.
         """
+        prompts, params, adapters = rows.prompts, rows.params, rows.adapters
         n = len(prompts)
         lora = RowAdapters(self.model, adapters) if adapters is not None else None
         keys = [
@@ -263,25 +245,24 @@ class TorchBackend:
         logits = self._forward(ids, mask, positions, cache, 1, lora=lora, rows=owners)
         if len(owners) < n:  # share each prompt's prefill with the rows that repeat it
             share = torch.tensor([slot[k] for k in keys], device=self.device)
-            expand_rows(cache, share)
+            cache.batch_select_indices(share)
             logits, mask, positions = logits[share], mask[share], positions[share]
         logits_version = self.policy_version
         next_pos = positions[:, -1] + 1
-        rows = BatchRows(self, n, params, on_token, offset)
         batch = list(range(n))  # original row of each batch position (finished ones included)
         live = list(range(n))  # batch positions still decoding
         for step in range(params.max_new_tokens):
-            tokens, logps = sample_next(logits, params, generator)  # the live rows' logits
+            tokens, logps = sample_next(logits, params, rows.generator)  # the live rows' logits
             originals = [batch[j] for j in live]
             keep = rows.record(tokens.tolist(), logps.tolist(), originals, logits_version)
             live = [live[j] for j in keep]
-            if not rows.go_on(live, step, control):
+            if not rows.go_on(live, step):
                 break
             step_tokens = torch.zeros(len(batch), dtype=torch.long, device=self.device)
             step_tokens[live] = tokens[keep].to(self.device)
             if 4 * len(live) <= 3 * len(batch):  # compact: finished rows leave batch and cache
                 index = torch.tensor(live, device=self.device)
-                expand_rows(cache, index)
+                cache.batch_select_indices(index)
                 mask, next_pos, step_tokens = mask[index], next_pos[index], step_tokens[index]
                 batch = [batch[j] for j in live]
                 live = list(range(len(batch)))
@@ -292,7 +273,7 @@ class TorchBackend:
             if self.decode_delay_s:
                 time.sleep(self.decode_delay_s)  # releases the GIL, like waiting on a device
             next_pos = next_pos + 1
-        return [self._completion(p, rows, i, params) for i, p in enumerate(prompts)]
+        return [self._completion(rows, i) for i in range(n)]
 
     def _kv_store_dtype(self, lora: RowAdapters | None) -> torch.dtype | None:
         """bf16 KV buffers where a bf16 decode's steps run Arena's step with the CPU kernel
@@ -319,17 +300,9 @@ class TorchBackend:
         ids, mask = ids.to(self.device), mask.to(self.device)
         return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
 
-    def _generate_static(
-        self,
-        prompts: list[list[int]],
-        params: SamplingParams,
-        generator: torch.Generator | None,
-        control: DecodeControl | None,
-        on_token: TokenCallback | None,
-        offset: int,
-        adapters: list[str] | None,
-    ) -> list[Completion]:
+    def _generate_static(self, rows: BatchRows) -> list[Completion]:
         """The CUDA decode: fixed shapes (a static cache, CUDA graphs); rows stay in the batch."""
+        prompts, params, adapters = rows.prompts, rows.params, rows.adapters
         n = len(prompts)
         ids, mask, positions = self._left_padded(prompts)
         width = ids.shape[1]
@@ -349,14 +322,13 @@ class TorchBackend:
             logits = self._forward(ids, mask, positions, cache, 1, lora=lora, rows=range(n))
         logits_version = self.policy_version
         next_pos = positions[:, -1] + 1
-        rows = BatchRows(self, n, params, on_token, offset)
         live = list(range(n))  # rows still decoding; finished ones keep decoding, unrecorded
         for step in range(params.max_new_tokens):
-            tokens, logps = sample_next(logits, params, generator)
+            tokens, logps = sample_next(logits, params, rows.generator)
             tl, ll = tokens.tolist(), logps.tolist()
             keep = rows.record([tl[r] for r in live], [ll[r] for r in live], live, logits_version)
             live = [live[j] for j in keep]
-            if not rows.go_on(live, step, control):
+            if not rows.go_on(live, step):
                 break
             if decoder is not None:
                 with onednn_linears(self.model):
@@ -370,7 +342,7 @@ class TorchBackend:
             if self.decode_delay_s:
                 time.sleep(self.decode_delay_s)
             next_pos = next_pos + 1
-        return [self._completion(p, rows, i, params) for i, p in enumerate(prompts)]
+        return [self._completion(rows, i) for i in range(n)]
 
     def _decode_step(
         self,
@@ -433,17 +405,16 @@ class TorchBackend:
         tail = self.tokenizer.decode(tokens[-window:], skip_special_tokens=True)
         return any(s in tail for s in stop)
 
-    def _completion(
-        self, prompt: list[int], rows: BatchRows, i: int, params: SamplingParams
-    ) -> Completion:
+    def _completion(self, rows: BatchRows, i: int) -> Completion:
         tokens = rows.tokens[i]
         text = self.tokenizer.decode(tokens, skip_special_tokens=True)
-        if rows.finish[i] == "stop" and params.stop:
-            ends = [text.find(s) + len(s) for s in params.stop if s in text]
+        stop = rows.params.stop
+        if rows.finish[i] == "stop" and stop:
+            ends = [text.find(s) + len(s) for s in stop if s in text]
             if ends:  # keep the stop string, drop anything the last token added after it
                 text = text[: min(ends)]
         return Completion(
-            prompt_ids=list(prompt),
+            prompt_ids=list(rows.prompts[i]),
             token_ids=tokens,
             logprobs=rows.logprobs[i],
             text=text,
@@ -455,50 +426,38 @@ class TorchBackend:
 def _factory(policy: Any, cfg: Mapping[str, Any] | BaseModel) -> TorchBackend:
     """Build the backend from a LoadedPolicy and the validated `backend` section."""
     data = cfg.model_dump() if isinstance(cfg, BaseModel) else dict(cfg)
-    conf = TorchBackendConfig(**data)
-    return TorchBackend(
-        policy.model,
-        policy.tokenizer,
-        device=conf.device,
-        max_batch_size=conf.max_batch_size,
-        decode_delay_s=conf.decode_delay_s,
-        kv_cache=conf.kv_cache,
-        cuda_graphs=conf.cuda_graphs,
-        decode_dtype=conf.decode_dtype,
-        decode_step=conf.decode_step,
-    )
+    conf = TorchBackendConfig(**data).model_dump(exclude={"name"})
+    return TorchBackend(policy.model, policy.tokenizer, **conf)
 
 
-def register_torch_backend(register: Any) -> None:
-    """Called from arena_core.builtins' register_backends hook."""
-    register(
-        "torch",
-        _factory,
-        schema=TorchBackendConfig,
-        description="In-process torch decoding with KV cache; shares the trainer's module.",
-    )
-
-
-# -- one batch's rows: each decode step records one sampled token per live row here (tokens,
-# logprobs, the policy version that produced it) and learns which rows go on (EOS, a stop
-# string, the caller's `on_token`), so the decode loop above reads as the loop.
+# -- one batch: its prompts and per-call settings, and the per-row outputs each decode step
+# records (the sampled token, its logprob, the policy version that produced it) while it learns
+# which rows go on (EOS, a stop string, the caller's `on_token`), so the decode loops above read
+# as the loop.
 class BatchRows:
-    """Per-row outputs of one batch (indexed by the row's position in the original prompt list)
-    and the per-call settings that decide when a row ends."""
+    """One batch of a `generate` call; outputs are indexed by the row's position in `prompts`."""
 
     def __init__(
         self,
         backend: Any,
-        n: int,
+        prompts: list[list[int]],
         params: SamplingParams,
+        *,
+        generator: torch.Generator | None,
+        control: DecodeControl | None,
         on_token: TokenCallback | None,
         offset: int,
+        adapters: list[str] | None,
     ) -> None:
+        n = len(prompts)
         self.tokens: list[list[int]] = [[] for _ in range(n)]
         self.logprobs: list[list[float]] = [[] for _ in range(n)]
         self.versions: list[list[int]] = [[] for _ in range(n)]
         self.finish: list[str] = ["length"] * n
-        self.backend, self.params, self.on_token, self.offset = backend, params, on_token, offset
+        self.backend, self.prompts, self.params, self.adapters = backend, prompts, params, adapters
+        self.generator = generator  # one per call: the batches continue its random stream
+        self.control = control  # the async runtime's hook between decode steps
+        self.on_token, self.offset = on_token, offset  # offset: this batch's first row in the call
         self.stop_window = max((len(s.encode()) for s in params.stop), default=0) + 2
 
     def record(
@@ -523,9 +482,9 @@ class BatchRows:
                 keep.append(j)
         return keep
 
-    def go_on(self, live: list[int], step: int, control: DecodeControl | None) -> bool:
+    def go_on(self, live: list[int], step: int) -> bool:
         """Whether another decode step runs; the async runtime may swap weights in between."""
         last = step == self.params.max_new_tokens - 1
-        if live and control is not None and not last:
-            control.between_steps(self.backend)  # may load new weights: later tokens use them
+        if live and self.control is not None and not last:
+            self.control.between_steps(self.backend)  # may load new weights: later tokens use them
         return bool(live) and not last

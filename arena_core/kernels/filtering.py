@@ -45,10 +45,19 @@ def keep_mask(
     return keep
 
 
-def filter_logits_(
-    logits: torch.Tensor, top_k: int, top_p: float, targets: torch.Tensor | None = None
+def filter_logits(
+    logits: torch.Tensor,
+    top_k: int,
+    top_p: float,
+    targets: torch.Tensor | None = None,
+    *,
+    inplace: bool = False,
 ) -> torch.Tensor:
-    """Set the logits of filtered-out tokens to -inf, in place; returns `logits`."""
-    if filtering(top_k, top_p):
-        logits.masked_fill_(~keep_mask(logits, top_k, top_p, targets), float("-inf"))
-    return logits
+    """`logits` with the tokens top-k and top-p exclude set to -inf (`keep_mask`'s kept set);
+    `inplace` writes into `logits` (the kernels' reused buffers) instead of a new tensor."""
+    if not filtering(top_k, top_p):
+        return logits
+    drop = ~keep_mask(logits, top_k, top_p, targets)
+    if inplace:
+        return logits.masked_fill_(drop, float("-inf"))
+    return logits.masked_fill(drop, float("-inf"))

@@ -39,8 +39,7 @@ import torch
 
 from arena_core.device import triton_usable
 from arena_core.errors import ArenaError
-from arena_core.kernels.filtering import filter_logits_, filtering
-from arena_core.kernels.filtering import keep_mask as _keep
+from arena_core.kernels.filtering import filter_logits, filtering
 
 IMPLS = ("auto", "torch", "triton", "naive")
 
@@ -319,7 +318,7 @@ class _FusedLinearLogprob(torch.autograd.Function):
             end = min(start + C, T)
             z, work, tgt = z_buf[: end - start], work_buf[: end - start], targets[start:end]
             logits_into(hidden[start:end], weight, inv_t, z)
-            filter_logits_(z, top_k, top_p, tgt)  # -inf outside the sampler's kept set
+            filter_logits(z, top_k, top_p, tgt, inplace=True)  # -inf outside the kept set
             lse_c, target_logit, ent_c = row_ops.stats(z, tgt, with_entropy, work)  # z := logp
             lse[start:end] = lse_c
             logprobs[start:end] = target_logit - lse_c
@@ -382,7 +381,7 @@ def _recompute_backward(
         end = min(start + C, T)
         z, work = z_buf[: end - start], work_buf[: end - start]
         logits_into(hidden[start:end], weight, ctx.inv_t, z)
-        filter_logits_(z, ctx.top_k, ctx.top_p, targets[start:end])  # the forward's kept set
+        filter_logits(z, ctx.top_k, ctx.top_p, targets[start:end], inplace=True)  # as forward
         z.sub_(lse[start:end, None])  # logp (-inf outside the kept set: gradient 0 there)
         ctx.row_ops.softmax_grad(
             z,
@@ -417,9 +416,7 @@ def naive_linear_logprob(
     It is what the fused kernels are tested against and what ``bench/`` compares them with.
     """
     _check_filter(top_k, top_p, return_entropy)
-    logits = (hidden @ weight.t()).float() / temperature
-    if filtering(top_k, top_p):
-        logits = logits.masked_fill(~_keep(logits.detach(), top_k, top_p, targets), float("-inf"))
+    logits = filter_logits((hidden @ weight.t()).float() / temperature, top_k, top_p, targets)
     logp_all = torch.log_softmax(logits, dim=-1)
     logprobs = logp_all.gather(-1, targets.long().unsqueeze(-1)).squeeze(-1)
     if not return_entropy:

@@ -4,15 +4,45 @@ Samples are packed into micro-batches by a token budget, gradients are accumulat
 with per-token weights computed for the whole step (so the update equals one big batch exactly,
 whatever the budget), the global grad norm is clipped and AdamW steps. Nothing here knows which
 algorithm runs: advantages and per-token losses come from the algorithm plugin.
+
+Per-token logprobs (`completion_logprobs`): the learner never materialises logits for prompt
+positions. It runs the decoder body, gathers the hidden states of positions that predict
+completion tokens and hands only those to a head function: by default
+`arena_core.kernels.fused_linear_logprob` (chunked, no full-vocabulary logits kept for backward);
+`plain_logprobs` is the reference. Swap it with `Learner(logprob_fn=...)`. With top-k / top-p
+sampling the head scores the renormalised filtered distribution the sampler drew from
+(`arena_core.kernels.filtering`), so learner and behaviour logprobs agree.
+
+Train/inference mismatch (`Correction`, `mismatch_metrics`): the generation backend (a vLLM
+engine in bf16, a torch engine a few versions stale in async mode) reports the logprob
+`behaviour` of each token it sampled; the learner recomputes `old` with its own weights before
+the step's first update. The token ratio `r = exp(old - behaviour)` is 1 when both agree. Four
+corrections are offered (`train.is_correction`), each a detached per-token weight the algorithm
+multiplies into its loss (`TokenBatch.is_weight`):
+
+- token_tis: truncated IS, `w = min(r, tis_cap)` (Yao et al. 2025, "Your efficient RL framework
+  secretly brings you off-policy RL training"): bounds one token's weight, keeps every token.
+- seq_mask: sequence-level masked IS on the geometric mean of the sequence's ratios,
+  `g_i = exp(mean_t log r_it)`; `w = g_i` when `1/c <= g_i <= c`, else 0 (the whole sequence
+  is dropped). The geometric mean does not explode with length as the product of ratios does.
+- icepop: token masking (IcePop, Ling team's Ring-1T report 2025): `w = r` inside the band
+  `[a, b]`, 0 outside: a token the two engines disagree on gets no gradient at all.
+- none: `w = 1`.
+
+`mismatch_metrics` measures the gap every step: the k3 estimate of KL(sampler || learner)
+(tokens are drawn from the sampler, so `r - log r - 1` averages to it), the fraction of loss
+tokens the correction cut (masked; for token_tis: truncated at the cap) and the largest ratio.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -21,10 +51,8 @@ from arena_core.device import autocast, module_device, tensors_to
 from arena_core.errors import ArenaError
 from arena_core.kernels.filtering import filtering
 from arena_core.learn.algorithm import Algorithm, TokenAdvantages, TokenBatch
-from arena_core.learn.logprobs import LogprobFn, completion_logprobs, default_logprob_fn
-from arena_core.learn.losses import token_weights
-from arena_core.learn.mismatch import Correction, mismatch_metrics
-from arena_core.learn.packing import MicroBatch, Sample, pack, pad_batches
+from arena_core.learn.losses import sequence_mean, token_weights
+from arena_core.learn.packing import MicroBatch, Sample, block_causal_mask, pack, pad_batches
 
 
 class NonFiniteLossError(ArenaError):
@@ -43,6 +71,159 @@ class NonFiniteWeightsError(NonFiniteLossError):
 
 
 DEFAULT_TIS_CAP = 2.0  # truncated-IS cap (Yao et al. 2025 use 2): bounds one token's weight
+
+
+# -- the train/inference mismatch (see the module docstring) -------------------------
+CORRECTIONS: tuple[str, ...] = ("token_tis", "seq_mask", "icepop", "none")
+MISMATCH_KEYS: tuple[str, ...] = ("mismatch/kl", "mismatch/masked_frac", "mismatch/max_ratio")
+
+
+@dataclass(frozen=True)
+class Correction:
+    """One run's mismatch correction and its bounds (see the module docstring)."""
+
+    mode: str = "token_tis"
+    tis_cap: float | None = DEFAULT_TIS_CAP  # token_tis: the cap (None: no correction)
+    seq_cap: float = 1.5  # seq_mask: c, sequences with g outside [1/c, c] are dropped
+    band_low: float = 0.5  # icepop: a
+    band_high: float = 5.0  # icepop: b
+
+    def __post_init__(self) -> None:
+        if self.mode not in CORRECTIONS:
+            raise ValueError(
+                f"unknown mismatch correction {self.mode!r}; choose one of {', '.join(CORRECTIONS)}"
+            )
+        if self.tis_cap is not None and self.tis_cap <= 0:
+            raise ValueError(f"tis_cap must be > 0 (or None), got {self.tis_cap}")
+        if self.seq_cap <= 1:
+            raise ValueError(f"the sequence-mask cap c must be > 1, got {self.seq_cap}")
+        if not 0 < self.band_low <= 1 <= self.band_high:
+            raise ValueError(
+                f"the IcePop band must satisfy 0 < low <= 1 <= high, got [{self.band_low}, "
+                f"{self.band_high}]"
+            )
+
+    def with_mode(self, mode: str) -> Correction:
+        """The same bounds under another mode (what the mismatch guard switches)."""
+        return dataclasses.replace(self, mode=mode)
+
+    def weight(self, old_logp: Tensor, behaviour_logp: Tensor, seq_ids: Tensor | None) -> Tensor:
+        """The detached per-token weight [N] of this correction (the module docstring's
+        formulas)."""
+        log_r = (old_logp - behaviour_logp).detach().float()
+        if self.mode == "none" or (self.mode == "token_tis" and self.tis_cap is None):
+            return torch.ones_like(log_r)
+        if self.mode == "token_tis":
+            return torch.exp(log_r).clamp(max=self.tis_cap)
+        if self.mode == "icepop":
+            r = torch.exp(log_r)
+            inside = (r >= self.band_low) & (r <= self.band_high)
+            return torch.where(inside, r, torch.zeros_like(r))
+        if seq_ids is None:
+            raise ValueError("seq_mask needs each token's sequence id (TokenBatch.seq_ids)")
+        g = torch.exp(sequence_mean(log_r, seq_ids))
+        inside = (g >= 1.0 / self.seq_cap) & (g <= self.seq_cap)
+        return torch.where(inside, g, torch.zeros_like(g))
+
+
+def mismatch_metrics(
+    old_logp: Tensor,
+    behaviour_logp: Tensor,
+    weight: Tensor,
+    corr: Correction,
+    n_tokens: int | None = None,
+) -> dict[str, float]:
+    """`mismatch/kl` (token mean of k3), `mismatch/masked_frac` (the tokens the correction cut:
+    masked to weight 0 by seq_mask or icepop, truncated at the cap by token_tis) and
+    `mismatch/max_ratio`.
+
+    Tokens whose weight is NaN are left out (a trainer rank's learner sees only its share of the
+    step); `n_tokens` (default: the tokens left) is the divisor, so that the shares of one
+    step's tokens add up to the step's means."""
+    keep = ~torch.isnan(weight)
+    log_r = (old_logp[keep] - behaviour_logp[keep]).detach().float()
+    n = max(1, n_tokens if n_tokens is not None else log_r.numel())
+    if log_r.numel() == 0:
+        return {"mismatch/kl": 0.0, "mismatch/masked_frac": 0.0, "mismatch/max_ratio": 0.0}
+    k3 = torch.expm1(log_r) - log_r  # r - log r - 1 >= 0: KL(sampler || learner) per token
+    if corr.mode == "token_tis" and corr.tis_cap is not None:
+        cut = torch.exp(log_r) > corr.tis_cap
+    elif corr.mode in ("seq_mask", "icepop"):
+        cut = weight[keep] <= 0
+    else:
+        cut = torch.zeros_like(log_r, dtype=torch.bool)
+    return {
+        "mismatch/kl": float(k3.sum()) / n,
+        "mismatch/masked_frac": float(cut.sum()) / n,
+        "mismatch/max_ratio": float(torch.exp(log_r.max())),
+    }
+
+
+# -- per-token logprobs of packed sequences ------------------------------------------------
+LogprobFn = Callable[[Tensor, Tensor, Tensor], Tensor]  # (hidden [N,H], weight [V,H], targets [N])
+
+
+def plain_logprobs(hidden: Tensor, weight: Tensor, targets: Tensor) -> Tensor:
+    """Reference: full logits for the selected positions, log-softmax, gather."""
+    logits = hidden.float() @ weight.float().t()
+    return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+def default_logprob_fn(top_k: int = 0, top_p: float = 1.0, *, check: bool = True) -> LogprobFn:
+    """The fused kernel (its chunked torch path on CPU, Triton on CUDA), scoring the sampler's
+    top-k/top-p filtered distribution when those are set. `check=False` skips the kernel's input
+    checks: for the learner, whose targets are the tokens its own engine sampled (a caller's
+    token ids, as the Tinker API's, keep them)."""
+    from arena_core.kernels import fused_linear_logprob
+
+    def fused(hidden: Tensor, weight: Tensor, targets: Tensor) -> Tensor:
+        return fused_linear_logprob(hidden, weight, targets, top_k=top_k, top_p=top_p, check=check)
+
+    return fused
+
+
+def causal_lm(model: nn.Module) -> nn.Module:
+    """The transformers CausalLM inside a PEFT wrapper (LoRA layers are injected in place, so
+    calling its body still applies the adapters)."""
+    get_base = getattr(model, "get_base_model", None)
+    return get_base() if callable(get_base) else model
+
+
+def completion_logprobs(
+    model: nn.Module,
+    mb: MicroBatch,
+    *,
+    temperature: float = 1.0,
+    logprob_fn: LogprobFn = plain_logprobs,
+) -> Tensor:
+    """Logprobs [N] of `mb`'s completion tokens under `model` at sampling temperature.
+
+    Dividing the hidden state by the temperature equals dividing the logits (the LM head has no
+    bias), which keeps the learner's distribution the one the backend sampled from.
+    """
+    lm = causal_lm(model)
+    body = lm.get_decoder()
+    mask = None
+    attn = str(getattr(lm.config, "_attn_implementation", None) or "")
+    # packed rows: never attend across sequences. Flash-attention kernels take no 4-D mask; they
+    # split packed rows at the position-id resets themselves (variable-length attention).
+    if mb.position_ids is not None and not attn.startswith("flash"):
+        dtype = lm.get_input_embeddings().weight.dtype
+        mask = block_causal_mask(
+            mb.position_ids, dtype if dtype.is_floating_point else torch.float32
+        )
+    out = body(
+        input_ids=mb.input_ids, position_ids=mb.position_ids, attention_mask=mask, use_cache=False
+    )
+    hidden = out.last_hidden_state.flatten(0, 1)[mb.target_pos]
+    head = lm.get_output_embeddings()
+    if hidden.dtype != head.weight.dtype:  # autocast: bf16 activations, fp32 head weight
+        hidden = hidden.to(head.weight.dtype)
+    if temperature and temperature != 1.0:
+        hidden = hidden / temperature
+    if getattr(head, "bias", None) is not None:
+        raise NotImplementedError("LM heads with a bias are not supported by the learner yet")
+    return logprob_fn(hidden, head.weight, mb.targets)
 
 
 class Learner:
@@ -73,7 +254,7 @@ class Learner:
         self.micro_batch_tokens = micro_batch_tokens
         self.temperature = temperature or 1.0
         self.tis_cap = tis_cap
-        # train/inference mismatch correction (arena_core.learn.mismatch); default: token TIS
+        # train/inference mismatch correction (`Correction`); default: token TIS
         self.correction = correction or Correction(mode="token_tis", tis_cap=tis_cap)
         self.norm_len = norm_len
         if batching not in ("pad", "pack"):
@@ -156,7 +337,7 @@ class Learner:
         return module_device(self.model)
 
     def set_correction(self, mode: str) -> None:
-        """Switch the mismatch correction (arena_core.learn.mismatch) from the next step on:
+        """Switch the mismatch correction (`Correction`) from the next step on:
         the mismatch guard's lever; the bounds stay the run's."""
         self.correction = self.correction.with_mode(mode)
 
@@ -177,25 +358,23 @@ class Learner:
         n_tok = sum(lengths)
         if n_tok == 0:  # nothing to learn from: no loss was computed
             return {"tokens/trained": 0.0, "time/learn_s": 0.0}
-        weights = token_weights(lengths, self.algorithm.loss_agg_mode, norm_len=self.norm_len)
         dev = self.device
+        weights = token_weights(lengths, self.algorithm.loss_agg_mode, norm_len=self.norm_len)
+        weights = weights.to(dev)
         behaviour = torch.tensor(
             [x for s in samples for x in s.target_logp()], dtype=torch.float32, device=dev
         )
         if behaviour.numel() != n_tok:
             raise ValueError("every completion token needs a behaviour logprob")
-        adv = torch.repeat_interleave(
-            torch.tensor([s.advantage for s in samples], dtype=torch.float32),
-            torch.tensor(lengths, dtype=torch.long),
-        ).to(dev)
-        weights = weights.to(dev)
+        seq_ids = torch.repeat_interleave(torch.arange(len(samples)), torch.tensor(lengths))
+        adv = torch.tensor([s.advantage for s in samples], dtype=torch.float32)[seq_ids].to(dev)
+        seq_ids = seq_ids.to(dev)
         mbs = self.micro_batches(samples)
         refs = self._ref_logprobs(mbs) if self.algorithm.beta > 0 else None
         if isinstance(self.algorithm, TokenAdvantages):  # REINFORCE++: per-token advantages
             adv = self._token_advantages(self.algorithm, adv, lengths, behaviour, mbs, refs)
         teachers = self._teacher_logprobs(self.teacher, mbs) if self.teacher else None
         old = torch.zeros(n_tok, device=dev)
-        seq_ids = torch.repeat_interleave(torch.arange(len(samples)), torch.tensor(lengths)).to(dev)
         is_w = torch.full((n_tok,), float("nan"), device=dev)  # NaN: not in this rank's share
         self.model.train()
         sums: dict[str, float] = {}
@@ -239,10 +418,9 @@ class Learner:
         self.optimizer.zero_grad(set_to_none=True)
         # diagnostics average over every pass
         wsum = float(weights.sum()) * passes
-        metrics = {k: (v / wsum if k.startswith("w:") else v) for k, v in sums.items()}
-        metrics = {k.removeprefix("w:"): v for k, v in metrics.items()}
+        metrics = {k.removeprefix("w:"): v / wsum for k, v in sums.items() if k.startswith("w:")}
+        metrics.update((k, v) for k, v in sums.items() if k in ("loss", "grad_norm"))
         metrics["is_weight/mean"] = sums.get("is_sum", 0.0) / (n_tok * passes)
-        metrics.pop("is_sum", None)
         metrics.update(mismatch_metrics(old, behaviour, is_w, self.correction, n_tok))
         metrics["tokens/trained"] = float(trained)
         metrics["tokens/loss"] = float(n_tok)

@@ -80,18 +80,6 @@ def k3_kl(logp: Tensor, ref_logp: Tensor) -> Tensor:
     return torch.expm1(d) - d
 
 
-def truncated_is_weight(old_logp: Tensor, behaviour_logp: Tensor, cap: float | None) -> Tensor:
-    """Truncated importance weight `min(exp(old - behaviour), cap)`, detached.
-
-    Corrects for the gap between the policy that sampled the tokens (the generation backend,
-    possibly a version behind or numerically different) and the learner's policy. `cap=None`
-    disables the correction (weight 1).
-    """
-    if cap is None:
-        return torch.ones_like(old_logp)
-    return torch.exp(old_logp - behaviour_logp).clamp(max=cap).detach()
-
-
 def grpo_token_loss(
     logp: Tensor, old_logp: Tensor, advantages: Tensor, *, eps_low: float, eps_high: float
 ) -> tuple[Tensor, Tensor]:
@@ -157,8 +145,6 @@ def gspo_token_loss(
     `s = 1`). It is fed to the PPO-clip kernel as a shifted logprob: with
     `logp' = logp + sg(seq_log_ratio - log_ratio)`, `exp(logp' - old)` has the value `s` and the
     gradient `s * grad logp`. Returns (loss, clipped mask)."""
-    from arena_core.learn.mismatch import sequence_mean
-
     log_ratio = (logp - old_logp).detach()
     if ratio_mask is None:
         seq_log_ratio = sequence_mean(log_ratio, seq_ids)
@@ -169,3 +155,13 @@ def gspo_token_loss(
         seq_log_ratio = torch.where(share > 0, summed / share.clamp_min(1e-30), 0.0)
     shifted = logp + (seq_log_ratio - log_ratio)
     return grpo_token_loss(shifted, old_logp, advantages, eps_low=eps_low, eps_high=eps_high)
+
+
+def sequence_mean(values: Tensor, seq_ids: Tensor) -> Tensor:
+    """Each token's sequence mean of `values` (per-token [N] -> per-token [N]); `seq_ids` may be
+    any integer labels (global over a step, not contiguous)."""
+    _, inverse = torch.unique(seq_ids, return_inverse=True)
+    n = int(inverse.max()) + 1 if inverse.numel() else 0
+    sums = torch.zeros(n, dtype=values.dtype, device=values.device).index_add(0, inverse, values)
+    counts = torch.bincount(inverse, minlength=n).to(values.dtype)
+    return (sums / counts)[inverse]

@@ -36,6 +36,10 @@ class Sample:
         """Tokens the model reads: the last completion token is never an input."""
         return len(self.prompt_ids) + len(self.completion_ids) - 1
 
+    def input_ids(self) -> list[int]:
+        """The `n_input` tokens the model reads: the prompt, then the completion but its last."""
+        return list(self.prompt_ids) + list(self.completion_ids[:-1])
+
     def target_index(self) -> list[int]:
         """Positions in `completion_ids` that carry loss (all of them without a mask)."""
         if self.loss_mask is None:
@@ -147,28 +151,12 @@ def pad_batches(samples: list[Sample], token_budget: int, *, pad_id: int = 0) ->
     for members in groups:
         width = samples[members[0]].n_input
         ids = torch.full((len(members), width), pad_id, dtype=torch.long)
-        target_pos: list[int] = []
-        targets: list[int] = []
-        flat: list[int] = []
         for row, i in enumerate(members):
-            s = samples[i]
-            seq = list(s.prompt_ids) + list(s.completion_ids[:-1])
+            seq = samples[i].input_ids()
             ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
-            first = row * width + len(s.prompt_ids) - 1
-            index = s.target_index()
-            target_pos.extend(first + j for j in index)
-            targets.extend(s.completion_ids[j] for j in index)
-            flat.extend(range(offsets[i], offsets[i] + len(index)))
-        out.append(
-            MicroBatch(
-                ids,
-                None,
-                torch.tensor(target_pos),
-                torch.tensor(targets),
-                torch.tensor(flat),
-                sum(samples[i].n_input for i in members),
-            )
-        )
+        starts = [row * width for row in range(len(members))]
+        real = sum(samples[i].n_input for i in members)
+        out.append(MicroBatch(ids, None, *_targets(samples, members, starts, offsets), real))
     return out
 
 
@@ -201,29 +189,34 @@ def pack(samples: list[Sample], token_budget: int) -> list[MicroBatch]:
 def _build(samples: list[Sample], members: list[int], offsets: list[int]) -> MicroBatch:
     ids: list[int] = []
     pos: list[int] = []
+    starts: list[int] = []
+    for i in members:
+        seq = samples[i].input_ids()
+        starts.append(len(ids))
+        ids.extend(seq)
+        pos.extend(range(len(seq)))
+    rows = torch.tensor([ids], dtype=torch.long), torch.tensor([pos], dtype=torch.long)
+    return MicroBatch(*rows, *_targets(samples, members, starts, offsets), len(ids))
+
+
+def _targets(
+    samples: list[Sample], members: list[int], starts: list[int], offsets: list[int]
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(target_pos, targets, flat_index) of a micro-batch whose sequence `members[k]` starts at
+    flat position `starts[k]`: only loss-carrying completion tokens are targets (the tool tokens
+    of a multi-turn episode are context), each at its place in the step's flat order."""
     target_pos: list[int] = []
     targets: list[int] = []
     flat: list[int] = []
-    for i in members:
+    for i, start in zip(members, starts, strict=True):
         s = samples[i]
-        seq = list(s.prompt_ids) + list(s.completion_ids[:-1])
-        start = len(ids)
-        ids.extend(seq)
-        pos.extend(range(len(seq)))
         first = start + len(s.prompt_ids) - 1  # this position predicts completion token 0
-        index = s.target_index()  # tool tokens of a multi-turn episode are context, not targets
+        index = s.target_index()
         target_pos.extend(first + j for j in index)
         targets.extend(s.completion_ids[j] for j in index)
         flat.extend(range(offsets[i], offsets[i] + len(index)))
     as_long = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731
-    return MicroBatch(
-        input_ids=as_long(ids).unsqueeze(0),
-        position_ids=as_long(pos).unsqueeze(0),
-        target_pos=as_long(target_pos),
-        targets=as_long(targets),
-        flat_index=as_long(flat),
-        real_tokens=len(ids),
-    )
+    return as_long(target_pos), as_long(targets), as_long(flat)
 
 
 def block_causal_mask(position_ids: Tensor, dtype: torch.dtype) -> Tensor:

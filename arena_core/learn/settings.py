@@ -23,15 +23,22 @@ def micro_batch_tokens(core: Any, plan: dict[str, Any] | None) -> int:
 def learner_settings(core: Any, plan: dict[str, Any] | None) -> dict[str, Any]:
     """Keyword arguments of `Learner` (and of a TrainerGroup's ranks) for the run `core` and its
     `plan`; the device-side ones (autocast, teacher) are left to the caller."""
-    from arena_core.learn.mismatch import correction_from
+    from arena_core.learn.learner import Correction
 
+    train = core.train
     return {
         "micro_batch_tokens": micro_batch_tokens(core, plan),
         "temperature": core.generation.temperature,
         "top_k": core.generation.top_k,  # the learner scores the sampler's filtered distribution
         "top_p": core.generation.top_p,
         "tis_cap": core.train.tis_cap,
-        "correction": correction_from(core.train),
+        "correction": Correction(
+            mode=train.is_correction,
+            tis_cap=train.tis_cap,
+            seq_cap=train.seq_mask_cap,
+            band_low=train.icepop_low,
+            band_high=train.icepop_high,
+        ),
         "norm_len": core.generation.max_new_tokens,
         "batching": core.train.batching,
     }

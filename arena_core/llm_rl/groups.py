@@ -44,7 +44,7 @@ from arena_core.learn.algorithm import (
 )
 from arena_core.learn.packing import Sample
 from arena_core.run_parts.prompts import PromptEncoder
-from arena_core.run_parts.scoring import is_valid
+from arena_core.run_parts.scoring import is_valid, reward_items
 from arena_core.tasks import Example, TextTask
 
 
@@ -75,10 +75,7 @@ class StepBatch:
 
     @property
     def generated_tokens(self) -> int:
-        # sampled tokens only: the tool tokens of multi-turn episodes were not generated
-        return sum(
-            len(c.token_ids) if c.loss_mask is None else sum(c.loss_mask) for c in self.completions
-        )
+        return sum(c.n_sampled for c in self.completions)
 
     @property
     def reward_failures(self) -> int:
@@ -135,24 +132,19 @@ class GroupCollector:
             rate = out.groups_kept / out.groups_sampled if out.groups_sampled else 1.0
             n_try = need if rnd == 0 else min(2 * need, math.ceil(need / max(rate, 0.5)))
             examples = [self._next() for _ in range(n_try)]
-            prompts = [self.encoder(ex) for ex in examples for _ in range(g)]
+            reps = [ex for ex in examples for _ in range(g)]  # one row per completion
             params = replace(self.params, seed=_seed(self.sample_seed, step, rnd))
             t0 = time.perf_counter()
             extra = {"control": self.control} if self.control is not None else {}
             if self.episodes is not None:  # multi-turn: model and tool turns, one sequence each
-                reps = [ex for ex in examples for _ in range(g)]
                 comps = self.episodes.run(self.backend, reps, params, **extra)
                 self.episodes.add_metrics(out.episode_metrics, comps)
-            else:
+            else:  # each prompt encoded once, sampled g times
+                prompts = [p for p in map(self.encoder, examples) for _ in range(g)]
                 comps = self.backend.generate(prompts, params, **extra)
             out.generate_s += time.perf_counter() - t0
-            items = [  # a tool episode's final state goes to a reward that declares `state`
-                (ex.question, ex.answer, c.text)
-                if c.episode is None
-                else (ex.question, ex.answer, c.text, c.episode.get("final_state") or {})
-                for ex, c in zip((ex for ex in examples for _ in range(g)), comps, strict=True)
-            ]
             t0 = time.perf_counter()
+            items = reward_items(reps, comps)
             values, kinds, comps_by_key = self.scorer.score_with_components(items)
             if self.episodes is not None:  # an episode whose tool session died is no reward
                 kinds = self.episodes.failed_kinds(comps, kinds)
@@ -251,16 +243,11 @@ class GroupCollector:
         parts are logged as reward components (`reward/<part>`)."""
         if not isinstance(self.algorithm, ShapesRewards):
             return rewards
-        lengths = torch.tensor([_sampled_len(c) for c in comps], dtype=torch.float32)
+        lengths = torch.tensor([c.n_sampled for c in comps], dtype=torch.float32)  # |y|
         shaped, parts = self.algorithm.shape_rewards(rewards, lengths, self.params.max_new_tokens)
         for key, vals in parts.items():
             out.components.setdefault(key, []).extend(vals.flatten().tolist())
         return shaped
-
-
-def _sampled_len(c: Completion) -> int:
-    """|y| for the overlong penalty: the tokens the policy sampled (tool tokens excluded)."""
-    return len(c.token_ids) if c.loss_mask is None else sum(map(bool, c.loss_mask))
 
 
 def _seed(seed: int, step: int, rnd: int) -> int:

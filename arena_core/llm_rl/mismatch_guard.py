@@ -1,7 +1,7 @@
 """The mismatch guard (`train.mismatch_guard`): react to a sampler/learner gap without a restart.
 
 A stale async engine, a bf16 engine against an fp32 learner or a numerics gap between two
-engines all show up as a rising `mismatch/kl` (arena_core.learn.mismatch). Left alone, the
+engines all show up as a rising `mismatch/kl` (arena_core.learn.learner.Correction). Left alone, the
 learner trains on tokens its own policy would rarely sample, which is how runs collapse. The
 guard watches that metric after every step:
 

@@ -265,10 +265,8 @@ class _Loop:
                     self._log(row)
                     progress.update(self.step, row)
                     self.step_times.append(float(row["time/step_s"]))
-                    # refill rounds priced at the flat-group rate seen in the first step
-                    if len(self.step_times) == 1 and (
-                        line := refill_note(self.plan, self.totals, self.step)
-                    ):
+                    # refill rounds priced at the flat-group rate and the speed the run sees
+                    if line := refill_note(self.plan, self.totals, self.step, len(self.step_times)):
                         progress.note(line)
                     if len(self.step_times) == PLAN_CHECK_STEPS + 1 and self.plan:
                         progress.note(plan_check(self.plan, self.step_times[1:]))

@@ -34,7 +34,7 @@ def step_row(batch: StepBatch, learn: dict[str, float], step_s: float) -> dict[s
             "clip_frac": learn.get("clip_frac", nan),
             "grad_norm": learn.get("grad_norm", nan),
             "is_weight/mean": learn.get("is_weight/mean", 1.0),
-            # sampler vs learner logprobs (arena_core.learn.mismatch), NaN when no update ran
+            # sampler vs learner logprobs (arena_core.learn.learner.Correction), NaN when no update ran
             "mismatch/kl": learn.get("mismatch/kl", nan),
             "mismatch/masked_frac": learn.get("mismatch/masked_frac", nan),
             "mismatch/max_ratio": learn.get("mismatch/max_ratio", nan),

@@ -2,8 +2,10 @@
 
 A run ends by adding `measured.step_seconds` (generate, learn, sync and total: means per step over
 the run) next to the planner's `predicted.step_seconds` (and `repriced`: the step priced at the
-flat-group rate the whole run saw, `planner.refill`; `repriced_first`: after its first step), so `arena plan --calibrate RUN_DIR` can fit
-the cost model to what the machine really did, and the dashboard can show both.
+flat-group rate and the speed of the whole run, `planner.refill`; `repriced_first` and
+`repriced_warm`: what it printed after its first and its second step), so
+`arena plan --calibrate RUN_DIR` can fit the cost model to what the machine really did, and the
+dashboard can show both.
 """
 
 from __future__ import annotations
@@ -48,18 +50,20 @@ def record_measured(
     final = reprice(plan, totals, steps)
     if final is not None:  # the step at the flat-group rate of the whole run
         plan["repriced"] = final
-    if "refill/first_total_s" in totals:  # what the run printed after its first step
-        plan["repriced_first"] = {
-            "flat_rate": totals["refill/first_flat_rate"],
-            "after_steps": 1,
+    for kept, after in (("first", 1), ("warm", 2)):  # what the run printed after steps 1, 2
+        if f"refill/{kept}_total_s" not in totals:
+            continue
+        plan[f"repriced_{kept}"] = {
+            "flat_rate": totals[f"refill/{kept}_flat_rate"],
+            "after_steps": after,
             "observed_speed": {
-                "generate": round(totals.get("refill/speed_generate", 1.0), 3),
-                "learn": round(totals.get("refill/speed_learn", 1.0), 3),
+                phase: round(totals.get(f"refill/{kept}_speed_{phase}", 1.0), 3)
+                for phase in ("generate", "learn")
             },
             "step_seconds": {
-                phase: totals[f"refill/first_{phase}_s"]
+                phase: totals[f"refill/{kept}_{phase}_s"]
                 for phase in ("generate", "learn", "total")
-                if f"refill/first_{phase}_s" in totals
+                if f"refill/{kept}_{phase}_s" in totals
             },
         }
     atomic_write_json(path, plan)

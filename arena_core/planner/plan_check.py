@@ -1,10 +1,10 @@
 """How a run is checked while it runs: the plan's predicted step time against the measured steps,
 so a plan that is off on this machine says so early, with the CPU share it was priced at.
 
-The prediction checked is the plan's step re-priced after the first step (`planner.refill`,
+The prediction checked is the plan's step re-priced after the first steps (`planner.refill`,
 `repriced` in the plan) when there is one: at the flat-group rate the run has observed (refill
 rounds are part of what a step costs, and only the run can see how many it needs) and at the
-speed its first step ran at (the CPU the run really gets)."""
+speed its latest re-price saw (the CPU the run really gets)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import Any
 
 def plan_check(plan: dict[str, Any], step_seconds: list[float]) -> str:
     """`plan check: ...`: the first steps' measured mean against the plan's prediction."""
+    after = int((plan.get("repriced") or {}).get("after_steps") or 1)
     repriced = (plan.get("repriced") or {}).get("step_seconds") or {}
     predicted = repriced.get("total") or (
         ((plan.get("predicted") or {}).get("step_seconds") or {}).get("total")
@@ -23,7 +24,7 @@ def plan_check(plan: dict[str, Any], step_seconds: list[float]) -> str:
     if not predicted:
         return f"plan check: {measured:.2f} s/step measured ({steps}); the plan predicted none"
     ratio = predicted / measured
-    refills = " (re-priced after step 1: refill rounds, observed speed)" if repriced else ""
+    refills = f" (re-priced after step {after}: refill rounds, observed speed)" if repriced else ""
     line = (
         f"plan check: {measured:.2f} s/step measured ({steps}) vs {predicted:.2f} s predicted"
         f"{refills} (x{ratio:.2f})"
@@ -31,9 +32,8 @@ def plan_check(plan: dict[str, Any], step_seconds: list[float]) -> str:
     if abs(ratio - 1) > 0.3 and (plan.get("repriced") or {}).get("observed_speed"):
         faster = "faster" if ratio > 1 else "slower"
         line += (
-            f": off by more than 30%: the steps after the first ran {faster} than the first, "
-            "whose speed priced them (other work on this machine started or stopped; a first "
-            "step also warms up)"
+            f": off by more than 30%: the steps ran {faster} than step {after}, whose speed "
+            "priced them (other work on this machine started or stopped)"
         )
     elif abs(ratio - 1) > 0.3:
         line += ": off by more than 30% on this machine"

@@ -23,14 +23,18 @@ twice as many) with each sampled group flat at the observed rate, over a few hun
 draws, and prices the mean step: the rounds' generation, the learning on the groups kept, the
 weight sync. At a flat rate of 0 that is the plan's own price.
 
-The speed, too, is taken from the first step (`observe_speed`): the plan's price of the rounds
-and the learning that step really did, over the seconds its phases took, is how fast this CPU
-runs this work now, against the probe's estimate (`planner.live`) the plan was priced at. On the
-shared 2-core machine the probe's matmuls ran 2-3x faster than the real SmolLM2 step beside
+The speed, too, is taken from the steps themselves (`observe_speed`): the plan's price of the
+rounds and the learning a step really did, over the seconds its phases took, is how fast this
+CPU runs this work now, against the probe's estimate (`planner.live`) the plan was priced at. On
+the shared 2-core machine the probe's matmuls ran 2-3x faster than the real SmolLM2 step beside
 others' work (a real step is many small parallel ops, each waiting for a preempted thread), and
-its decode shape, in cache, does not see others' memory traffic. Every re-price divides the
-round and learning prices by the speeds of that first step, which the run prints and plan.json
-keeps (`observed_speed`).
+its decode shape, in cache, does not see others' memory traffic. The first step alone prices the
+run until a second one has run; from then on the speed is the running one over the steps after
+the first, because the first warms up (first-touch allocations, the KV cache and thread pools
+built): measured on the tiny quickstart it ran 15% slower than the steps after it, quiet and
+busy alike, and a busy SmolLM2 GRPO step 37% slower. The run prints the re-price after its first
+and its second step; plan.json keeps both (`repriced_first`, `repriced_warm`, each with its
+`observed_speed`).
 """
 
 from __future__ import annotations
@@ -153,10 +157,11 @@ def reprice(plan: dict[str, Any], totals: dict[str, float], steps: int) -> dict[
     }
 
 
-def observe_speed(plan: dict[str, Any], totals: dict[str, float]) -> None:
-    """After a step (the first of this process: `refill_note`): how fast it really ran against
+def observe_speed(plan: dict[str, Any], totals: dict[str, float], nth: int = 1) -> None:
+    """After the `nth` step of this process (`refill_note`): how fast the run really runs against
     the plan's price, per phase, kept in `totals` (``refill/speed_generate``,
-    ``refill/speed_learn``) for every re-price after it.
+    ``refill/speed_learn``) for every re-price after it: the first step's own speed, then from
+    the second step on the running speed over the steps after the first (the first warms up).
 
     Why: the plan is priced at the CPU a one-second probe saw as the run started; a step is
     the CPU the run actually gets, on its real shapes (the engine's decode streaming the
@@ -181,6 +186,19 @@ def observe_speed(plan: dict[str, Any], totals: dict[str, float]) -> None:
     learn_price = learn_table[min(kept, len(learn_table) - 1)] * trained_length_scale(wl, step)
     gen_s = float(totals.get("refill/last/generate_s") or 0.0)
     learn_s = float(totals.get("refill/last/learn_s") or 0.0)
+    if nth == 1:  # a resumed process warms up again: its running speed starts afresh
+        for key in [k for k in totals if k.startswith("refill/warm/")]:
+            del totals[key]
+    else:  # the steps after the warm-up, summed: their running speed
+        for key, value in (
+            ("gen_price", gen_price),
+            ("gen_s", gen_s),
+            ("learn_price", learn_price),
+            ("learn_s", learn_s),
+        ):
+            totals[f"refill/warm/{key}"] = totals.get(f"refill/warm/{key}", 0.0) + value
+        gen_price, gen_s = totals["refill/warm/gen_price"], totals["refill/warm/gen_s"]
+        learn_price, learn_s = totals["refill/warm/learn_price"], totals["refill/warm/learn_s"]
     gen_speed = gen_price / gen_s if gen_price > 0 and gen_s > 0 else None
     learn_speed = learn_price / learn_s if learn_price > 0 and learn_s > 0 else None
     gen_speed = gen_speed or learn_speed or 1.0
@@ -235,29 +253,41 @@ def add_step(totals: dict[str, float], row: dict[str, Any]) -> None:
     )
 
 
-def refill_note(plan: dict[str, Any] | None, totals: dict[str, float], steps: int) -> str | None:
-    """After a step (the run calls it after the first step of each process: a resumed run's
-    plan is priced anew): the speed that step ran at (`observe_speed`), the re-priced step
-    recorded in `plan` (`repriced`, what the plan check and plan.json then show); returns the
-    line to print, or None when the plan has nothing to re-price (no plan, no round prices,
-    nothing sampled)."""
+def refill_note(
+    plan: dict[str, Any] | None, totals: dict[str, float], steps: int, nth: int = 1
+) -> str | None:
+    """After a step (the run calls it after every step, `nth` counting this process's steps: a
+    resumed run's plan is priced anew): the speed the run runs at (`observe_speed`), and after
+    the first and the second step the re-priced step, recorded in `plan` (`repriced`, what the
+    plan check and plan.json then show); returns the line to print then, else None (also when
+    the plan has nothing to re-price: no plan, no round prices, nothing sampled)."""
     if not plan:
         return None
-    observe_speed(plan, totals)
+    observe_speed(plan, totals, nth)
+    if nth > 2:
+        return None
     found = reprice(plan, totals, steps)
     if found is None:
         return None
     plan["repriced"] = found
-    for phase in ("generate", "learn", "total"):  # plan.json keeps them (`repriced_first`)
-        totals[f"refill/first_{phase}_s"] = found["step_seconds"][phase]
-    totals["refill/first_flat_rate"] = found["flat_rate"]
+    kept = "first" if nth == 1 else "warm"  # plan.json keeps both (`repriced_first`, `_warm`)
+    for phase in ("generate", "learn", "total"):
+        totals[f"refill/{kept}_{phase}_s"] = found["step_seconds"][phase]
+    totals[f"refill/{kept}_flat_rate"] = found["flat_rate"]
+    totals[f"refill/{kept}_speed_generate"] = found["observed_speed"]["generate"]
+    totals[f"refill/{kept}_speed_learn"] = found["observed_speed"]["learn"]
     before = ((plan.get("predicted") or {}).get("step_seconds") or {}).get("total") or 0.0
     s = found["step_seconds"]
     speed = found["observed_speed"]
+    ran = (
+        "the step ran at"
+        if nth == 1
+        else f"step {steps} ran at (the first step warms up, so from now on it is left out)"
+    )
     return (
         f"plan re-priced: {found['flat_rate']:.0%} of the {found['groups_sampled']} groups sampled "
         f"in {steps} step(s) were flat, so a step takes ~{found['rounds']:.1f} generation "
-        f"round(s), and the step ran at x{speed['generate']:.2f} (generate) / "
+        f"round(s), and {ran} x{speed['generate']:.2f} (generate) / "
         f"x{speed['learn']:.2f} (learn) the speed it was priced at: ~{s['total']:.1f} s/step "
         f"(generate {s['generate']:.1f}, learn {s['learn']:.1f}; {before:.1f} s priced at the "
         "start for one round with every group informative)"

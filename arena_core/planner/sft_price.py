@@ -12,8 +12,8 @@ them, longest first, into right-padded micro-batches of at most `train.micro_bat
 padding too. The caller measures the rows' lengths on the run's own first rows (the run itself,
 and `arena plan` on an SFT config: `cli.plan_summary.sft_plan`).
 
-After its first step the run re-prices the step at the speed that step really ran at
-(`sft_reprice`): measured on the tutorial's cold start, the cost model priced a step of one idle
+After its first and second steps the run re-prices the step at the speed that step really ran
+at (`sft_reprice`): measured on the tutorial's cold start, the cost model priced a step of one idle
 thread within 2% of its CPU seconds (10.96 s against 10.7-11.0 s), while the start probe's
 estimate of 2 threads on the shared machine ranged from 0.3x to 2x what the steps then got.
 """
@@ -92,33 +92,39 @@ def sft_step_price(
     return out
 
 
-def sft_reprice(run_dir: Path, learn_s: float) -> str | None:
-    """After the run's first step: the step re-priced at the speed that step ran at, recorded in
-    `run_dir/plan.json` as `repriced_first`; returns the line to print (None without a price).
+def sft_reprice(run_dir: Path, learn_s: float, nth: int = 1) -> str | None:
+    """After the run's first and second steps (`nth`): the step re-priced at the speed that
+    step ran at, recorded in `run_dir/plan.json` as `repriced_first` (step 1) and
+    `repriced_warm` (step 2); returns the line to print (None without a price, or after a later
+    step).
 
-    Why: the start price is the CPU a one-second probe saw; the first step is the CPU the run
-    actually gets on its real micro-batches. Its speed is the price of its own rows (the first
-    of `step_prices_s`: the run's first step learns on the first rows of the stream the price
-    was measured on) over the seconds it took; the steps to come are priced at it."""
+    Why: the start price is the CPU a one-second probe saw; a step is the CPU the run actually
+    gets on its real micro-batches. Its speed is the price of its own rows (the nth of
+    `step_prices_s`: the run's nth step learns on the nth rows of the stream the price was
+    measured on) over the seconds it took; the steps to come are priced at it. The second step
+    re-prices again because the first also warms up (first-touch allocations, thread pools)."""
     from arena_core.store.atomic import atomic_write_json, read_json
 
     path = Path(run_dir) / "plan.json"
-    if not path.is_file() or learn_s <= 0:
+    if nth not in (1, 2) or not path.is_file() or learn_s <= 0:
         return None
     plan: dict[str, Any] = read_json(path)
     prices = plan.get("step_prices_s") or []
-    if not prices or prices[0] <= 0:
+    if len(prices) < nth or prices[nth - 1] <= 0:
         return None
-    speed = prices[0] / learn_s
+    speed = prices[nth - 1] / learn_s
     learn = statistics.fmean(prices) / speed
-    plan["repriced_first"] = {
-        "after_steps": 1,
+    plan["repriced_first" if nth == 1 else "repriced_warm"] = {
+        "after_steps": nth,
         "observed_speed": {"learn": round(speed, 3)},
         "step_seconds": {"generate": 0.0, "learn": round(learn, 3), "total": round(learn, 3)},
     }
     atomic_write_json(path, plan)
     before = plan["predicted"]["step_seconds"]["total"]
+    which = (
+        "the first step ran at" if nth == 1 else "the second step ran at (the first also warms up)"
+    )
     return (
-        f"plan re-priced: the first step ran at x{speed:.2f} the speed it was priced at, so a "
+        f"plan re-priced: {which} x{speed:.2f} the speed it was priced at, so a "
         f"step takes ~{learn:.2f} s ({before:.2f} s priced at the start)"
     )

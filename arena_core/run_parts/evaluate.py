@@ -19,7 +19,7 @@ from typing import Any
 
 from arena_core.engines.base import GenerationBackend, SamplingParams
 from arena_core.run_parts.prompts import PromptEncoder
-from arena_core.run_parts.scoring import RewardScorer
+from arena_core.run_parts.scoring import RewardScorer, is_valid, reward_items
 from arena_core.tasks import Example
 
 
@@ -52,18 +52,13 @@ def evaluate(
         all_comps += comps
         texts += [c.text for c in comps]
         n_tokens += sum(len(c.token_ids) for c in comps)
-    items = [  # a tool episode's final state goes to a reward that declares `state`
-        (ex.question, ex.answer, c.text)
-        if c.episode is None
-        else (ex.question, ex.answer, c.text, c.episode.get("final_state") or {})
-        for ex, c in zip(examples, all_comps, strict=True)
-    ]
+    items = reward_items(examples, all_comps)
     values, kinds, components = scorer.score_with_components(items)
     if episodes is not None:
         kinds = episodes.failed_kinds(all_comps, kinds)
     correct = scorer.correct(values, components, kinds)
     n = max(1, len(values))
-    valid = [v for v, k in zip(values, kinds, strict=True) if k == "ok" and math.isfinite(v)]
+    valid = [v for v, k in zip(values, kinds, strict=True) if is_valid(k, v)]
     known = [c for c in correct if c is not None]
     out: dict[str, Any] = {
         "eval/reward_mean": _mean(valid),

@@ -14,6 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from arena_core.engines.base import Completion
+from arena_core.tasks import Example
+
 # Component names that mean "the answer is right": accuracy uses the first one the reward reports.
 CORRECT_KEYS = ("correctness", "correct", "accuracy")
 
@@ -94,10 +97,7 @@ class RewardScorer:
             return [None] * len(values)
         threshold = self.correct_threshold if self.correct_threshold is not None else 1.0
         ok = kinds if kinds is not None else ["ok"] * len(values)
-        return [
-            v >= threshold if k == "ok" and math.isfinite(v) else None
-            for v, k in zip(values, ok, strict=True)
-        ]
+        return [v >= threshold if is_valid(k, v) else None for v, k in zip(values, ok, strict=True)]
 
 
 def declared_max_reward(reward_file: str | Path | None) -> float | None:
@@ -117,6 +117,17 @@ def declared_max_reward(reward_file: str | Path | None) -> float | None:
         ):
             return float(node.value.value)
     return None
+
+
+def reward_items(examples: Sequence[Example], comps: Sequence[Completion]) -> list[tuple[Any, ...]]:
+    """What the scorer scores for each completion of its example: (question, answer, text), and
+    a tool episode's final state, which the pool passes to a reward that declares `state`."""
+    return [
+        (ex.question, ex.answer, c.text)
+        if c.episode is None
+        else (ex.question, ex.answer, c.text, c.episode.get("final_state") or {})
+        for ex, c in zip(examples, comps, strict=True)
+    ]
 
 
 def is_valid(kind: str, value: float) -> bool:

@@ -25,8 +25,7 @@ import torch
 from arena_core.config.schema import CoreConfig
 from arena_core.data.category import mismatch
 from arena_core.errors import ConfigError
-from arena_core.learn.learner import Learner, NonFiniteLossError
-from arena_core.learn.mismatch import MISMATCH_KEYS
+from arena_core.learn.learner import MISMATCH_KEYS, Learner, NonFiniteLossError
 from arena_core.learn.settings import DEFAULT_MICRO_BATCH_TOKENS
 from arena_core.planner.sft_price import sft_reprice
 from arena_core.run_parts.build import build_algorithm, make_env
@@ -178,7 +177,7 @@ class _OfflineRun:
                             row.setdefault(key, None)
                     self.metrics.log(self.step, row)
                     self._print(row)
-                    if self.step == 1 and (line := sft_reprice(self.run_dir, row["time/learn_s"])):
+                    if line := sft_reprice(self.run_dir, row["time/learn_s"], self.step):
                         print(line, flush=True)  # the step at the speed it really ran at
                     # periodic, or a new best evaluation (its weights are kept: RUN:best)
                     why = save_reason(self.step, self.core.train.checkpoint_every, self.evals)

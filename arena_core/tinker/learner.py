@@ -3,7 +3,7 @@ LoRA on the unembedding when the client has one), the losses, and autograd only 
 has a gradient.
 
 Datums are packed up to `TOKEN_BUDGET` tokens per forward, never attending across datums
-(position ids restart per datum; `arena_core.learn.logprobs.completion_logprobs` masks across
+(position ids restart per datum; `arena_core.learn.learner.completion_logprobs` masks across
 them). The mask is dense, so attention over a pack costs its length squared whatever the datums:
 for 3200 tokens of 50-token RL datums on SmolLM2 one 4096-token pack spends ~0.7 TFLOP on
 attention, close to the ~0.9 of its linear layers; packs of 1024 spend a third of that. They
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from arena_core.learn.logprobs import completion_logprobs
+from arena_core.learn.learner import completion_logprobs
 from arena_core.learn.packing import MicroBatch
 from arena_core.tinker.losses import LossSpec, datum_loss
 from arena_core.tinker.wire import WireDatum

@@ -48,7 +48,7 @@ def generate(
     A token's logprob is under the distribution it was drawn from (temperature-scaled and
     filtered), as Arena's engines report behaviour logprobs.
     """
-    from arena_core.kernels.filtering import filter_logits_
+    from arena_core.kernels.filtering import filter_logits
 
     params = req.sampling_params
     n = int(req.num_samples)
@@ -79,7 +79,9 @@ def generate(
             logp = torch.log_softmax(logits, dim=-1)
             nxt = logp.argmax(-1)
         else:
-            scaled = filter_logits_(logits / temperature, int(params.top_k), float(params.top_p))
+            scaled = filter_logits(
+                logits / temperature, int(params.top_k), float(params.top_p), inplace=True
+            )
             logp = torch.log_softmax(scaled, dim=-1)
             nxt = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
         lp = logp.gather(-1, nxt[:, None]).squeeze(-1)

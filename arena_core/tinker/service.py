@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from arena_core.errors import ArenaError
-from arena_core.learn.logprobs import default_logprob_fn
+from arena_core.learn.learner import default_logprob_fn
 from arena_core.models.catalog import CATALOG
 from arena_core.models.lora_targets import resolve_targets
 from arena_core.models.tiny import EMBEDDED

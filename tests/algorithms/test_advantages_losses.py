@@ -10,7 +10,8 @@ from arena_algorithms.cispo import CISPO
 from arena_algorithms.grpo import GRPO
 
 from arena_core.learn.algorithm import TokenBatch
-from arena_core.learn.losses import aggregate, k3_kl, token_weights, truncated_is_weight
+from arena_core.learn.learner import Correction
+from arena_core.learn.losses import aggregate, k3_kl, token_weights
 
 
 def test_grpo_std_advantages_by_hand() -> None:
@@ -104,8 +105,10 @@ def test_token_weights_skip_empty_sequences_and_reject_unknown_modes() -> None:
         token_weights([1], "seq-mean-token-sum-norm")
 
 
-def test_truncated_is_weight_and_k3() -> None:
-    w = truncated_is_weight(torch.tensor([0.0, 0.0]), torch.tensor([-2.0, 0.5]), cap=2.0)
+def test_token_tis_weight_and_k3() -> None:
+    tis = Correction(mode="token_tis", tis_cap=2.0)
+    w = tis.weight(torch.tensor([0.0, 0.0]), torch.tensor([-2.0, 0.5]), None)
     assert w.tolist() == pytest.approx([2.0, math.exp(-0.5)])
-    assert truncated_is_weight(torch.tensor([0.0]), torch.tensor([-5.0]), None).item() == 1.0
+    off = Correction(mode="token_tis", tis_cap=None)
+    assert off.weight(torch.tensor([0.0]), torch.tensor([-5.0]), None).item() == 1.0
     assert k3_kl(torch.tensor([-1.0]), torch.tensor([-1.0])).item() == 0.0

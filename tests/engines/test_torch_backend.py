@@ -6,11 +6,7 @@ import pytest
 import torch
 
 from arena_core.engines.base import GenerationBackend, SamplingParams
-from arena_core.engines.torch_backend import (
-    TorchBackend,
-    TorchBackendConfig,
-    register_torch_backend,
-)
+from arena_core.engines.torch_backend import TorchBackend, TorchBackendConfig
 from arena_core.models import load_policy
 
 
@@ -161,13 +157,11 @@ def test_generation_keeps_the_training_flag(policy) -> None:
         policy.model.eval()
 
 
-def test_register_builds_backend_from_policy(policy) -> None:
-    seen = {}
-    register_torch_backend(
-        lambda name, factory, schema=None, description="": seen.update(
-            name=name, factory=factory, schema=schema
-        )
-    )
-    assert seen["name"] == "torch" and seen["schema"] is TorchBackendConfig
-    backend = seen["factory"](policy, {"name": "torch", "max_batch_size": 4})
+def test_registered_backend_builds_from_policy(policy) -> None:
+    from arena_core.plugin_loader import get_plugins
+
+    entry = get_plugins().registries.backends.get("torch")
+    assert entry.schema is TorchBackendConfig
+    backend = entry.obj(policy, {"name": "torch", "max_batch_size": 4, "kv_cache": "dynamic"})
     assert isinstance(backend, TorchBackend) and backend.max_batch_size == 4
+    assert backend.kv_cache == "dynamic"

@@ -239,7 +239,7 @@ def test_sampled_logprobs_are_the_learners(engine: VLLMBackend, tiny) -> None:
 def test_filtered_sampling_logprobs_are_the_learners(engine: VLLMBackend, tiny, top_k, top_p):
     """With top-k/top-p, vLLM reports logprobs of its filtered distribution; the learner's
     default head scores the same filtered distribution (not the full softmax)."""
-    from arena_core.learn.logprobs import completion_logprobs, default_logprob_fn
+    from arena_core.learn.learner import completion_logprobs, default_logprob_fn
     from arena_core.learn.packing import Sample, pack
 
     model, _, _, prompts = tiny

@@ -1,10 +1,11 @@
 """+env=verifiers against the real verifiers package (0.3.x: classic API and verifiers.v1;
 0.4: v1 only), with small environment packages of its own (tests/envs/verifiers_fixtures): a
 SingleTurnEnv, a MultiTurnEnv with env_response, a ToolEnv from a plain function, a
-StatefulToolEnv that injects state into its tool, an EnvGroup of two of them, a v1 Taskset and a
-package whose import fails. Multi-turn episodes run through verifiers' own `rollout` against the
-run's engine served over HTTP (the embedded tiny model); the rubric runs in the sandbox;
-arena-run trains on each."""
+StatefulToolEnv that injects state into its tool, an EnvGroup of two of them, a v1 Taskset, a v1
+Taskset with an Env of its own (a multi-turn game), one with a toolset, one whose agent needs a
+container harness and a package whose import fails. Multi-turn episodes run through verifiers' own `rollout` (classic)
+or its own Env, interception server and chat program (v1) against the run's engine served over
+HTTP (the embedded tiny model); the rubric runs in the sandbox; arena-run trains on each."""
 
 from __future__ import annotations
 
@@ -357,3 +358,101 @@ def test_a_classic_env_on_verifiers_04_says_which_verifiers_it_needs() -> None:
         make_verifiers({"id": "vf-sum-fixture"})
     assert "AttributeError: module 'verifiers' has no attribute" in str(info.value)
     assert "pip install 'verifiers>=0.3,<0.4'" in str(info.value)
+
+
+# -- v1 multi-turn: the Taskset's own Env runs the episode, verifiers' chat harness in a subprocess --
+V04 = pytest.mark.skipif(HAS_CLASSIC, reason="v1 multi-turn episodes need verifiers 0.4")
+
+
+@V04
+def test_a_v1_env_plays_its_own_episodes_and_only_sampled_tokens_train(engine) -> None:
+    """The fixture's GuessEnv.run drives each episode (a hint after each wrong guess) through
+    verifiers' own Env, interception server and null chat program (a local subprocess), while
+    the run's engine samples behind the in-run server: the training sequence is the server's
+    token ids, each model turn as sampled (loss mask 1, the server's logprobs), the env's hints
+    and the template's glue masked (0). The rewards are the ones verifiers recorded: the task's
+    @vf.reward and the env's own graded one, weighted, scored by the sandboxed reward file."""
+    task, examples, comps = _rollouts(engine, "vf-v1-game-fixture", [0, 1], max_new_tokens=8)
+    tok = engine.tokenizer
+    for c in comps:
+        episode = c.episode or {}
+        state = episode["final_state"]
+        hints = int(state["metrics"]["hints"])
+        assert episode["error"] == "" and episode["turns"] == hints + 1
+        sampled, between = _split(c, tok)
+        said = [m["content"] for m in state["completion"] if m["role"] == "assistant"]
+        assert len(said) == hints + 1 and sampled == "".join(said)
+        for k in range(1, hints + 1):
+            assert f"Hint {k}: it is a red fruit." in between and f"Hint {k}" not in sampled
+        assert all(lp < 0 for lp, m in zip(c.logprobs, c.loss_mask, strict=True) if m == 1)
+        assert all(lp == 0 for lp, m in zip(c.logprobs, c.loss_mask, strict=True) if m == 0)
+        assert "Guess my word" in tok.decode(c.prompt_ids)
+    values, kinds, got = _scores(task, examples, comps)
+    assert kinds == ["ok", "ok"]
+    for i, c in enumerate(comps):
+        recorded = c.episode["final_state"]["rewards"]
+        assert got["said_it"][i] == recorded["said_it"]["score"]
+        assert values[i] == pytest.approx(got["said_it"][i] + 0.5 * got["letters"][i])
+    task.close()
+
+
+@V04
+def test_a_v1_env_that_raises_fails_that_episode_alone(engine) -> None:
+    task, _, (c,) = _rollouts(engine, "vf-v1-game-fixture", [0], 8, args={"broken": True})
+    episode = c.episode or {}
+    assert episode["end"] == "failed" and "the hint service is down" in episode["error"]
+    assert c.token_ids == []
+    assert task.episode_runner(engine.tokenizer).failed_kinds([c], ["ok"]) == ["episode_failed"]
+    task.close()
+
+
+@V04
+def test_arena_run_trains_a_v1_multi_turn_taskset(tmp_runs: Path, capsys) -> None:
+    code = arena_main(["validate", "env", "verifiers", "env.id=vf-v1-game-fixture",
+                       "env.eval_size=4", "--json"])  # fmt: skip
+    checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+    assert code == 0 and "episodes: its Env's own run (GuessEnv)" in checks["load"]["detail"]
+    args = [*TINY, "env.id=vf-v1-game-fixture", "eval.num_prompts=2", "env.max_turns=2",
+            f"paths.runs={tmp_runs}"]  # fmt: skip
+    assert arena_run(args) == 0
+    (run_dir,) = tmp_runs.iterdir()
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "finished"
+    rows = _metrics(run_dir)
+    columns = set().union(*rows)
+    assert {"reward/said_it", "reward/letters", "reward/hints", "reward/correctness"} <= columns
+    assert {"tools/episodes", "verifiers/restarts", "eval/accuracy"} <= columns
+    assert float(rows[0]["tools/episodes"]) > 0 and float(rows[0]["episodes/failed"]) == 0
+    # env.max_turns caps the agent's turns: the interaction ends there (verifiers' own limit)
+    assert float(rows[0]["tools/turns_mean"]) <= 2 and float(rows[0]["tools/turns"]) > 0
+
+
+@V04
+def test_a_v1_taskset_with_a_toolset_runs_its_tool_server_offline(engine) -> None:
+    """A task's toolset makes the plain taskset an episode: verifiers starts its MCP server per
+    rollout in the subprocess runtime (`python -m` the toolset's module: no uv), and its chat
+    program offers the tool to the model: the tool's schema is in the prompt the server
+    tokenized, the task's reward recorded."""
+    task, _, (c,) = _rollouts(engine, "vf-v1-tools-fixture", [0], 8)
+    episode = c.episode or {}
+    assert episode["error"] == "" and episode["turns"] >= 1
+    prompt = engine.tokenizer.decode(c.prompt_ids)
+    assert "flip_tools_flip" in prompt and "Flip the switch (0)." in prompt
+    assert "flipped" in episode["final_state"]["rewards"]
+    task.close()
+
+
+@V04
+def test_a_v1_env_whose_agent_needs_a_container_harness_is_one_line() -> None:
+    with pytest.raises(ConfigError) as info:
+        make_verifiers({"id": "vf-v1-boxed-fixture", "eval_size": 2})
+    text = str(info.value)
+    assert "agent 'coder' runs the 'codex' harness" in text
+    assert "classic verifiers environment" in text and "Traceback" not in text
+
+
+@CLASSIC
+def test_a_v1_multi_turn_taskset_on_verifiers_03_names_the_version_it_needs() -> None:
+    with pytest.raises(ConfigError) as info:
+        make_verifiers({"id": "vf-v1-game-fixture", "eval_size": 2})
+    text = str(info.value)
+    assert "pip install 'verifiers>=0.4,<0.5'" in text and "classic MultiTurnEnv" in text

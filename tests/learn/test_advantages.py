@@ -18,8 +18,7 @@ from arena_core.learn.advantages import (
     rloo_advantages,
     token_normalise,
 )
-from arena_core.learn.learner import Learner
-from arena_core.learn.logprobs import completion_logprobs
+from arena_core.learn.learner import Learner, completion_logprobs
 from arena_core.learn.packing import Sample, pack
 
 

@@ -9,8 +9,7 @@ import torch
 from arena_algorithms.gspo import GSPO, GSPOConfig
 
 from arena_core.learn.algorithm import TokenBatch
-from arena_core.learn.learner import Learner
-from arena_core.learn.logprobs import completion_logprobs
+from arena_core.learn.learner import Learner, completion_logprobs
 from arena_core.learn.losses import aggregate
 from arena_core.learn.packing import Sample, pack
 

@@ -9,8 +9,7 @@ import torch
 from arena_algorithms.cispo import CISPO
 from arena_algorithms.grpo import GRPO
 
-from arena_core.learn.learner import Learner
-from arena_core.learn.logprobs import completion_logprobs
+from arena_core.learn.learner import Learner, completion_logprobs
 from arena_core.learn.packing import Sample, pack
 
 

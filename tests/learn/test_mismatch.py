@@ -10,9 +10,7 @@ import torch
 from arena_algorithms.grpo import GRPO
 
 from arena_core.learn.algorithm import TokenBatch
-from arena_core.learn.learner import Learner
-from arena_core.learn.logprobs import completion_logprobs
-from arena_core.learn.mismatch import Correction, mismatch_metrics
+from arena_core.learn.learner import Correction, Learner, completion_logprobs, mismatch_metrics
 from arena_core.learn.packing import Sample, pack
 
 # three sequences (lengths 3, 2, 4); log ratios old - behaviour per token, chosen so that each

@@ -23,7 +23,7 @@ def test_nan_advantage_skips_the_update(model) -> None:
 
 def test_a_nan_in_a_later_pass_says_the_earlier_passes_were_applied(model) -> None:
     """num_iterations > 1: the message must not claim unchanged weights after pass 1 applied."""
-    from arena_core.learn.logprobs import plain_logprobs
+    from arena_core.learn.learner import plain_logprobs
 
     calls = {"n": 0}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from arena_core.learn.logprobs import completion_logprobs, plain_logprobs
+from arena_core.learn.learner import completion_logprobs, plain_logprobs
 from arena_core.learn.packing import Sample, block_causal_mask, flat_offsets, pack, pad_batches
 
 

@@ -7,10 +7,9 @@ import torch
 from arena_algorithms.grpo import GRPO
 
 from arena_core.engines.base import SamplingParams
-from arena_core.engines.sampling import filter_logits
 from arena_core.engines.torch_backend import TorchBackend
 from arena_core.kernels import fused_linear_logprob, naive_linear_logprob
-from arena_core.kernels.filtering import keep_mask
+from arena_core.kernels.filtering import filter_logits, keep_mask
 from arena_core.learn.learner import Learner
 from arena_core.learn.packing import Sample
 from arena_core.models import load_policy
@@ -84,7 +83,7 @@ def test_importance_weights_are_one_when_the_learner_scores_the_filtered_policy(
 
 
 def test_a_custom_head_cannot_silently_ignore_the_filter(model) -> None:
-    from arena_core.learn.logprobs import plain_logprobs
+    from arena_core.learn.learner import plain_logprobs
 
     with pytest.raises(ValueError, match="top_k/top_p"):
         Learner(model, GRPO({"beta": 0.0}), top_p=0.9, logprob_fn=plain_logprobs)

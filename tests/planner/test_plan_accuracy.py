@@ -103,9 +103,10 @@ def test_refill_rounds_follow_the_collector_rule():
     assert 1 < half["rounds"] < 4 and 0 < half["groups_kept"] < 2
 
 
-def test_the_first_step_sets_the_speed_every_reprice_uses():
-    """The speed is the plan's price of the work the first step did over its phases' seconds;
-    a phase it did not run takes the other's; later steps do not move it."""
+def test_the_speed_is_the_first_steps_then_the_running_one_after_the_warm_up():
+    """The speed is the plan's price of the work a step did over its phases' seconds (a phase
+    it did not run takes the other's): the first step's alone, then, from the second step on,
+    the running speed of the steps after the first, which warms up."""
     plan = {
         "refill": {
             "groups_per_step": 2,
@@ -134,9 +135,26 @@ def test_the_first_step_sets_the_speed_every_reprice_uses():
     speed = plan["repriced"]["observed_speed"]
     assert speed["generate"] == pytest.approx((1.5 + 1.5) / 7.0, abs=1e-3)
     assert speed["learn"] == pytest.approx(5.0 / 2.5, abs=1e-3)
-    # a second step, ten times slower, does not move the price set after the first
+    first_total = plan["repriced"]["step_seconds"]["total"]
+    # a second step, ten times slower: priced at its speed alone (the first warmed up)
     add_step(totals, {**step1, "time/generate_s": 70.0, "time/learn_s": 25.0})
-    assert reprice(plan, totals, 2)["observed_speed"] == speed
+    line = refill_note(plan, totals, 2, nth=2)
+    assert "the first step warms up" in line
+    second = plan["repriced"]["observed_speed"]
+    assert second["generate"] == pytest.approx(speed["generate"] / 10, abs=1e-3)
+    assert second["learn"] == pytest.approx(speed["learn"] / 10, abs=1e-3)
+    assert plan["repriced"]["step_seconds"]["total"] == pytest.approx(10 * first_total, rel=0.01)
+    assert totals["refill/warm_total_s"] == plan["repriced"]["step_seconds"]["total"]
+    # a third step as fast as the first: the running speed of steps 2-3, said no more
+    add_step(totals, step1)
+    assert refill_note(plan, totals, 3, nth=3) is None
+    running = reprice(plan, totals, 3)["observed_speed"]
+    assert running["generate"] == pytest.approx(2 * 3.0 / 77.0, abs=1e-3)
+    assert running["learn"] == pytest.approx(2 * 5.0 / 27.5, abs=1e-3)
+    # a resumed process warms up again: its first step alone prices it
+    add_step(totals, step1)
+    refill_note(plan, totals, 4, nth=1)
+    assert reprice(plan, totals, 4)["observed_speed"] == speed
     # nothing learned in the first step: learning is priced at the generation's speed
     flat: dict = {}
     add_step(
@@ -167,7 +185,7 @@ def test_the_plan_check_of_a_repriced_step_names_a_changed_machine():
     assert plan_check(plan, [2.9, 3.1]).endswith("(x1.00)")
     off = plan_check(plan, [1.5, 1.6])
     assert "vs 3.00 s predicted (re-priced after step 1" in off
-    assert "ran faster than the first" in off and "--calibrate" not in off
+    assert "ran faster than step 1" in off and "--calibrate" not in off
 
 
 def test_a_flat_run_reprices_its_step_with_the_refill_rounds(tmp_path, capsys):
@@ -193,25 +211,35 @@ def test_a_flat_run_reprices_its_step_with_the_refill_rounds(tmp_path, capsys):
         check=False,
     )
     out = capsys.readouterr().out
-    (line,) = [x for x in out.splitlines() if x.startswith("plan re-priced:")]
+    line, warm = [x for x in out.splitlines() if x.startswith("plan re-priced:")]
     assert "100% of the 6 groups sampled in 1 step(s) were flat" in line
+    assert "100% of the 12 groups sampled in 2 step(s) were flat" in warm
+    assert "the first step warms up" in warm
     assert "~2.0 generation round(s)" in line
     plan = json.loads((run.path / "plan.json").read_text())
     table = plan["refill"]["generate_s_by_groups"]
     assert plan["repriced"]["flat_rate"] == 1.0 and plan["repriced"]["rounds"] == 2
-    # the rounds at the speed the first step's generation really ran at against its price
+    # the rounds at the speed the generation really ran at against its price
     first_generate = float(_metrics(run.path)[0]["time/generate_s"])
     speed = plan["repriced"]["observed_speed"]
-    assert speed["generate"] == pytest.approx((table[1] + table[3]) / first_generate, rel=0.01)
     assert speed["learn"] == speed["generate"]  # nothing learned: the same CPU's speed
     assert plan["repriced"]["step_seconds"]["generate"] == pytest.approx(
         (table[1] + table[3]) / speed["generate"], rel=0.01
     )
     assert plan["repriced"]["step_seconds"]["learn"] == 0.0
+    # the final re-price runs at the speed of the steps after the first (here the second)
+    second_generate = float(_metrics(run.path)[1]["time/generate_s"])
+    assert speed["generate"] == pytest.approx((table[1] + table[3]) / second_generate, rel=0.01)
     first = plan["repriced_first"]
-    assert first["flat_rate"] == 1.0 and first["observed_speed"] == speed
+    assert first["flat_rate"] == 1.0
+    assert first["observed_speed"]["generate"] == pytest.approx(
+        (table[1] + table[3]) / first_generate, rel=0.01
+    )
     assert first["step_seconds"]["generate"] == pytest.approx(first_generate, rel=0.01)
-    assert f"x{speed['generate']:.2f} (generate)" in line
+    assert f"x{first['observed_speed']['generate']:.2f} (generate)" in line
+    warm_price = plan["repriced_warm"]
+    assert warm_price["after_steps"] == 2 and warm_price["observed_speed"] == speed
+    assert warm_price["step_seconds"]["generate"] == pytest.approx(second_generate, rel=0.01)
 
 
 def _metrics(run_dir) -> list[dict]:
@@ -238,7 +266,7 @@ def test_an_sft_run_prices_its_step_at_the_cpu_it_gets(tmp_path, monkeypatch, ca
                 f"env.path={data}",
                 "env.eval_size=4",
                 "algo.batch_size=4",
-                "train.max_steps=1",
+                "train.max_steps=2",
                 "runtime.threads=1",
                 "logger.names=[csv]",
                 "runtime.progress=off",
@@ -260,11 +288,18 @@ def test_an_sft_run_prices_its_step_at_the_cpu_it_gets(tmp_path, monkeypatch, ca
         assert first["step_seconds"]["total"] == pytest.approx(
             sum(step_prices) / len(step_prices) / first["observed_speed"]["learn"], rel=0.01
         )
+        # and after the second (the first also warms up), at the second step's speed
+        second = plan["repriced_warm"]
+        second_learn = float(_metrics(run.path)[1]["time/learn_s"])
+        assert second["observed_speed"]["learn"] == pytest.approx(
+            step_prices[1] / second_learn, rel=0.01, abs=5e-4
+        )
     assert prices["1"] > 0
     assert prices["0.5"] == pytest.approx(2 * prices["1"], rel=0.02)
     out = capsys.readouterr().out
     assert "| step ~" in out  # the plan line says it
     assert "plan re-priced: the first step ran at x" in out
+    assert "plan re-priced: the second step ran at (the first also warms up) x" in out
 
 
 def _sft_rows(path) -> None:
