@@ -79,13 +79,13 @@ CONFIGS: dict[str, list[str]] = {
         "env.config.max_terms=2",
         "env.config.max_digits=1",
     ],
-    "products": [
-        "env.config.min_terms=2",
-        "env.config.max_terms=2",
-        "env.config.min_digits=1",
-        "env.config.max_digits=1",
-    ],
     "gcd": ["env.config.min_numbers=2", "env.config.max_numbers=2", "env.config.max_value=20"],
+    "word_sequence_reversal": [
+        "env.config.min_words=3",
+        "env.config.max_words=3",
+        "generation.max_new_tokens=32",  # <answer>owns, progress, constitution</answer>
+        "eval.max_new_tokens=32",
+    ],
     "number_sorting": [
         "env.config.min_numbers=3",
         "env.config.max_numbers=3",
@@ -100,7 +100,9 @@ CONFIGS: dict[str, list[str]] = {
 
 def _args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--tasks", nargs="*", default=["chain_sum", "basic_arithmetic"], choices=CONFIGS)
+    p.add_argument(
+        "--tasks", nargs="*", default=["chain_sum", "word_sequence_reversal"], choices=CONFIGS
+    )
     p.add_argument(
         "--verifiers",
         nargs="*",
@@ -269,7 +271,10 @@ def trl_child(overrides: list[str], steps: int, out: Path) -> None:
         bf16=False,
         seed=int(cfg["seed"]),
         max_steps=steps,
-        per_device_train_batch_size=int(train["prompts_per_step"]) * group,
+        # one step = every prompt's group, generated together; the loss and backward run one
+        # group at a time (the step's 64 completions at once held ~24 GB of logits: OOM here)
+        per_device_train_batch_size=group,
+        gradient_accumulation_steps=int(train["prompts_per_step"]),
         num_generations=group,
         shuffle_dataset=False,
         max_completion_length=int(gen["max_new_tokens"]),

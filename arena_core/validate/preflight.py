@@ -82,6 +82,7 @@ def preflight_report(cfg: dict[str, Any]) -> Report:
     if category != "reasoning":  # SFT / DPO data: no text task, no reward to score it with
         return report
     rows: list[tuple[str, ...]] = []
+    env_failed = False
     if name in get_plugins().registries.envs and report.verdict != FAIL:
         from arena_core.validate.mcp import is_mcp_env
 
@@ -90,8 +91,18 @@ def preflight_report(cfg: dict[str, Any]) -> Report:
         part = validate_env(name, config=cfg, timeout_s=timeout, policy=policy)
         _merge(report, part)
         rows = [tuple(r) for r in part.info.get("rows") or []]
+        env_failed = part.verdict == FAIL
     reward = cfg.get("reward") or env_cfg.get("reward")
-    if reward:
+    if reward and env_failed and not rows:
+        # the reward reads the env's own answers (reasoning-gym's JSON entries, a rubric's
+        # columns): scored on made-up rows it would fail for the env's fault, a second error
+        report.add(
+            "reward",
+            SKIP,
+            f"not scored: env {name} failed above, so it gave no rows to score it on; "
+            "fix the environment first",
+        )
+    elif reward:
         options: dict[str, Any] = {}
         if rows:
             options = {"rows": rows, "rows_from": f"env {name}"}

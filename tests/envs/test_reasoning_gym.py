@@ -225,3 +225,23 @@ def test_dry_run_composes_the_preset_with_any_task(capsys) -> None:
     out = capsys.readouterr().out
     assert code == 0
     assert "basic_arithmetic" in out
+
+
+def test_preflight_of_a_task_too_small_names_only_the_task(capsys) -> None:
+    """One-digit products cannot fill 200 held-out rows: the pre-flight fails on that, once,
+    and does not also fail the reward on made-up rows it was never going to see."""
+    code = arena_run(
+        [
+            "+experiment=reasoning_gym_smollm2",
+            "env.task=products",
+            "env.config.max_digits=1",
+            "model=tiny",
+            "dry_run=true",
+        ]
+    )
+    captured = capsys.readouterr()
+    report = captured.out + captured.err
+    assert code != 0
+    assert "too few distinct problems" in report
+    assert "reward.exceptions" not in report
+    assert "not scored: env reasoning_gym failed above" in report
