@@ -29,12 +29,14 @@ lr (constant AdamW), beta, clip, grad-norm clip, token-mean loss, group-std adva
 max new tokens, seed and torch threads. TRL trains `--trl-steps` steps (a child process:
 GRPOTrainer.train()); its adapter is merged and evaluated by Arena's own held-out evaluation (an
 `arena-run` of 0 steps from the merged model: the same held-out rows, greedy, the same scorer).
-Arena then trains the same number of steps, evaluating every `--trl-eval-every` steps. Times are
+Arena then trains the same number of steps (`--arena-steps N` gives it more: what is compared is
+time, and an Arena step costs a fraction of TRL's; `--trl-from DIR` judges a finished TRL child's
+folder instead of training TRL again), evaluating every `--trl-eval-every` steps. Times are
 training time from the first step, model loading excluded on both sides: TRL's from
 `on_train_begin` to `on_train_end`; Arena's is the sum of its steps' `time/step_s` up to the first
 evaluation that reaches TRL's final accuracy (its held-out evaluations are the bench's instrument
 and left out; `arena_at_trl_final_wall_s` counts them too). `time_to_trl_final_ratio` = Arena's
-time / TRL's; null when Arena never reached it within the same steps, or when TRL ended no better
+time / TRL's; null when Arena never reached it within its steps, or when TRL ended no better
 than the start (`trl_gain` <= 0: there is no time to compare). TRL is a benchmark peer,
 never a dependency: without it `vs_trl` says `skipped` and how to install it.
 
@@ -113,9 +115,22 @@ def _args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--steps", type=int, help="GRPO steps of the item-5 runs (the preset's: 80)")
     p.add_argument("--eval-prompts", type=int, default=200, help="held-out items")
     p.add_argument("--budget-s", type=float, default=1800.0, help="wall-clock cap per run")
-    p.add_argument("--vs-trl", default="chain_sum", choices=[*CONFIGS, "none"])
+    p.add_argument("--vs-trl", default="word_sequence_reversal", choices=[*CONFIGS, "none"])
     p.add_argument("--trl-steps", type=int, default=10, help="steps of each trainer in vs_trl")
     p.add_argument("--trl-eval-every", type=int, default=5, help="Arena's evaluations in vs_trl")
+    p.add_argument(
+        "--arena-steps",
+        type=int,
+        default=None,
+        help="Arena's steps in vs_trl (default: --trl-steps); what is compared is the time to "
+        "TRL's final accuracy, and an Arena step costs a fraction of TRL's",
+    )
+    p.add_argument(
+        "--trl-from",
+        default=None,
+        help="a finished TRL child's folder (RUNS/trl_TASK_STAMP: trl.log, merged/): judge it "
+        "and run Arena's side without training TRL again",
+    )
     p.add_argument("--runs", default="./runs", help="paths.runs of the runs")
     p.add_argument("--trl-child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--trl-out", type=Path, default=None, help=argparse.SUPPRESS)
@@ -338,17 +353,9 @@ def trl_child(overrides: list[str], steps: int, out: Path) -> None:
     print(f"TRL-TRAIN-S {marks['end'] - marks['begin']:.1f} STEPS {trainer.state.global_step}")
 
 
-def vs_trl(a: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
-    """Item 6: TRL then Arena on task `a.vs_trl`, back to back (see the module docstring)."""
-    name = a.vs_trl
-    if importlib.util.find_spec("trl") is None:
-        print(f"vs_trl skipped: TRL is not installed. {TRL_INSTALL}", file=sys.stderr)
-        return {"task": name, "skipped": f"trl is not installed: {TRL_INSTALL}"}
-    overrides = [*task_overrides(name, a.eval_prompts), f"paths.runs={a.runs}", *extra]
-    out = Path(a.runs).resolve() / f"trl_{name}_{time.strftime('%Y%m%d-%H%M%S')}"
-    out.mkdir(parents=True, exist_ok=True)
-    load0 = os.getloadavg()[0]
-    t0 = time.perf_counter()
+def _trl_child_run(a: argparse.Namespace, name: str, out: Path, extra: list[str]) -> int | None:
+    """TRL's training in a child process (`trl_child`), its log in OUT/trl.log: the exit code,
+    None past --budget-s."""
     cmd = [
         sys.executable,
         str(Path(__file__).resolve()),
@@ -361,11 +368,30 @@ def vs_trl(a: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
     ]
     try:
         with (out / "trl.log").open("w") as log:
-            code = subprocess.run(
+            return subprocess.run(
                 cmd, stdout=log, stderr=subprocess.STDOUT, timeout=a.budget_s
             ).returncode
     except subprocess.TimeoutExpired:
-        return {"task": name, "error": f"TRL ran past --budget-s {a.budget_s:.0f} (log: {out})"}
+        return None
+
+
+def vs_trl(a: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
+    """Item 6: TRL then Arena on task `a.vs_trl`, back to back (see the module docstring)."""
+    name = a.vs_trl
+    if importlib.util.find_spec("trl") is None:
+        print(f"vs_trl skipped: TRL is not installed. {TRL_INSTALL}", file=sys.stderr)
+        return {"task": name, "skipped": f"trl is not installed: {TRL_INSTALL}"}
+    overrides = [*task_overrides(name, a.eval_prompts), f"paths.runs={a.runs}", *extra]
+    load0 = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    if a.trl_from:  # a finished TRL child's folder (trl.log, merged/): its run is not repeated
+        out, code = Path(a.trl_from).resolve(), 0
+    else:
+        out = Path(a.runs).resolve() / f"trl_{name}_{time.strftime('%Y%m%d-%H%M%S')}"
+        out.mkdir(parents=True, exist_ok=True)
+        code = _trl_child_run(a, name, out, extra)
+        if code is None:
+            return {"task": name, "error": f"TRL ran past --budget-s {a.budget_s:.0f} ({out})"}
     text = (out / "trl.log").read_text()
     found = _TRL_TRAIN_S.search(text)
     if code != 0 or found is None:
@@ -394,9 +420,9 @@ def vs_trl(a: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
     arena = run_arena(
         [
             *overrides,
-            f"train.max_steps={a.trl_steps}",
+            f"train.max_steps={a.arena_steps or a.trl_steps}",
             f"eval.every={a.trl_eval_every}",
-            f"train.checkpoint_every={a.trl_steps}",
+            f"train.checkpoint_every={a.arena_steps or a.trl_steps}",
             f"run_name=ecosystem_vs_trl_{name}",
         ],
         echo=False,

@@ -406,6 +406,13 @@ class VerifiersTask:
         return answer
 
     def close(self) -> None:
+        """Run a classic env's `@vf.teardown` handlers (as verifiers' own env server does when
+        it stops), e.g. MCPEnv's, which stop the MCP server processes it started when it was
+        built; otherwise they would run only at interpreter exit (verifiers' atexit hook), and
+        a process that runs on after the run (a notebook, the SDK, tests) keeps them."""
+        if self.api == CLASSIC:
+            with contextlib.suppress(Exception):
+                _LOOP.run(self.env._teardown(), timeout_s=30)
         _LOOP.stop()
 
 
@@ -807,7 +814,7 @@ def validate_verifiers(
     imports, load_environment builds it, which rows train and which are held out, the rubric's
     functions with their weights, and the reward file scoring a held-out row's answer in the
     sandbox."""
-    from arena_core.validate.report import FAIL, PASS, WARN, Report
+    from arena_core.validate.report import FAIL, PASS, Report
 
     report = Report(subject="verifiers", kind="env")
     cfg_dict = dict((config or {}).get("env") or {})  # a composed run config (the pre-flight)
@@ -829,6 +836,17 @@ def validate_verifiers(
         f"{cfg.id}: {kind} ({task.api} API), {len(task.train)} training rows, "
         f"{len(task.held_out)} held out ({task.held_from})" + _episodes_note(task),
     )
+    try:  # its teardown (an MCPEnv's servers) runs whatever the checks find
+        _rubric_and_reward(report, task, timeout_s)
+    finally:
+        task.close()
+    return report
+
+
+def _rubric_and_reward(report: Any, task: VerifiersTask, timeout_s: float | None) -> None:
+    """The rubric's functions, and a held-out row's answer scored in the sandbox."""
+    from arena_core.validate.report import FAIL, PASS, WARN
+
     funcs = ", ".join(f"{n} x{w:g}" for n, w in task.funcs)
     report.add("rubric", PASS, f"{funcs}; accuracy: {task.accuracy} at full marks")
     sample = task.held_out[0] if task.held_out else task.train[0]
@@ -840,7 +858,7 @@ def validate_verifiers(
             (outcome,) = pool.score([item])
     except Exception as exc:  # noqa: BLE001
         report.add("reward", FAIL, f"the rubric could not run in the sandbox: {exc}")
-        return report
+        return
     if outcome.kind != "ok" and isinstance(task, VerifiersRolloutTask):
         detail = getattr(outcome, "detail", "")
         report.add(
@@ -861,8 +879,6 @@ def validate_verifiers(
             f"question {sample.question[:80]!r}, the row's answer (in the parser's format) as "
             f"the completion: reward {outcome.value:g} (in the sandbox)",
         )
-    task.close()
-    return report
 
 
 def _episodes_note(task: VerifiersTask) -> str:

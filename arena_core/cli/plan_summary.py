@@ -43,9 +43,14 @@ def measured_prompt_tokens(cfg: dict[str, Any]) -> int | None:
 
             tokenizer = load_tokenizer(name)
         task = build_task(env)
-        encode = PromptEncoder(task, tokenizer)
-        examples = itertools.islice(task.train_examples(int(cfg.get("seed") or 0)), PROMPT_SAMPLE)
-        lengths = [len(encode(ex)) for ex in examples]
+        try:
+            encode = PromptEncoder(task, tokenizer)
+            seed = int(cfg.get("seed") or 0)
+            examples = itertools.islice(task.train_examples(seed), PROMPT_SAMPLE)
+            lengths = [len(encode(ex)) for ex in examples]
+        finally:  # what the task started (an MCP env's servers) stops here, not at exit
+            if callable(getattr(task, "close", None)):
+                task.close()
     except Exception as exc:  # noqa: BLE001 - advice only: the run reports real env errors itself
         first = str(exc).splitlines()[0] if str(exc) else ""
         print(

@@ -1,14 +1,15 @@
 """+env=verifiers against the real verifiers package (0.3.x: classic API and verifiers.v1;
 0.4: v1 only), with small environment packages of its own (tests/envs/verifiers_fixtures): a
 SingleTurnEnv, a MultiTurnEnv with env_response, a ToolEnv from a plain function, a
-StatefulToolEnv that injects state into its tool, an EnvGroup of two of them, a v1 Taskset, a v1
-Taskset with an Env of its own (a multi-turn game), one with a toolset, one whose agent needs a
+StatefulToolEnv that injects state into its tool, an MCPEnv over a local stdio MCP server, an
+EnvGroup of two of them, a v1 Taskset, a v1 Taskset with an Env of its own (a multi-turn game), one with a toolset, one whose agent needs a
 container harness and a package whose import fails. Multi-turn episodes run through verifiers' own `rollout` (classic)
 or its own Env, interception server and chat program (v1) against the run's engine served over
 HTTP (the embedded tiny model); the rubric runs in the sandbox; arena-run trains on each."""
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import json
 import sys
@@ -456,3 +457,68 @@ def test_a_v1_multi_turn_taskset_on_verifiers_03_names_the_version_it_needs() ->
         make_verifiers({"id": "vf-v1-game-fixture", "eval_size": 2})
     text = str(info.value)
     assert "pip install 'verifiers>=0.4,<0.5'" in text and "classic MultiTurnEnv" in text
+
+
+# -- MCPEnv: tools from a stdio MCP server that the environment starts itself ----------------------
+try:
+    from verifiers.legacy.envs.experimental.mcp_env import MCPEnv  # noqa: F401
+
+    HAS_MCP_ENV = True
+except ImportError:
+    HAS_MCP_ENV = False
+MCP_ENV = pytest.mark.skipif(not HAS_MCP_ENV, reason="needs verifiers 0.3.x's MCPEnv")
+MCP_SERVER = str(FIXTURES / "vf_mcp_fixture" / "server.py")
+
+
+def _mcp_servers() -> list[Any]:
+    """The fixture's MCP server processes below this test process (MCPEnv's, the workers')."""
+    import psutil
+
+    found = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if MCP_SERVER in p.cmdline():
+                found.append(p)
+        except psutil.Error:  # it ended while we looked
+            pass
+    return found
+
+
+@MCP_ENV
+def test_an_mcp_env_offers_its_servers_tools_and_calls_them_in_its_own_rollout(engine) -> None:
+    """MCPEnv starts its stdio MCP server (FastMCP, `python server.py`) when it is built and
+    lists its tools; its own rollout sends them to the in-run server, whose prompt shows the
+    tool's schema to the model; closing the task stops the server."""
+    task, examples, comps = _rollouts(engine, "vf-mcp-fixture", [0, 1], max_new_tokens=24)
+    assert [d.name for d in task.env.tool_defs] == ["add_numbers"]
+    assert _mcp_servers(), "MCPEnv starts its server when it is built"
+    for c in comps:
+        episode = c.episode or {}
+        assert episode["error"] == "" and episode["turns"] >= 1
+        prompt = engine.tokenizer.decode(c.prompt_ids)
+        assert "add_numbers" in prompt and "Add two integers." in prompt
+    # the tool itself answers through the env's MCP session, as its rollout calls it
+    reply = asyncio.run(task.env.call_tool("add_numbers", {"a": 2, "b": 40}, "call-1"))
+    assert reply["content"] == "42"
+    values, kinds, got = _scores(task, examples, comps)
+    assert kinds == ["ok", "ok"] and {"answered", "tool_calls"} <= set(got)
+    task.close()
+    assert not _mcp_servers()
+
+
+@MCP_ENV
+def test_arena_run_trains_an_mcp_env_and_leaves_no_server_running(tmp_runs: Path, capsys) -> None:
+    code = arena_main(["validate", "env", "verifiers", "env.id=vf-mcp-fixture", "--json"])
+    checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+    assert code == 0, checks
+    assert "MCPEnv (classic API)" in checks["load"]["detail"]
+    assert "episodes: its own rollout" in checks["load"]["detail"]
+    args = [*TINY, "env.id=vf-mcp-fixture", "generation.max_new_tokens=24",
+            f"paths.runs={tmp_runs}"]  # fmt: skip
+    assert arena_run(args) == 0
+    (run_dir,) = tmp_runs.iterdir()
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "finished"
+    rows = _metrics(run_dir)
+    assert {"reward/answered", "reward/tool_calls", "tools/episodes"} <= set().union(*rows)
+    assert float(rows[0]["tools/episodes"]) > 0 and float(rows[0]["episodes/failed"]) == 0
+    assert not _mcp_servers(), "the run stops the MCP servers its environment started"
