@@ -57,9 +57,14 @@ def _interrupt_after_step_one(runs: Path, max_steps: int) -> tuple[int, str, Pat
     return proc.returncode, out, run_dir
 
 
+# enough steps that the signal, sent once step 1 is on disk, always lands before the run ends: at
+# 40 (0.17 s a step) a CI machine busy with the other test worker once saw the run finish first
+STEPS = 150
+
+
 def test_the_printed_resume_hint_finishes_the_run(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
-    code, out, run_dir = _interrupt_after_step_one(runs, max_steps=40)
+    code, out, run_dir = _interrupt_after_step_one(runs, max_steps=STEPS)
     assert code == 130, out
     saved = json.loads((run_dir / "summary.json").read_text())
     assert saved["status"] == "interrupted" and saved["interrupted"] is True
@@ -76,7 +81,7 @@ def test_the_printed_resume_hint_finishes_the_run(tmp_path: Path) -> None:
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert f"(step {saved['steps']})" in resumed.stdout  # "resumed from ... (step N)"
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["status"] == "finished" and summary["steps"] == 40
+    assert summary["status"] == "finished" and summary["steps"] == STEPS
     assert summary["interrupted"] is False
     assert not [p for p in runs.iterdir() if p != run_dir]  # the same run, no new directory
 
