@@ -105,6 +105,7 @@ class TorchBackend:
         return ids
 
     # -- the contract ----------------------------------------------------------------------------
+    @torch.no_grad()
     def generate(
         self,
         prompts: list[list[int]],
@@ -150,7 +151,11 @@ class TorchBackend:
                     offset=i,
                     adapters=None if adapters is None else adapters[i : i + step],
                 )
-                out += self._generate_batch(rows)
+                if self.kv_cache == "static":
+                    out += self._generate_static(rows)
+                else:
+                    with decode_attention(self.model):
+                        out += self._generate_dynamic(rows)
         finally:
             self.model.train(was_training)
         seconds = time.perf_counter() - start
@@ -207,15 +212,7 @@ class TorchBackend:
             "last_tokens_per_second": self.last_tokens_per_second,
         }
 
-    # -- the decode loop -------------------------------------------------------------------------
-    @torch.no_grad()
-    def _generate_batch(self, rows: BatchRows) -> list[Completion]:
-        """One batch of rows, decoded with the cache this backend keeps (`kv_cache`)."""
-        if self.kv_cache == "static":
-            return self._generate_static(rows)
-        with decode_attention(self.model):
-            return self._generate_dynamic(rows)
-
+    # -- the decode loops (`kv_cache`: dynamic on the CPU, static on CUDA) ------------------------
     def _generate_dynamic(self, rows: BatchRows) -> list[Completion]:
         """The CPU decode: shared prefill, in-place KV appends, finished rows dropped in bulk.
 

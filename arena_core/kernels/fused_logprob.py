@@ -180,11 +180,17 @@ def _cuda_out_dtype_works() -> bool:
 _CPU_WIDEN_ROWS = 4096
 
 
-def _mm_fp32(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
-    """out (fp32) = a @ b for a [n, h], b = weight.T [h, V] of one dtype."""
+def logits_into(
+    hidden_chunk: torch.Tensor, weight: torch.Tensor, inv_temperature: float, out: torch.Tensor
+) -> None:
+    """out [n, V] fp32 = hidden_chunk @ weight.T * inv_temperature."""
+    a, b = hidden_chunk, weight.t()
     if a.dtype == torch.float32:
+        if inv_temperature != 1.0:
+            a = a * inv_temperature  # scale [n, h], not [n, V]
         torch.mm(a, b, out=out)
-    elif a.is_cuda and _cuda_out_dtype_works():
+        return
+    if a.is_cuda and _cuda_out_dtype_works():
         out.copy_(torch.mm(a, b, out_dtype=torch.float32))
     elif a.is_cuda:
         out.copy_(torch.mm(a, b))  # old torch: logits rounded once to the input dtype
@@ -195,16 +201,6 @@ def _mm_fp32(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
         for v0 in range(0, b.shape[1], _CPU_WIDEN_ROWS):
             v1 = min(v0 + _CPU_WIDEN_ROWS, b.shape[1])
             out[:, v0:v1] = a32 @ b[:, v0:v1].to(torch.float32)
-
-
-def logits_into(
-    hidden_chunk: torch.Tensor, weight: torch.Tensor, inv_temperature: float, out: torch.Tensor
-) -> None:
-    """out [n, V] fp32 = hidden_chunk @ weight.T * inv_temperature."""
-    if inv_temperature != 1.0 and hidden_chunk.dtype == torch.float32:
-        _mm_fp32(hidden_chunk * inv_temperature, weight.t(), out)  # scale [n, h], not [n, V]
-        return
-    _mm_fp32(hidden_chunk, weight.t(), out)
     if inv_temperature != 1.0:
         out.mul_(inv_temperature)  # low precision: scale after the fp32 widening, not before
 
@@ -215,7 +211,7 @@ def rows_times_weight(rows: torch.Tensor, weight: torch.Tensor, out: torch.Tenso
         torch.mm(rows, weight, out=out)
     elif weight.is_cuda:
         out.copy_(torch.mm(rows.to(weight.dtype), weight))  # tensor cores, fp32 accumulation
-    else:  # CPU: fp32 accumulation over blocks of widened weight rows (see _mm_fp32)
+    else:  # CPU: fp32 accumulation over blocks of widened weight rows (see logits_into)
         acc = torch.zeros(out.shape, dtype=torch.float32, device=out.device)
         for v0 in range(0, weight.shape[0], _CPU_WIDEN_ROWS):
             v1 = min(v0 + _CPU_WIDEN_ROWS, weight.shape[0])
@@ -350,55 +346,46 @@ class _FusedLinearLogprob(torch.autograd.Function):
     def backward(ctx: torch.autograd.function.FunctionCtx, *grads: torch.Tensor):  # type: ignore[override]
         g_logprob = grads[0].to(torch.float32)
         g_entropy = grads[1].to(torch.float32) if len(grads) > 1 else None
-        if ctx.precompute:
+        if ctx.precompute:  # frozen weight: the gradient rows were formed in forward
             dir_logprob, dir_entropy = ctx.saved_tensors
             grad_hidden = dir_logprob * g_logprob[:, None]
             if dir_entropy is not None and g_entropy is not None:
                 grad_hidden.addcmul_(dir_entropy, g_entropy[:, None])
             return grad_hidden.to(ctx.hidden_dtype), None, None, None, None, None, None, None, None
-        grad_hidden, grad_weight = _recompute_backward(ctx, g_logprob, g_entropy)
+        # recompute each chunk's logits and turn them in place into the logits gradient
+        hidden, weight, targets, lse, entropy = ctx.saved_tensors
+        needs_grad_hidden, needs_grad_weight = ctx.needs_input_grad[:2]
+        T, C, V = hidden.shape[0], ctx.C, weight.shape[0]
+        f32 = {"dtype": torch.float32, "device": hidden.device}
+        # the temperature's chain-rule factor, folded into the per-token scalars instead of [C, V]
+        g_logprob = g_logprob * ctx.inv_t
+        g_entropy = g_entropy * ctx.inv_t if g_entropy is not None else None
+        z_buf = torch.empty(C, V, **f32)
+        work_buf = torch.empty(C, V, **f32) if g_entropy is not None else z_buf
+        grad_hidden = torch.empty_like(hidden) if needs_grad_hidden else None
+        grad_weight = torch.zeros(V, hidden.shape[1], **f32) if needs_grad_weight else None
+        for start in range(0, T, C):
+            end = min(start + C, T)
+            z, work = z_buf[: end - start], work_buf[: end - start]
+            logits_into(hidden[start:end], weight, ctx.inv_t, z)
+            filter_logits(z, ctx.top_k, ctx.top_p, targets[start:end], inplace=True)  # as forward
+            z.sub_(lse[start:end, None])  # logp (-inf outside the kept set: gradient 0 there)
+            ctx.row_ops.softmax_grad(
+                z,
+                z,
+                targets[start:end],
+                entropy[start:end] if g_entropy is not None else None,
+                g_logprob[start:end],
+                g_entropy[start:end] if g_entropy is not None else None,
+                work,
+            )
+            if grad_hidden is not None:
+                rows_times_weight(z, weight, grad_hidden[start:end])
+            if grad_weight is not None:
+                accumulate_weight_grad(grad_weight, z, hidden[start:end])
+        if grad_weight is not None and grad_weight.dtype != weight.dtype:
+            grad_weight = grad_weight.to(weight.dtype)
         return grad_hidden, grad_weight, None, None, None, None, None, None, None
-
-
-def _recompute_backward(
-    ctx: torch.autograd.function.FunctionCtx,
-    g_logprob: torch.Tensor,
-    g_entropy: torch.Tensor | None,
-) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """Recompute each chunk's logits and turn them in place into the logits gradient."""
-    hidden, weight, targets, lse, entropy = ctx.saved_tensors
-    needs_grad_hidden, needs_grad_weight = ctx.needs_input_grad[:2]
-    T, C, V = hidden.shape[0], ctx.C, weight.shape[0]
-    f32 = {"dtype": torch.float32, "device": hidden.device}
-    # the temperature's chain-rule factor, folded into the per-token scalars instead of [C, V]
-    g_logprob = g_logprob * ctx.inv_t
-    g_entropy = g_entropy * ctx.inv_t if g_entropy is not None else None
-    z_buf = torch.empty(C, V, **f32)
-    work_buf = torch.empty(C, V, **f32) if g_entropy is not None else z_buf
-    grad_hidden = torch.empty_like(hidden) if needs_grad_hidden else None
-    grad_weight = torch.zeros(V, hidden.shape[1], **f32) if needs_grad_weight else None
-    for start in range(0, T, C):
-        end = min(start + C, T)
-        z, work = z_buf[: end - start], work_buf[: end - start]
-        logits_into(hidden[start:end], weight, ctx.inv_t, z)
-        filter_logits(z, ctx.top_k, ctx.top_p, targets[start:end], inplace=True)  # as forward
-        z.sub_(lse[start:end, None])  # logp (-inf outside the kept set: gradient 0 there)
-        ctx.row_ops.softmax_grad(
-            z,
-            z,
-            targets[start:end],
-            entropy[start:end] if g_entropy is not None else None,
-            g_logprob[start:end],
-            g_entropy[start:end] if g_entropy is not None else None,
-            work,
-        )
-        if grad_hidden is not None:
-            rows_times_weight(z, weight, grad_hidden[start:end])
-        if grad_weight is not None:
-            accumulate_weight_grad(grad_weight, z, hidden[start:end])
-    if grad_weight is not None and grad_weight.dtype != weight.dtype:
-        grad_weight = grad_weight.to(weight.dtype)
-    return grad_hidden, grad_weight
 
 
 def naive_linear_logprob(

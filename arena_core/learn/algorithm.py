@@ -131,11 +131,6 @@ class HasTeacher(Protocol):
     teacher: str | None
 
 
-def masks_truncated(algorithm: object) -> bool:
-    """Whether the algorithm leaves truncated completions out of the loss."""
-    return isinstance(algorithm, MasksTruncated) and bool(algorithm.mask_truncated)
-
-
 def keeps_flat_groups(algorithm: object) -> bool:
     """Whether the algorithm trains on groups whose advantages are all zero."""
     return isinstance(algorithm, KeepsFlatGroups) and bool(algorithm.keeps_flat_groups)

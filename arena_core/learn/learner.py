@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import functools
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -176,10 +177,7 @@ def default_logprob_fn(top_k: int = 0, top_p: float = 1.0, *, check: bool = True
     token ids, as the Tinker API's, keep them)."""
     from arena_core.kernels import fused_linear_logprob
 
-    def fused(hidden: Tensor, weight: Tensor, targets: Tensor) -> Tensor:
-        return fused_linear_logprob(hidden, weight, targets, top_k=top_k, top_p=top_p, check=check)
-
-    return fused
+    return functools.partial(fused_linear_logprob, top_k=top_k, top_p=top_p, check=check)
 
 
 def causal_lm(model: nn.Module) -> nn.Module:
@@ -377,7 +375,9 @@ class Learner:
         old = torch.zeros(n_tok, device=dev)
         is_w = torch.full((n_tok,), float("nan"), device=dev)  # NaN: not in this rank's share
         self.model.train()
-        sums: dict[str, float] = {}
+        weighted: dict[str, float] = {}  # per-token diagnostics, summed with the loss's weights
+        is_sum = 0.0
+        first: dict[str, float] = {}  # the first pass's loss and gradient norm
         trained = 0
         passes = self.algorithm.num_iterations
         for it in range(passes):
@@ -405,7 +405,9 @@ class Learner:
                 loss.backward()
                 total_loss += float(loss.detach())
                 trained += mb.n_tokens
-                self._accumulate(sums, w, batch, stats)
+                for name, value in stats.items():
+                    weighted[name] = weighted.get(name, 0.0) + float((w * value.float()).sum())
+                is_sum += float(batch.is_weight.sum())
             grad_norm = self._clip()
             if not (math.isfinite(total_loss) and math.isfinite(grad_norm)):
                 self.optimizer.zero_grad(set_to_none=True)  # never apply a poisoned update
@@ -413,28 +415,18 @@ class Learner:
             self.optimizer.step()
             check_weights(self.params, self.optimizer.param_groups[0]["lr"])
             if it == 0:
-                sums["loss"] = total_loss
-                sums["grad_norm"] = grad_norm
+                first = {"loss": total_loss, "grad_norm": grad_norm}
         self.optimizer.zero_grad(set_to_none=True)
-        # diagnostics average over every pass
-        wsum = float(weights.sum()) * passes
-        metrics = {k.removeprefix("w:"): v / wsum for k, v in sums.items() if k.startswith("w:")}
-        metrics.update((k, v) for k, v in sums.items() if k in ("loss", "grad_norm"))
-        metrics["is_weight/mean"] = sums.get("is_sum", 0.0) / (n_tok * passes)
+        wsum = float(weights.sum()) * passes  # diagnostics average over every pass
+        metrics = {name: value / wsum for name, value in weighted.items()}
+        metrics.update(first)
+        metrics["is_weight/mean"] = is_sum / (n_tok * passes)
         metrics.update(mismatch_metrics(old, behaviour, is_w, self.correction, n_tok))
         metrics["tokens/trained"] = float(trained)
         metrics["tokens/loss"] = float(n_tok)
         metrics["micro_batches"] = float(len(mbs))
         metrics["time/learn_s"] = time.perf_counter() - t0
         return metrics  # no "kl" unless the algorithm computed one (beta > 0)
-
-    def _accumulate(
-        self, sums: dict[str, float], w: Tensor, batch: TokenBatch, stats: dict[str, Tensor]
-    ) -> None:
-        """Weighted sums of per-token diagnostics (divided by the total weight at the end)."""
-        for name, value in stats.items():
-            sums[f"w:{name}"] = sums.get(f"w:{name}", 0.0) + float((w * value.float()).sum())
-        sums["is_sum"] = sums.get("is_sum", 0.0) + float(batch.is_weight.sum())
 
     def _clip(self) -> float:
         max_norm = self.algorithm.max_grad_norm

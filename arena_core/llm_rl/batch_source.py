@@ -65,8 +65,7 @@ class SyncSource:
     def after_step(self, version: int) -> float:
         t0 = time.perf_counter()
         self.backend.update_weights(self.model, version)
-        pause = float(getattr(self.backend, "last_sync_pause_s", time.perf_counter() - t0))
-        return pause
+        return float(getattr(self.backend, "last_sync_pause_s", time.perf_counter() - t0))
 
     def step_metrics(self, batch: Any, step: int, step_s: float, pause_s: float) -> dict[str, Any]:
         busy = min(self._wait, step_s)

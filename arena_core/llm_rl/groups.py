@@ -37,10 +37,10 @@ from torch import Tensor
 from arena_core.engines.base import Completion, GenerationBackend, SamplingParams
 from arena_core.learn.algorithm import (
     Algorithm,
+    MasksTruncated,
     ScalesBatchAdvantages,
     ShapesRewards,
     keeps_flat_groups,
-    masks_truncated,
 )
 from arena_core.learn.packing import Sample
 from arena_core.run_parts.prompts import PromptEncoder
@@ -122,6 +122,9 @@ class GroupCollector:
     def collect(self, n_groups: int, step: int) -> StepBatch:
         g = self.algorithm.group_size
         out = StepBatch(start_position=self.position)
+        mask = isinstance(self.algorithm, MasksTruncated) and self.algorithm.mask_truncated
+        if mask:  # logged every step, 0 included
+            out.algo_metrics["samples/masked_truncated"] = 0.0
         flat_rounds = 0  # rounds in a row without one informative group
         for rnd in range(self.max_rounds):
             need = n_groups - out.groups_kept
@@ -160,12 +163,10 @@ class GroupCollector:
             out.completions.extend(comps)
             out.rounds += 1
             kept = out.groups_kept
-            self._assemble(out, comps, values, valid, n_try, need)
+            self._assemble(out, comps, values, valid, n_try, need, mask)
             flat_rounds = flat_rounds + 1 if out.groups_kept == kept else 0
         if isinstance(self.algorithm, ScalesBatchAdvantages) and out.samples:
             self._batch_advantages(self.algorithm, out)  # scale_rewards=batch
-        if masks_truncated(self.algorithm):
-            out.algo_metrics.setdefault("samples/masked_truncated", 0.0)
         out.position = self.position
         return out
 
@@ -177,9 +178,9 @@ class GroupCollector:
         valid: list[bool],
         n_try: int,
         need: int,
+        mask: bool,
     ) -> None:
         g = self.algorithm.group_size
-        mask = masks_truncated(self.algorithm)
         out.groups_sampled += n_try
         for i in range(n_try):
             rows = range(i * g, (i + 1) * g)
@@ -202,8 +203,7 @@ class GroupCollector:
                 if not (mask and comps[r].finish_reason == "length")
             ]
             if mask:  # every truncated completion of an assembled group, trained on or not
-                key = "samples/masked_truncated"
-                out.algo_metrics[key] = out.algo_metrics.get(key, 0.0) + len(ok) - len(train)
+                out.algo_metrics["samples/masked_truncated"] += len(ok) - len(train)
             # equal rewards carry no signal whatever the estimator makes of them (REINFORCE++
             # without a baseline gives them a non-zero scalar). An algorithm with a per-token
             # signal besides the reward (on-policy distillation's teacher) says
