@@ -106,7 +106,8 @@ def start_server(state: Path, threads: int) -> tuple[subprocess.Popen, str]:
 
 
 def rl(args: argparse.Namespace, url: str, work: Path) -> dict:
-    """The math_rl recipe (its CLI config) until --steps or --minutes, whichever comes first."""
+    """The math_rl recipe (its CLI config) until --steps, --minutes or the end of its arithmetic
+    dataset (100 batches), whichever comes first."""
     from tinker_cookbook.recipes.math_rl import train
 
     config = train.CLIConfig(
@@ -207,10 +208,10 @@ def main() -> None:
     parser.add_argument("recipe", nargs="?", choices=("rl", "sl"), default="rl")
     parser.add_argument("--steps", type=int, default=None, help="rl: default until --minutes")
     parser.add_argument("--minutes", type=float, default=30.0, help="rl: wall-clock budget")
-    parser.add_argument("--groups", type=int, default=4, help="rl: groups per batch")
+    parser.add_argument("--groups", type=int, default=8, help="rl: groups per batch")
     parser.add_argument("--group-size", type=int, default=16, help="rl: samples per problem")
     parser.add_argument("--loss", default="stable_reinforce", help="rl: the loss_fn")
-    parser.add_argument("--temperature", type=float, default=0.5, help="rl: sampling temperature")
+    parser.add_argument("--temperature", type=float, default=0.7, help="rl: sampling temperature")
     parser.add_argument("--max-tokens", type=int, default=5, help="rl: tokens per answer")
     parser.add_argument("--lora-rank", type=int, default=32)
     parser.add_argument(
@@ -218,10 +219,10 @@ def main() -> None:
     )
     parser.add_argument("--batch", type=int, default=16, help="sl: conversations per step")
     parser.add_argument("--epochs", type=int, default=1, help="sl: passes over the file")
-    parser.add_argument("--lr", type=float, default=None, help="rl 5e-4, sl 2e-4")
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--lr", type=float, default=None, help="rl 4e-4, sl 2e-4")
+    parser.add_argument("--threads", type=int, default=2, help="the server's torch threads")
     args = parser.parse_args()
-    args.lr = args.lr or (1e-3 if args.recipe == "rl" else 2e-4)
+    args.lr = args.lr or (4e-4 if args.recipe == "rl" else 2e-4)
 
     from tinker_cookbook import tokenizer_utils
     from transformers import AutoTokenizer

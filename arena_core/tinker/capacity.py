@@ -19,7 +19,7 @@ from arena_core.planner.hardware import HardwareProfile, cpu_profile, detect_loc
 from arena_core.planner.memory import ModelSizes, trainer_memory, usable_bytes
 from arena_core.planner.model_spec import ModelSpec
 from arena_core.planner.plan import Plan, Workload
-from arena_core.tinker.learner import TOKEN_BUDGET
+from arena_core.tinker.learner import KV_ROWS, TOKEN_BUDGET
 
 if TYPE_CHECKING:
     from arena_core.tinker.service import TinkerService
@@ -67,7 +67,11 @@ def footprint(
     work = Workload(prompts_per_step=1, group_size=1, prompt_tokens=tokens - 1, completion_tokens=1)
     mem = trainer_memory(spec, ModelSizes.of(spec), hw, plan, work)
     b = hw.dtype_bytes
+    # a shared-prompt forward keeps the prompt's KV repeated to its rows for the backward
+    # (`learner.KV_ROWS` forwards' worth of positions)
+    prefix_kv = KV_ROWS * tokens * spec.kv_bytes_per_token(b)
     shared = b * spec.total_params + mem["activations"] + mem["logits"] + mem["runtime"]
+    shared += prefix_kv
     # weights + gradient at b bytes, AdamW's moments (16 - 2b: the planner's LoRA optimizer),
     # and the sampler snapshots
     per_client = adapter * (2 * b + (16 - 2 * b) + samplers_kept * b)

@@ -34,8 +34,8 @@ from arena_core.tinker.wire import WireDatum
 TOKEN_BUDGET = 1024  # tokens per packed forward: attention over a pack costs budget^2
 MIN_SHARED = 16  # prefix tokens worth a forward of their own
 # the prefix's KV cache is repeated to every row it serves (and kept for the backward): rows x
-# (prefix + suffix) positions stay within KV_ROWS budgets, ~0.75 GB of KV on SmolLM2
-KV_ROWS = 16
+# (prefix + suffix) positions stay within KV_ROWS budgets (the capacity counts it)
+KV_ROWS = 8
 
 
 def score(
@@ -143,8 +143,9 @@ def _clusters(tokens: list[list[int]], budget: int) -> list[list[int]]:
     In sorted order, a datum joins the cluster before it while their common prefix stays at
     least `MIN_SHARED` tokens and running it once saves more than the cluster's members then
     recompute (each re-runs what it shared beyond the shorter prefix), the suffix batch stays
-    within `budget` tokens and the repeated cache within `KV_ROWS` times that. For an RL batch that makes one cluster per group: its members
-    share the whole prompt, while two groups share only the system message and few-shot turns.
+    within `budget` tokens and the repeated cache within `KV_ROWS` times that. For an RL batch
+    that makes one cluster per group: its members share the whole prompt, while two groups
+    share only the system message and few-shot turns.
     """
     order = sorted(range(len(tokens)), key=lambda i: tokens[i])
     clusters: list[list[int]] = []
