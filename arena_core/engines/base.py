@@ -21,6 +21,10 @@ class SamplingParams:
     top_p: float = 1.0
     top_k: int = 0
     stop: list[str] = field(default_factory=list)
+    # token ids that end a row as EOS does (the token is kept), and whether EOS ends none
+    # (vLLM's names; a Tinker client's `stop` may be token ids, or empty: only max_tokens)
+    stop_token_ids: list[int] = field(default_factory=list)
+    ignore_eos: bool = False
     seed: int | None = None
     # constrained decoding for a backend with its own grammar engine (vLLM's guidance backend):
     # a Lark grammar in llguidance's dialect (JSON as `%json {schema}`), every row decodes under

@@ -456,6 +456,8 @@ class BatchRows:
         self.control = control  # the async runtime's hook between decode steps
         self.on_token, self.offset = on_token, offset  # offset: this batch's first row in the call
         self.stop_window = max((len(s.encode()) for s in params.stop), default=0) + 2
+        eos = set() if params.ignore_eos else backend.eos_ids
+        self.stop_ids = eos | {int(t) for t in params.stop_token_ids}
 
     def record(
         self, tokens: list[int], logps: list[float], originals: list[int], version: int
@@ -468,9 +470,7 @@ class BatchRows:
             self.tokens[r].append(tok)
             self.logprobs[r].append(logps[j])
             self.versions[r].append(version)
-            done = tok in backend.eos_ids or backend._hit_stop(
-                self.tokens[r], stop, self.stop_window
-            )
+            done = tok in self.stop_ids or backend._hit_stop(self.tokens[r], stop, self.stop_window)
             if done:
                 self.finish[r] = "stop"
             if on_token is not None and on_token(self.offset + r, tok, done) and not done:

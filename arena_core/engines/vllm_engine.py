@@ -154,6 +154,8 @@ def sampling_params(vllm: Any, params: SamplingParams, index: int) -> Any:
         top_p=params.top_p,
         top_k=params.top_k if params.top_k > 0 else 0,
         stop=list(params.stop) or None,
+        stop_token_ids=list(params.stop_token_ids) or None,
+        ignore_eos=params.ignore_eos,
         include_stop_str_in_output=True,  # like the torch backend: text keeps the stop string
         seed=seed,
         logprobs=0,  # the sampled token's logprob only

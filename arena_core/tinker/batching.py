@@ -1,12 +1,13 @@
 """Sampling requests that wait together are generated together.
 
 RL code samples a group as many single-sample requests at once (tinker-cookbook sends one
-`sample(num_samples=1)` per environment, 16 for a group of 16): run one by one, each would
-prefill the same prompt again and decode one row at a time. Requests queued for the same
-sampler, prompt and sampling parameters (no seed, no prompt logprobs) are merged instead: one
-worker job takes every such request that arrived before it started, prefills the prompt once
-and decodes all their rows as one batch (`engine.sample`, `num_samples` summed), then hands each
-request its own rows. A request with a seed runs alone, so its samples stay reproducible.
+`sample(num_samples=1)` per environment: 8 groups of 16 are 128 requests), and each group's
+prompt differs. Run one by one, each request would prefill its prompt again and decode one row
+at a time. Requests queued for the same sampler and sampling parameters (no seed, no prompt
+logprobs) are merged instead: one worker job takes every such request that arrived before it
+started and generates all their rows as one batch of Arena's engine (each distinct prompt
+prefilled once, `TinkerService.sample`), then hands each request its own rows. A request with a
+seed runs alone, so its samples stay reproducible.
 """
 
 from __future__ import annotations
@@ -46,17 +47,16 @@ class SampleBatcher:
         return future
 
     def _alone(self, req: Any) -> bytes:
-        sequences, prompt_lps = self.engine.sample(req.sampling_session_id, req)
-        return encode_sample_response(sequences, prompt_lps)
+        sequences, prompt_lps = self.engine.sample(req.sampling_session_id, [req])
+        return encode_sample_response(sequences[0], prompt_lps)
 
     def _merged(self, key: tuple) -> None:
         with self._lock:
             batch = [(r, f) for r, f in self._pending.pop(key) if f.set_running_or_notify_cancel()]
         if not batch:
             return
-        total = sum(int(r.num_samples) for r, _ in batch)
-        merged = batch[0][0].model_copy(update={"num_samples": total})
-        _settle(batch, lambda: self.engine.sample(merged.sampling_session_id, merged)[0])
+        reqs = [r for r, _ in batch]
+        _settle(batch, lambda: self.engine.sample(reqs[0].sampling_session_id, reqs)[0])
 
     def pending(self) -> int:
         with self._lock:
@@ -64,18 +64,15 @@ class SampleBatcher:
 
 
 def _settle(batch: Pending, generate: Callable[[], list]) -> None:
-    """Generate once, give each request its rows in order (or everyone the error)."""
+    """Generate once, give each request its own rows (or everyone the error)."""
     try:
-        sequences = generate()
+        per_request = generate()
     except Exception as exc:  # every waiting request fails the way a lone one would
         for _, future in batch:
             future.set_exception(exc)
         return
-    start = 0
-    for req, future in batch:
-        n = int(req.num_samples)
-        future.set_result(encode_sample_response(sequences[start : start + n]))
-        start += n
+    for (_, future), sequences in zip(batch, per_request, strict=True):
+        future.set_result(encode_sample_response(sequences))
 
 
 def _merge_key(req: Any) -> tuple | None:
@@ -83,8 +80,4 @@ def _merge_key(req: Any) -> tuple | None:
     params = req.sampling_params
     if params.seed is not None or req.prompt_logprobs:
         return None
-    return (
-        req.sampling_session_id,
-        tuple(req.prompt.to_ints()),
-        params.model_dump_json(exclude={"seed"}),
-    )
+    return (req.sampling_session_id, params.model_dump_json(exclude={"seed"}))

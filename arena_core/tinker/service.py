@@ -24,6 +24,9 @@ from typing import Any
 
 import torch
 
+from arena_core.engines.base import SamplingParams
+from arena_core.engines.multi_lora import BASE
+from arena_core.engines.torch_backend import TorchBackend
 from arena_core.errors import ArenaError
 from arena_core.learn.learner import default_logprob_fn
 from arena_core.models.catalog import CATALOG
@@ -33,7 +36,7 @@ from arena_core.population.adapters import AdapterBank
 from arena_core.tinker.capacity import Footprint, check, device_profile
 from arena_core.tinker.learner import head_logprob_fn, score
 from arena_core.tinker.losses import LossSpec, zero_gradient
-from arena_core.tinker.sampling import generate, stop_rules
+from arena_core.tinker.sampling import prompt_logprobs, stop_rules
 from arena_core.tinker.store import CheckpointRef, Store, dir_name
 from arena_core.tinker.wire import FwdBwdRequest, Sequence, encode_forward_backward_output
 
@@ -65,6 +68,7 @@ class BaseHost:
     tokenizer_dir: str
     max_context: int
     config: dict[str, Any] = field(default_factory=dict)  # the base's Hugging Face config
+    engine: TorchBackend | None = None  # Arena's torch engine over `model`, made at first sample
 
 
 @dataclass
@@ -424,29 +428,63 @@ class TinkerService:
             )
         return sampler
 
-    def sample(self, sampler_id: str, req: Any) -> tuple[list[Sequence], list[float] | None]:
-        """`SamplingClient.sample`: `num_samples` continuations with per-token logprobs."""
+    def sample(
+        self, sampler_id: str, reqs: list[Any]
+    ) -> tuple[list[list[Sequence]], list[float] | None]:
+        """`SamplingClient.sample` for requests to one sampler with one set of sampling parameters
+        (`batching.py` merges those that wait together, whatever their prompts): each request's
+        `num_samples` continuations with per-token logprobs, and the prompt's logprobs when a
+        lone request asks.
+
+        They are one `generate` of Arena's torch engine (`TorchBackend`, the engine RL runs
+        sample with) over the base's model: every distinct prompt prefilled once and its KV
+        cache shared by its rows, each row decoding through the sampler's adapter (per-row
+        adapters, `engines.multi_lora`; the base's own rows through none), finished rows leaving
+        the batch, each token's logprob under the distribution it was drawn from."""
         sampler = self.sampler(sampler_id)
         host = sampler.host
-        prompt = req.prompt.to_ints()
-        params = req.sampling_params
+        params = reqs[0].sampling_params
         max_tokens = int(params.max_tokens or DEFAULT_MAX_TOKENS)
-        if not prompt:
-            raise TinkerError("sample: the prompt is empty")
-        if len(prompt) + max_tokens > host.max_context:
-            raise TinkerError(
-                f"sample: prompt ({len(prompt)} tokens) + max_tokens ({max_tokens}) exceeds "
-                f"{host.name}'s context of {host.max_context} tokens"
-            )
-        stop_ids, stop_texts = stop_rules(params.stop, host.tokenizer)
-        if sampler.adapter is None:
-            with host.model.disable_adapter():
-                return generate(
-                    host.model, host.tokenizer, prompt, req, max_tokens, stop_ids, stop_texts
+        prompts: list[list[int]] = []
+        for req in reqs:
+            prompt = req.prompt.to_ints()
+            if not prompt:
+                raise TinkerError("sample: the prompt is empty")
+            if len(prompt) + max_tokens > host.max_context:
+                raise TinkerError(
+                    f"sample: prompt ({len(prompt)} tokens) + max_tokens ({max_tokens}) exceeds "
+                    f"{host.name}'s context of {host.max_context} tokens"
                 )
-        model = host.bank.activate(sampler.adapter)
-        assert model is host.model
-        return generate(host.model, host.tokenizer, prompt, req, max_tokens, stop_ids, stop_texts)
+            prompts += [prompt] * int(req.num_samples)
+        stop_ids, stop_texts = stop_rules(params.stop, host.tokenizer)
+        eos = host.tokenizer.eos_token_id
+        rule = SamplingParams(
+            max_new_tokens=max_tokens,
+            temperature=float(params.temperature),
+            top_p=float(params.top_p),
+            top_k=max(0, int(params.top_k)),
+            stop=stop_texts,
+            stop_token_ids=sorted(stop_ids),
+            ignore_eos=eos is None or int(eos) not in stop_ids,  # `stop=[]`: only max_tokens
+            seed=None if params.seed is None else int(params.seed),
+        )
+        if host.engine is None:
+            host.engine = TorchBackend(host.model, host.tokenizer, device=self.device)
+        adapter = sampler.adapter or BASE
+        done = host.engine.generate(prompts, rule, adapters=[adapter] * len(prompts))
+        rows = [Sequence(c.token_ids, c.logprobs, c.finish_reason == "stop") for c in done]
+        out: list[list[Sequence]] = []
+        for req in reqs:
+            out.append(rows[: int(req.num_samples)])
+            rows = rows[int(req.num_samples) :]
+        scored = None
+        if len(reqs) == 1 and reqs[0].prompt_logprobs:
+            if sampler.adapter is None:
+                with host.model.disable_adapter():
+                    scored = prompt_logprobs(host.model, prompts[0])
+            else:
+                scored = prompt_logprobs(host.bank.activate(sampler.adapter), prompts[0])
+        return out, scored
 
     # -- sessions -------------------------------------------------------------------------------
     def finish_session(self, session_id: str) -> None:

@@ -113,6 +113,25 @@ def test_eos_stops_a_row_and_is_included(policy) -> None:
     assert all(c.token_ids == first.token_ids and c.finish_reason == "stop" for c in out)
 
 
+def test_stop_token_ids_end_a_row_and_ignore_eos_lets_it_run(policy) -> None:
+    backend = TorchBackend(policy.model, policy.tokenizer)
+    prompt = backend.encode_chat([{"role": "user", "content": "hi"}])
+    free = backend.generate([prompt], SamplingParams(max_new_tokens=8, temperature=0))[0]
+    third = free.token_ids[2]
+    stopped = backend.generate(
+        [prompt], SamplingParams(max_new_tokens=8, temperature=0, stop_token_ids=[third])
+    )[0]
+    cut = free.token_ids.index(third) + 1  # the stop token is kept, as EOS is
+    assert stopped.token_ids == free.token_ids[:cut] and stopped.finish_reason == "stop"
+    backend.eos_ids = {free.token_ids[0]}  # the first greedy token now counts as EOS ...
+    ended = backend.generate([prompt], SamplingParams(max_new_tokens=8, temperature=0))[0]
+    assert ended.token_ids == free.token_ids[:1]
+    ran = backend.generate(  # ... unless EOS ends nothing: only max_new_tokens does
+        [prompt], SamplingParams(max_new_tokens=8, temperature=0, ignore_eos=True)
+    )[0]
+    assert ran.token_ids == free.token_ids and ran.finish_reason == free.finish_reason
+
+
 def test_max_new_tokens_and_batching_chunks(policy) -> None:
     backend = TorchBackend(policy.model, policy.tokenizer, max_batch_size=2)
     out = backend.generate(_prompts(backend, 5), SamplingParams(max_new_tokens=5, temperature=0))

@@ -219,9 +219,10 @@ def test_a_result_slower_than_one_poll_still_arrives(service, sft_datum, monkeyp
     assert again.metrics == expected.metrics
 
 
-def test_twin_sample_requests_are_generated_together(service, server, tokenizer) -> None:
-    """RL code sends a group as many one-sample requests: those queued together for one prompt
-    are one generation (one prefill), each request still gets its own tokens and logprobs."""
+def test_queued_sample_requests_are_generated_together(service, server, tokenizer) -> None:
+    """RL code sends groups as many one-sample requests: those queued together for one sampler
+    and one set of parameters are one generation of the engine, prompts alike or not; each
+    request still gets its own tokens and logprobs, and a seeded one runs alone."""
     import threading
     import time
 
@@ -230,20 +231,21 @@ def test_twin_sample_requests_are_generated_together(service, server, tokenizer)
     training = service.create_lora_training_client(base_model=BASE, rank=4, seed=14).result()
     sampler = training.save_weights_and_get_sampling_client().result()
     prompt = types.ModelInput.from_ints(tokenizer.encode("3+9="))
+    other = types.ModelInput.from_ints(tokenizer.encode("10+21="))
     params = types.SamplingParams(max_tokens=4, temperature=1.0)
     seeded = types.SamplingParams(max_tokens=4, temperature=1.0, seed=5)
     engine, calls = server.engine, []
     real_sample = engine.sample
 
-    def counting(sampler_id, req):
-        calls.append(int(req.num_samples))
-        return real_sample(sampler_id, req)
+    def counting(sampler_id, reqs):
+        calls.append(sum(int(r.num_samples) for r in reqs))
+        return real_sample(sampler_id, reqs)
 
     gate = threading.Event()
     engine.sample = counting
     try:
         server.server.worker.submit(gate.wait)  # hold the worker while the requests queue
-        futures = [sampler.sample(prompt, 1, params) for _ in range(6)]
+        futures = [sampler.sample(p, 1, params) for p in [prompt, other] * 3]
         lone = sampler.sample(prompt, 2, seeded)
         deadline = time.monotonic() + 60  # the SDK sends from its own thread: wait for all six
         while server.server.samples.pending() < 6 and time.monotonic() < deadline:
@@ -254,9 +256,16 @@ def test_twin_sample_requests_are_generated_together(service, server, tokenizer)
     finally:
         engine.sample = real_sample
         gate.set()
-    assert sorted(calls) == [2, 6]  # the six twins once, the seeded request alone
+    assert sorted(calls) == [2, 6]  # the six together once, the seeded request alone
     for r in results:
         (seq,) = r.sequences
         assert 1 <= len(seq.tokens) <= 4 and len(seq.logprobs) == len(seq.tokens)
+    # each request got a continuation of its own prompt: its logprobs are what forward scores
+    for p, r in zip([prompt, other] * 3, results, strict=True):
+        seq = r.sequences[0]
+        scored = sampler.compute_logprobs(
+            types.ModelInput.from_ints(p.to_ints() + seq.tokens)
+        ).result()
+        np.testing.assert_allclose(scored[-len(seq.tokens) :], seq.logprobs, atol=1e-4)
     again = sampler.sample(prompt, 2, seeded).result()
     assert [s.tokens for s in again.sequences] == [s.tokens for s in lone_result.sequences]
