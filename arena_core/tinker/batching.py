@@ -53,6 +53,15 @@ class SampleBatcher:
     def _merged(self, key: tuple) -> None:
         with self._lock:
             batch = [(r, f) for r, f in self._pending.pop(key) if f.set_running_or_notify_cancel()]
+        valid: Pending = []
+        for req, future in batch:  # a request the engine refuses fails alone
+            try:
+                self.engine.check_sample(req)
+            except Exception as exc:
+                future.set_exception(exc)
+            else:
+                valid.append((req, future))
+        batch = valid
         if not batch:
             return
         reqs = [r for r, _ in batch]

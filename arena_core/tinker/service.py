@@ -428,6 +428,21 @@ class TinkerService:
             )
         return sampler
 
+    def check_sample(self, req: Any) -> None:
+        """Refuse a request the engine cannot run (unknown sampler, empty prompt, prompt and
+        max_tokens past the context); the batcher asks before merging, so one bad request fails
+        alone and never the requests it waited with."""
+        host = self.sampler(req.sampling_session_id).host
+        prompt = req.prompt.to_ints()
+        max_tokens = int(req.sampling_params.max_tokens or DEFAULT_MAX_TOKENS)
+        if not prompt:
+            raise TinkerError("sample: the prompt is empty")
+        if len(prompt) + max_tokens > host.max_context:
+            raise TinkerError(
+                f"sample: prompt ({len(prompt)} tokens) + max_tokens ({max_tokens}) exceeds "
+                f"{host.name}'s context of {host.max_context} tokens"
+            )
+
     def sample(
         self, sampler_id: str, reqs: list[Any]
     ) -> tuple[list[list[Sequence]], list[float] | None]:
@@ -447,15 +462,8 @@ class TinkerService:
         max_tokens = int(params.max_tokens or DEFAULT_MAX_TOKENS)
         prompts: list[list[int]] = []
         for req in reqs:
-            prompt = req.prompt.to_ints()
-            if not prompt:
-                raise TinkerError("sample: the prompt is empty")
-            if len(prompt) + max_tokens > host.max_context:
-                raise TinkerError(
-                    f"sample: prompt ({len(prompt)} tokens) + max_tokens ({max_tokens}) exceeds "
-                    f"{host.name}'s context of {host.max_context} tokens"
-                )
-            prompts += [prompt] * int(req.num_samples)
+            self.check_sample(req)
+            prompts += [req.prompt.to_ints()] * int(req.num_samples)
         stop_ids, stop_texts = stop_rules(params.stop, host.tokenizer)
         eos = host.tokenizer.eos_token_id
         rule = SamplingParams(

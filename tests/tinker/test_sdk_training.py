@@ -247,12 +247,17 @@ def test_queued_sample_requests_are_generated_together(service, server, tokenize
         server.server.worker.submit(gate.wait)  # hold the worker while the requests queue
         futures = [sampler.sample(p, 1, params) for p in [prompt, other] * 3]
         lone = sampler.sample(prompt, 2, seeded)
-        deadline = time.monotonic() + 60  # the SDK sends from its own thread: wait for all six
-        while server.server.samples.pending() < 6 and time.monotonic() < deadline:
+        # queued with them, a prompt past the context: it fails alone, the six still run
+        too_long = types.ModelInput.from_ints([5] * server.engine.hosts[BASE].max_context)
+        bad = sampler.sample(too_long, 1, params)
+        deadline = time.monotonic() + 60  # the SDK sends from its own thread: wait for all seven
+        while server.server.samples.pending() < 7 and time.monotonic() < deadline:
             time.sleep(0.05)
         gate.set()
         results = [f.result() for f in futures]
         lone_result = lone.result()
+        with pytest.raises(Exception, match="exceeds"):
+            bad.result()
     finally:
         engine.sample = real_sample
         gate.set()
