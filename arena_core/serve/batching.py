@@ -256,22 +256,24 @@ class RequestBatcher:
         return job.cancelled
 
     def _end(self, job: Job) -> None:
+        # counted out before the client hears "done": a client that then asks for the stats (or
+        # sends its next request at the limit) finds its request gone
+        with self._cond:
+            self._pending -= 1
         try:
             job.sink(("done",))
         except Exception:  # noqa: BLE001 - a dead listener must not kill the engine
             pass
-        with self._cond:
-            self._pending -= 1
 
     def _fail(self, jobs: list[Job], exc: Exception) -> None:
         traceback.print_exc(file=sys.stderr)
         for job in jobs:
+            with self._cond:
+                self._pending -= 1
             try:
                 job.sink(("error", f"generation failed: {type(exc).__name__}: {exc}"))
             except Exception:  # noqa: BLE001 - a dead listener must not kill the engine
                 pass
-            with self._cond:
-                self._pending -= 1
 
     def _step(self, jobs: list[Job]) -> None:
         """Admit `jobs` into the running batch, then one decode step for every live row."""
