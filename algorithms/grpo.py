@@ -36,11 +36,8 @@ class GRPO(GroupRelativeAlgorithm):
     def surrogate(self, batch: TokenBatch) -> tuple[Tensor, Tensor]:
         from arena_core.learn.losses import grpo_token_loss
 
+        cfg = self.config
         loss, clipped = grpo_token_loss(
-            batch.logp,
-            batch.old_logp,
-            batch.advantages,
-            eps_low=self.config.eps_low,
-            eps_high=self.config.eps_high,
+            batch.logp, batch.old_logp, batch.advantages, eps_low=cfg.eps_low, eps_high=cfg.eps_high
         )
         return loss * batch.is_weight, clipped  # truncated IS against the generator

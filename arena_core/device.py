@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import torch
@@ -144,31 +143,24 @@ def device_plan(
     )
 
 
-@contextlib.contextmanager
-def autocast(device: str, enabled: bool) -> Iterator[None]:
+def autocast(device: str, enabled: bool) -> contextlib.AbstractContextManager:
     """bf16 autocast on `device` when `enabled`, else nothing."""
-    if not enabled:
-        yield
-        return
-    with torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16):
-        yield
+    if enabled:
+        return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def module_device(module: torch.nn.Module) -> torch.device:
     """The device of a module's first parameter (CPU for a module without parameters)."""
-    for p in module.parameters():
-        return p.device
-    return torch.device("cpu")
+    return next((p.device for p in module.parameters()), torch.device("cpu"))
 
 
 def tensors_to(obj: Any, device: torch.device) -> Any:
     """A copy of a dataclass (a MicroBatch) with its tensor fields on `device`; the object itself
     when they are there already (the CPU path copies nothing)."""
-    from dataclasses import fields, replace
-
     moved = {
-        f.name: getattr(obj, f.name).to(device, non_blocking=True)
-        for f in fields(obj)
-        if isinstance(getattr(obj, f.name), torch.Tensor) and getattr(obj, f.name).device != device
+        name: value.to(device, non_blocking=True)
+        for name, value in vars(obj).items()
+        if isinstance(value, torch.Tensor) and value.device != device
     }
     return replace(obj, **moved) if moved else obj

@@ -34,8 +34,9 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from transformers import DynamicCache
+from transformers import AttentionInterface, DynamicCache
 from transformers.cache_utils import DynamicLayer
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 GQA_ATTENTION = "arena_gqa_sdpa"
 STAGE = 32  # keys staged before they move into a low-precision cache's transposed buffer
@@ -144,19 +145,18 @@ class GrowingLayer(DynamicLayer):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         new = key_states.shape[-2]
+        end = self.length + new
         if self.length == 0:  # the prefill: every row its own group, its positions shared
             self._regroup(torch.arange(key_states.shape[0]), new)
-        if self._k is None or self.length + new > self._k.shape[-1]:
-            self._grow(key_states, value_states, self.length + new)
+        if self._k is None or end > self._k.shape[-1]:
+            self._grow(key_states, value_states, end)
         assert self._k is not None and self._v is not None
-        end = self.length + new
         if self.store_dtype is not None and new == 1:
-            if self.length - self.base == STAGE:
-                self._flush()
-            if self._stage is None or self._stage.shape[0] != key_states.shape[0]:
-                self._flush()
+            if self._stage is None:  # dropped, with nothing staged, when the batch's rows change
                 b, h, _, d = key_states.shape
                 self._stage = self._k.new_empty((b, h, STAGE, d))
+            if self.length - self.base == STAGE:
+                self._flush()
             self._stage[:, :, self.length - self.base].copy_(key_states[:, :, 0])
         else:
             self._flush()
@@ -204,8 +204,7 @@ class GrowingLayer(DynamicLayer):
             return
         self._flush()
         self._stage = None
-        self._k = self._k[indices]
-        self._v = self._v[indices]
+        self._k, self._v = self._k[indices], self._v[indices]
         groups = None if self.groups is None else self.groups[indices.to(self.groups.device)]
         self._regroup(groups, self.shared)
         self._views()
@@ -277,12 +276,8 @@ def gqa_attention(
         and (attention_mask is None or attention_mask.shape[1] == 1)
     ):
         return decode_step_attention(query, key, value, attention_mask, scaling), None
-    causal = bool(
-        query.shape[2] > 1
-        and attention_mask is None
-        and (is_causal is not False)
-        and getattr(module, "is_causal", True)
-    )
+    causal = query.shape[2] > 1 and attention_mask is None and is_causal is not False
+    causal = bool(causal and getattr(module, "is_causal", True))
     out = F.scaled_dot_product_attention(
         query,
         key,
@@ -331,18 +326,8 @@ def decode_step_attention(
     return out.view(rows, 1, heads, value.shape[-1])
 
 
-def _register() -> bool:
-    try:
-        from transformers import AttentionInterface
-        from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-    except ImportError:  # an older transformers: decode keeps the model's own attention
-        return False
-    AttentionInterface.register(GQA_ATTENTION, gqa_attention)
-    AttentionMaskInterface.register(GQA_ATTENTION, sdpa_mask)
-    return True
-
-
-_REGISTERED = _register()
+AttentionInterface.register(GQA_ATTENTION, gqa_attention)
+AttentionMaskInterface.register(GQA_ATTENTION, sdpa_mask)
 _lock = threading.Lock()
 _users: dict[int, list[Any]] = {}  # id(config) -> [users, the implementation to restore]
 
@@ -357,8 +342,7 @@ def decode_attention(model: torch.nn.Module) -> Iterator[None]:
     config = getattr(model, "config", None)
     current = getattr(config, "_attn_implementation", None)
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
-    entry = _users.get(id(config))
-    if not _REGISTERED or device.type != "cpu" or (entry is None and current != "sdpa"):
+    if device.type != "cpu" or (id(config) not in _users and current != "sdpa"):
         yield
         return
     with _lock:

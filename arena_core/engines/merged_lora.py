@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import torch
@@ -41,17 +41,10 @@ def _lora_linears(model: nn.Module) -> list[nn.Module]:
     """The model's peft LoRA `Linear` layers over a plain `nn.Linear` (found once per model)."""
     found = _layers.get(model)
     if found is None:
-        try:
-            from peft.tuners.lora.layer import Linear as LoraLinear
-        except ImportError:  # no peft: nothing is adapted
-            found = []
-        else:
-            found = [
-                m
-                for m in model.modules()
-                if type(m) is LoraLinear and type(m.base_layer) is nn.Linear
-            ]
-        _layers[model] = found
+        from peft.tuners.lora.layer import Linear as LoraLinear  # on first use: ~1.5 s import
+
+        lora = [m for m in model.modules() if type(m) is LoraLinear]
+        found = _layers[model] = [m for m in lora if type(m.base_layer) is nn.Linear]
     return found
 
 
@@ -110,8 +103,5 @@ def merged_lora_linears(model: nn.Module) -> Iterator[None]:
     """Inside the block, this thread's no-grad forwards of `model`'s LoRA linears use merged
     weights (see the module doc). Re-entrant and safe with several threads (`ThreadForwards`)."""
     layers = _lora_linears(model)
-    if not layers:
-        yield
-        return
-    with _FORWARDS.block(model, layers):
+    with _FORWARDS.block(model, layers) if layers else nullcontext():
         yield

@@ -131,35 +131,22 @@ class TorchBackend:
             raise ValueError("every prompt needs at least one token")
         if adapters is not None:  # one population member's adapter per row
             adapters = check_row_adapters(self.model, adapters, len(prompts))
-        generator = None
-        if params.seed is not None and params.temperature > 0:
-            generator = torch.Generator(device=self.device).manual_seed(int(params.seed))
+        rows = CallRows(self, prompts, params, control, on_token, adapters)
         step = self.max_batch_size or len(prompts)
         start = time.perf_counter()
         was_training = self.model.training
         self.model.eval()  # no dropout while sampling, even mid-training
         try:
-            out: list[Completion] = []
-            for i in range(0, len(prompts), step):
-                rows = BatchRows(
-                    self,
-                    prompts[i : i + step],
-                    params,
-                    generator=generator,
-                    control=control,
-                    on_token=on_token,
-                    offset=i,
-                    adapters=None if adapters is None else adapters[i : i + step],
-                )
+            for i in range(0, len(prompts), step):  # each chunk is decoded as one batch
                 if self.kv_cache == "static":
-                    out += self._generate_static(rows)
+                    self._generate_static(rows, slice(i, i + step))
                 else:
                     with decode_attention(self.model):
-                        out += self._generate_dynamic(rows)
+                        self._generate_dynamic(rows, slice(i, i + step))
+            out = [self._completion(rows, i) for i in range(len(prompts))]
         finally:
             self.model.train(was_training)
-        seconds = time.perf_counter() - start
-        count_generated(self, out, seconds)
+        count_generated(self, out, time.perf_counter() - start)
         return out
 
     def update_weights(self, model_or_state: object, version: int) -> None:
@@ -213,56 +200,48 @@ class TorchBackend:
         }
 
     # -- the decode loops (`kv_cache`: dynamic on the CPU, static on CUDA) ------------------------
-    def _generate_dynamic(self, rows: BatchRows) -> list[Completion]:
+    def _generate_dynamic(self, rows: CallRows, part: slice) -> None:
         """The CPU decode: shared prefill, in-place KV appends, finished rows dropped in bulk.
 
-        Each distinct (prompt, adapter) is prefilled once and its KV rows copied to every row
-        that shares it (a GRPO group's completions). A finished row stops being sampled at once;
-        the batch (and its cache) is compacted when a quarter of its rows are finished, so a
-        batch whose rows end one by one is copied O(log rows) times instead of once per row.
+        A finished row stops being sampled at once; the batch (and its cache) is compacted when a
+        quarter of its rows are finished, so a batch whose rows end one by one is copied
+        O(log rows) times instead of once per row.
         """
-        prompts, params, adapters = rows.prompts, rows.params, rows.adapters
+        params, prompts = rows.params, rows.prompts[part]
+        adapters = None if rows.adapters is None else rows.adapters[part]
         n = len(prompts)
         lora = RowAdapters(self.model, adapters) if adapters is not None else None
-        keys = [
-            (None if adapters is None else adapters[i], tuple(p)) for i, p in enumerate(prompts)
-        ]
-        first: dict[tuple[Any, tuple[int, ...]], int] = {}
-        for i, key in enumerate(keys):
-            first.setdefault(key, i)
-        owners = list(first.values())  # one original row per distinct prompt
-        slot = {key: u for u, key in enumerate(first)}
+        slot: dict[tuple[Any, tuple[int, ...]], int] = {}  # (adapter, prompt) -> its prefill row
+        keys = zip(adapters or [None] * n, map(tuple, prompts), strict=True)
+        share = [slot.setdefault(key, len(slot)) for key in keys]  # each row's prefill row
+        owners = [share.index(u) for u in range(len(slot))]  # the first row of each prompt
         ids, mask, positions = self._left_padded([prompts[i] for i in owners])
-        width = ids.shape[1]
-        cache = growing_cache(
-            getattr(self.model, "config", None),
-            width + params.max_new_tokens,
-            self._kv_store_dtype(lora),
-        )
+        room, store = ids.shape[1] + params.max_new_tokens, self._kv_store_dtype(lora)
+        cache = growing_cache(getattr(self.model, "config", None), room, store)
         logits = self._forward(ids, mask, positions, cache, 1, lora=lora, rows=owners)
-        if len(owners) < n:  # share each prompt's prefill with the rows that repeat it
-            share = torch.tensor([slot[k] for k in keys], device=self.device)
-            cache.batch_select_indices(share)
-            logits, mask, positions = logits[share], mask[share], positions[share]
+        if len(owners) < n:  # each prompt prefilled once, its cache copied to the rows repeating it
+            index = torch.tensor(share, device=self.device)
+            cache.batch_select_indices(index)
+            logits, mask, positions = logits[index], mask[index], positions[index]
         logits_version = self.policy_version
         next_pos = positions[:, -1] + 1
-        batch = list(range(n))  # original row of each batch position (finished ones included)
+        batch = list(range(n))  # the part's row at each batch position (finished ones included)
         live = list(range(n))  # batch positions still decoding
         for step in range(params.max_new_tokens):
             tokens, logps = sample_next(logits, params, rows.generator)  # the live rows' logits
-            originals = [batch[j] for j in live]
-            keep = rows.record(tokens.tolist(), logps.tolist(), originals, logits_version)
-            live = [live[j] for j in keep]
-            if not rows.go_on(live, step):
+            originals = [part.start + batch[j] for j in live]  # the call's rows
+            keep = rows.record(tokens.tolist(), logps.tolist(), originals, logits_version, step)
+            if not keep:  # every row finished, or the last step
                 break
-            step_tokens = torch.zeros(len(batch), dtype=torch.long, device=self.device)
-            step_tokens[live] = tokens[keep].to(self.device)
+            live = [live[j] for j in keep]
             if 4 * len(live) <= 3 * len(batch):  # compact: finished rows leave batch and cache
                 index = torch.tensor(live, device=self.device)
                 cache.batch_select_indices(index)
-                mask, next_pos, step_tokens = mask[index], next_pos[index], step_tokens[index]
+                mask, next_pos = mask[index], next_pos[index]
                 batch = [batch[j] for j in live]
                 live = list(range(len(batch)))
+            step_tokens = torch.zeros(len(batch), dtype=torch.long, device=self.device)
+            step_tokens[live] = tokens[keep].to(self.device)  # finished rows: a placeholder 0
             mask = torch.cat([mask, mask.new_ones((len(batch), 1))], dim=-1)
             wanted = None if len(live) == len(batch) else live  # finished rows: no LM head
             logits = self._decode_step(step_tokens, mask, next_pos, cache, lora, batch, wanted)
@@ -270,36 +249,28 @@ class TorchBackend:
             if self.decode_delay_s:
                 time.sleep(self.decode_delay_s)  # releases the GIL, like waiting on a device
             next_pos = next_pos + 1
-        return [self._completion(rows, i) for i in range(n)]
 
     def _kv_store_dtype(self, lora: RowAdapters | None) -> torch.dtype | None:
         """bf16 KV buffers where a bf16 decode's steps run Arena's step with the CPU kernel
         (`cpu_attention`: half the bytes a step reads, fp32 math); else the states' dtype."""
-        if (
-            self.decode_dtype == torch.bfloat16
-            and lora is None
-            and self.fast_step is not None
-            and cpu_attention.runs(self.fast_step.head_dim)
-        ):
-            return torch.bfloat16
-        return None
+        if self.decode_dtype != torch.bfloat16 or lora is not None or self.fast_step is None:
+            return None
+        return torch.bfloat16 if cpu_attention.runs(self.fast_step.head_dim) else None
 
     def _left_padded(
         self, prompts: list[list[int]]
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(ids, attention mask, positions) of left-padded prompts: every row ends at the edge."""
-        n, width = len(prompts), max(len(p) for p in prompts)
-        ids = torch.full((n, width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((n, width), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-            mask[i, width - len(p) :] = 1
+        width = max(len(p) for p in prompts)
+        ids = torch.tensor([[self.pad_id] * (width - len(p)) + list(p) for p in prompts])
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
         ids, mask = ids.to(self.device), mask.to(self.device)
         return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
 
-    def _generate_static(self, rows: BatchRows) -> list[Completion]:
+    def _generate_static(self, rows: CallRows, part: slice) -> None:
         """The CUDA decode: fixed shapes (a static cache, CUDA graphs); rows stay in the batch."""
-        prompts, params, adapters = rows.prompts, rows.params, rows.adapters
+        params, prompts = rows.params, rows.prompts[part]
+        adapters = None if rows.adapters is None else rows.adapters[part]
         n = len(prompts)
         ids, mask, positions = self._left_padded(prompts)
         width = ids.shape[1]
@@ -323,10 +294,13 @@ class TorchBackend:
         for step in range(params.max_new_tokens):
             tokens, logps = sample_next(logits, params, rows.generator)
             tl, ll = tokens.tolist(), logps.tolist()
-            keep = rows.record([tl[r] for r in live], [ll[r] for r in live], live, logits_version)
-            live = [live[j] for j in keep]
-            if not rows.go_on(live, step):
+            originals = [part.start + r for r in live]  # the call's rows
+            keep = rows.record(
+                [tl[r] for r in live], [ll[r] for r in live], originals, logits_version, step
+            )
+            if not keep:  # every row finished, or the last step
                 break
+            live = [live[j] for j in keep]
             if decoder is not None:
                 with onednn_linears(self.model):
                     logits = decoder.step(tokens, next_pos, width + step)
@@ -339,7 +313,6 @@ class TorchBackend:
             if self.decode_delay_s:
                 time.sleep(self.decode_delay_s)
             next_pos = next_pos + 1
-        return [self._completion(rows, i) for i in range(n)]
 
     def _decode_step(
         self,
@@ -373,9 +346,8 @@ class TorchBackend:
         lora: RowAdapters | None = None,
         rows: Sequence[int] = (),
     ) -> torch.Tensor:
-        kwargs = {"logits_to_keep": logits_to_keep} if logits_to_keep else {}
-        # one adapter on every row, dynamic cache: LoRA linears merged (merged_lora); per-row
-        # LoRA adapters (multi_lora); CPU fp32 linears through oneDNN (onednn_linear)
+        # LoRA: one adapter on every row decodes through merged weights (merged_lora), per-row
+        # adapters through multi_lora; the linears through oneDNN or their bf16 copies on the CPU
         merged = merged_lora_linears(self.model) if lora is None else nullcontext()
         linears = (
             onednn_linears(self.model)
@@ -390,24 +362,16 @@ class TorchBackend:
                 position_ids=positions,
                 past_key_values=cache,
                 use_cache=True,
-                **kwargs,
+                logits_to_keep=logits_to_keep,
                 **extra,
             )
         return out.logits[:, -1, :].float()
 
-    def _hit_stop(self, tokens: list[int], stop: list[str], window: int) -> bool:
-        """Whether the newest token completed a stop string (checks only the decoded tail)."""
-        if not stop:
-            return False
-        tail = self.tokenizer.decode(tokens[-window:], skip_special_tokens=True)
-        return any(s in tail for s in stop)
-
-    def _completion(self, rows: BatchRows, i: int) -> Completion:
+    def _completion(self, rows: CallRows, i: int) -> Completion:
         tokens = rows.tokens[i]
         text = self.tokenizer.decode(tokens, skip_special_tokens=True)
-        stop = rows.params.stop
-        if rows.finish[i] == "stop" and stop:
-            ends = [text.find(s) + len(s) for s in stop if s in text]
+        if rows.finish[i] == "stop":
+            ends = [text.find(s) + len(s) for s in rows.params.stop if s in text]
             if ends:  # keep the stop string, drop anything the last token added after it
                 text = text[: min(ends)]
         return Completion(
@@ -427,23 +391,20 @@ def _factory(policy: Any, cfg: Mapping[str, Any] | BaseModel) -> TorchBackend:
     return TorchBackend(policy.model, policy.tokenizer, **conf)
 
 
-# -- one batch: its prompts and per-call settings, and the per-row outputs each decode step
+# -- one `generate` call: its prompts and settings, and the per-row outputs each decode step
 # records (the sampled token, its logprob, the policy version that produced it) while it learns
 # which rows go on (EOS, a stop string, the caller's `on_token`), so the decode loops above read
 # as the loop.
-class BatchRows:
-    """One batch of a `generate` call; outputs are indexed by the row's position in `prompts`."""
+class CallRows:
+    """The rows of one `generate` call; outputs are indexed by the row's position in `prompts`."""
 
     def __init__(
         self,
         backend: Any,
         prompts: list[list[int]],
         params: SamplingParams,
-        *,
-        generator: torch.Generator | None,
         control: DecodeControl | None,
         on_token: TokenCallback | None,
-        offset: int,
         adapters: list[str] | None,
     ) -> None:
         n = len(prompts)
@@ -452,36 +413,36 @@ class BatchRows:
         self.versions: list[list[int]] = [[] for _ in range(n)]
         self.finish: list[str] = ["length"] * n
         self.backend, self.prompts, self.params, self.adapters = backend, prompts, params, adapters
-        self.generator = generator  # one per call: the batches continue its random stream
-        self.control = control  # the async runtime's hook between decode steps
-        self.on_token, self.offset = on_token, offset  # offset: this batch's first row in the call
+        self.control, self.on_token = control, on_token  # control: the async runtime's hook
+        self.generator = None  # seeded: one random stream, which the call's batches continue
+        if params.seed is not None and params.temperature > 0:
+            self.generator = torch.Generator(device=backend.device).manual_seed(int(params.seed))
         self.stop_window = max((len(s.encode()) for s in params.stop), default=0) + 2
         eos = set() if params.ignore_eos else backend.eos_ids
         self.stop_ids = eos | {int(t) for t in params.stop_token_ids}
 
     def record(
-        self, tokens: list[int], logps: list[float], originals: list[int], version: int
+        self, tokens: list[int], logps: list[float], originals: list[int], version: int, step: int
     ) -> list[int]:
-        """Append one sampled token to each live row; the indices (into `originals`) that go on."""
+        """Append decode step `step`'s token to each live row; the indices (into `originals`) of
+        the rows that go on to another step (none after the last step)."""
         keep: list[int] = []
-        backend, stop, on_token = self.backend, self.params.stop, self.on_token
-        for j, r in enumerate(originals):
-            tok = tokens[j]
+        decode, stop, on_token = self.backend.tokenizer.decode, self.params.stop, self.on_token
+        for j, (r, tok, logp) in enumerate(zip(originals, tokens, logps, strict=True)):
             self.tokens[r].append(tok)
-            self.logprobs[r].append(logps[j])
+            self.logprobs[r].append(logp)
             self.versions[r].append(version)
-            done = tok in self.stop_ids or backend._hit_stop(self.tokens[r], stop, self.stop_window)
+            done = tok in self.stop_ids
+            if stop and not done:  # a stop string: only the decoded tail can have completed one
+                tail = decode(self.tokens[r][-self.stop_window :], skip_special_tokens=True)
+                done = any(s in tail for s in stop)
             if done:
                 self.finish[r] = "stop"
-            if on_token is not None and on_token(self.offset + r, tok, done) and not done:
-                done = True  # the caller ended this row (finish stays "length")
-            if not done:
+            ended = on_token is not None and on_token(r, tok, done)  # finish stays "length"
+            if not done and not ended:
                 keep.append(j)
-        return keep
-
-    def go_on(self, live: list[int], step: int) -> bool:
-        """Whether another decode step runs; the async runtime may swap weights in between."""
-        last = step == self.params.max_new_tokens - 1
-        if live and self.control is not None and not last:
+        if step == self.params.max_new_tokens - 1:
+            return []
+        if keep and self.control is not None:  # the async runtime's hook before the next step
             self.control.between_steps(self.backend)  # may load new weights: later tokens use them
-        return bool(live) and not last
+        return keep

@@ -57,7 +57,5 @@ def filter_logits(
     `inplace` writes into `logits` (the kernels' reused buffers) instead of a new tensor."""
     if not filtering(top_k, top_p):
         return logits
-    drop = ~keep_mask(logits, top_k, top_p, targets)
-    if inplace:
-        return logits.masked_fill_(drop, float("-inf"))
-    return logits.masked_fill(drop, float("-inf"))
+    fill = logits.masked_fill_ if inplace else logits.masked_fill
+    return fill(~keep_mask(logits, top_k, top_p, targets), float("-inf"))

@@ -36,6 +36,7 @@ from __future__ import annotations
 import functools
 
 import torch
+from torch import Tensor
 
 from arena_core.device import triton_usable
 from arena_core.errors import ArenaError
@@ -49,7 +50,7 @@ class KernelInputError(ArenaError, ValueError):
 
 
 def check_linear_logprob_inputs(
-    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, temperature: float
+    hidden: Tensor, weight: Tensor, targets: Tensor, temperature: float
 ) -> None:
     """Raise KernelInputError unless hidden [..., h], weight [V, h] and targets [...] fit."""
     if weight.dim() != 2:
@@ -118,15 +119,11 @@ _ROW_ALIGN = 16  # tensor cores and AVX-512 tiles like multiples of 16 rows
 
 
 def chunk_bytes_per_token(V: int, h: int, dtype: torch.dtype) -> int:
-    """Working-set bytes one token of a chunk costs in the fused kernels (forward or backward).
-
-    Two fp32 [V] rows (logits and work buffer), one [V] row in the input dtype when it is not fp32
-    (the GEMM writes the low-precision logits before they are widened, and the gradient rows are
-    narrowed before the grad_hidden GEMM), and fp32 rows of size h for the widened hidden chunk and
-    its gradient.
-    """
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    low_precision = V * itemsize if dtype != torch.float32 else 0
+    """Working-set bytes one token of a chunk costs in the fused kernels: two fp32 [V] rows
+    (logits, work buffer), a [V] row in a low-precision input dtype (logits before widening,
+    gradient rows before the grad_hidden GEMM), and fp32 [h] rows for the hidden chunk and its
+    gradient."""
+    low_precision = V * dtype.itemsize if dtype != torch.float32 else 0
     return _FP32_BUFFERS * V * 4 + low_precision + 2 * h * 4
 
 
@@ -139,20 +136,11 @@ def choose_chunk_size(
     *,
     device: torch.device | str | None = None,
 ) -> int:
-    """The number of tokens per chunk so the kernels' working set stays within ``budget_bytes``.
-
-    :param T: tokens in the batch (the chunk never exceeds it).
-    :param V: vocabulary size (rows of the LM-head weight).
-    :param h: hidden size.
-    :param dtype: dtype of hidden and weight (bf16 adds a low-precision logits row per token).
-    :param budget_bytes: bytes the kernels may use for temporaries; ``None`` picks
-        ``DEFAULT_CUDA_BUDGET_BYTES`` on CUDA and ``DEFAULT_CPU_BUDGET_BYTES`` elsewhere.
-    :param device: where the kernels run (only used to pick the default budget).
-    :returns: a chunk size in ``[1, T]``, rounded down to a multiple of 16 when it is at least 16.
-
-    The working set excludes what any implementation must hold: inputs, the [T] outputs, saved
-    [T, h] gradient rows and, for full fine-tuning, the fp32 [V, h] weight-gradient accumulator.
-    """
+    """Tokens per chunk (in ``[1, T]``, a multiple of 16 from 16 up) so the kernels' working set
+    for ``T`` tokens, vocabulary ``V``, hidden size ``h`` in ``dtype`` stays within
+    ``budget_bytes`` (``None``: ``DEFAULT_CUDA_BUDGET_BYTES`` on a CUDA ``device``, else
+    ``DEFAULT_CPU_BUDGET_BYTES``). What every implementation holds anyway (inputs, [T] outputs,
+    saved [T, h] gradient rows, the fp32 [V, h] weight gradient) is not counted."""
     if T < 1 or V < 1 or h < 1:
         raise ValueError(f"choose_chunk_size needs positive sizes, got T={T}, V={V}, h={h}")
     if budget_bytes is None:
@@ -180,9 +168,7 @@ def _cuda_out_dtype_works() -> bool:
 _CPU_WIDEN_ROWS = 4096
 
 
-def logits_into(
-    hidden_chunk: torch.Tensor, weight: torch.Tensor, inv_temperature: float, out: torch.Tensor
-) -> None:
+def logits_into(hidden_chunk: Tensor, weight: Tensor, inv_temperature: float, out: Tensor) -> None:
     """out [n, V] fp32 = hidden_chunk @ weight.T * inv_temperature."""
     a, b = hidden_chunk, weight.t()
     if a.dtype == torch.float32:
@@ -199,13 +185,13 @@ def logits_into(
         # widen the weight a block of rows at a time instead and multiply in fp32.
         a32 = a.to(torch.float32)
         for v0 in range(0, b.shape[1], _CPU_WIDEN_ROWS):
-            v1 = min(v0 + _CPU_WIDEN_ROWS, b.shape[1])
+            v1 = v0 + _CPU_WIDEN_ROWS
             out[:, v0:v1] = a32 @ b[:, v0:v1].to(torch.float32)
     if inv_temperature != 1.0:
         out.mul_(inv_temperature)  # low precision: scale after the fp32 widening, not before
 
 
-def rows_times_weight(rows: torch.Tensor, weight: torch.Tensor, out: torch.Tensor) -> None:
+def rows_times_weight(rows: Tensor, weight: Tensor, out: Tensor) -> None:
     """out [n, h] = rows [n, V] (fp32) @ weight [V, h], in out's dtype."""
     if weight.dtype == torch.float32 and out.dtype == torch.float32:
         torch.mm(rows, weight, out=out)
@@ -214,14 +200,12 @@ def rows_times_weight(rows: torch.Tensor, weight: torch.Tensor, out: torch.Tenso
     else:  # CPU: fp32 accumulation over blocks of widened weight rows (see logits_into)
         acc = torch.zeros(out.shape, dtype=torch.float32, device=out.device)
         for v0 in range(0, weight.shape[0], _CPU_WIDEN_ROWS):
-            v1 = min(v0 + _CPU_WIDEN_ROWS, weight.shape[0])
+            v1 = v0 + _CPU_WIDEN_ROWS
             acc.addmm_(rows[:, v0:v1], weight[v0:v1].to(torch.float32))
         out.copy_(acc)
 
 
-def accumulate_weight_grad(
-    grad_weight: torch.Tensor, rows: torch.Tensor, hidden_chunk: torch.Tensor
-) -> None:
+def accumulate_weight_grad(grad_weight: Tensor, rows: Tensor, hidden_chunk: Tensor) -> None:
     """grad_weight [V, h] fp32 += rows.T [V, n] @ hidden_chunk [n, h], no [V, h] temporary."""
     grad_weight.addmm_(rows.t(), hidden_chunk.to(torch.float32))
 
@@ -233,8 +217,8 @@ class TorchRowOps:
     name = "torch"
 
     def stats(
-        self, z: torch.Tensor, targets: torch.Tensor, with_entropy: bool, work: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        self, z: Tensor, targets: Tensor, with_entropy: bool, work: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
         """(logsumexp, target logit, entropy or None) [C] for logits ``z`` [C, V]. On return
         ``z`` holds the log-probabilities ``z - lse`` (the frozen-weight forward reuses them to
         form gradient rows); ``work`` (same shape) is scratch."""
@@ -244,24 +228,21 @@ class TorchRowOps:
         exp_shifted = torch.exp(z, out=work)
         sum_exp = exp_shifted.sum(dim=1)
         log_sum = sum_exp.log()
-        entropy = None
-        if with_entropy:
-            # H = log s - sum(e * (z - m)) / s with e = exp(z - m): both terms stay small, so H
-            # keeps its precision even when it is much smaller than lse.
-            weighted = exp_shifted.mul_(z).sum(dim=1)
-            entropy = log_sum - weighted / sum_exp
+        # H = log s - sum(e * (z - m)) / s with e = exp(z - m): both terms stay small, so H keeps
+        # its precision even when it is much smaller than lse.
+        entropy = log_sum - exp_shifted.mul_(z).sum(dim=1) / sum_exp if with_entropy else None
         z.sub_(log_sum[:, None])
         return row_max.squeeze(1) + log_sum, target_logit, entropy
 
     def softmax_grad(
         self,
-        logp: torch.Tensor,
-        out: torch.Tensor,
-        targets: torch.Tensor,
-        entropy: torch.Tensor | None,
-        g_logprob: torch.Tensor,
-        g_entropy: torch.Tensor | None,
-        work: torch.Tensor,
+        logp: Tensor,
+        out: Tensor,
+        targets: Tensor,
+        entropy: Tensor | None,
+        g_logprob: Tensor,
+        g_entropy: Tensor | None,
+        work: Tensor,
     ) -> None:
         """Write the gradient wrt the logits of ``sum(g_logprob * logp[target] + g_entropy * H)``:
         with p = exp(logp), ``g * (onehot - p) - g_H * p * (logp + H)``. ``out`` may alias
@@ -269,8 +250,6 @@ class TorchRowOps:
         if g_entropy is None:
             torch.exp(logp, out=out).mul_(-g_logprob[:, None])
         else:
-            if entropy is None:
-                raise ValueError("softmax_grad needs the entropy when g_entropy is given")
             probs = torch.exp(logp, out=work)
             torch.add(logp, entropy[:, None], out=out)
             out.mul_(g_entropy[:, None]).add_(g_logprob[:, None]).mul_(probs).neg_()
@@ -286,20 +265,18 @@ class _FusedLinearLogprob(torch.autograd.Function):
     @staticmethod
     def forward(  # type: ignore[override]
         ctx: torch.autograd.function.FunctionCtx,
-        hidden: torch.Tensor,
-        weight: torch.Tensor,
-        targets: torch.Tensor,
+        hidden: Tensor,
+        weight: Tensor,
+        targets: Tensor,
         temperature: float,
         chunk_size: int,
         with_entropy: bool,
         row_ops: TorchRowOps,
         top_k: int = 0,
         top_p: float = 1.0,
-    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        T, h = hidden.shape
-        V = weight.shape[0]
-        needs_grad_hidden, needs_grad_weight = ctx.needs_input_grad[:2]
-        precompute = needs_grad_hidden and not needs_grad_weight
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        (T, h), V = hidden.shape, weight.shape[0]
+        precompute = ctx.needs_input_grad[0] and not ctx.needs_input_grad[1]
         inv_t = 1.0 / temperature
         f32 = {"dtype": torch.float32, "device": hidden.device}
         C = max(1, min(chunk_size, T))
@@ -320,7 +297,7 @@ class _FusedLinearLogprob(torch.autograd.Function):
             logprobs[start:end] = target_logit - lse_c
             if entropy is not None:
                 entropy[start:end] = ent_c
-            if dir_logprob is not None:
+            if precompute:
                 ones = torch.ones(end - start, **f32)
                 row_ops.softmax_grad(z, work, tgt, None, ones, None, work)
                 rows_times_weight(work, weight, dir_logprob[start:end])
@@ -328,7 +305,7 @@ class _FusedLinearLogprob(torch.autograd.Function):
                 zeros = torch.zeros_like(ones)
                 row_ops.softmax_grad(z, z, tgt, ent_c, zeros, ones, work)
                 rows_times_weight(z, weight, dir_entropy[start:end])
-        if dir_logprob is not None:
+        if precompute:
             dir_logprob.mul_(inv_t)
             if dir_entropy is not None:
                 dir_entropy.mul_(inv_t)
@@ -336,14 +313,11 @@ class _FusedLinearLogprob(torch.autograd.Function):
         else:
             ctx.save_for_backward(hidden, weight, targets, lse, entropy)
         ctx.precompute, ctx.inv_t, ctx.C, ctx.row_ops = precompute, inv_t, C, row_ops
-        ctx.top_k, ctx.top_p = top_k, top_p
-        ctx.hidden_dtype = hidden.dtype
-        if entropy is not None:
-            return logprobs, entropy
-        return logprobs
+        ctx.top_k, ctx.top_p, ctx.hidden_dtype = top_k, top_p, hidden.dtype
+        return (logprobs, entropy) if entropy is not None else logprobs
 
     @staticmethod
-    def backward(ctx: torch.autograd.function.FunctionCtx, *grads: torch.Tensor):  # type: ignore[override]
+    def backward(ctx: torch.autograd.function.FunctionCtx, *grads: Tensor):  # type: ignore[override]
         g_logprob = grads[0].to(torch.float32)
         g_entropy = grads[1].to(torch.float32) if len(grads) > 1 else None
         if ctx.precompute:  # frozen weight: the gradient rows were formed in forward
@@ -359,45 +333,40 @@ class _FusedLinearLogprob(torch.autograd.Function):
         f32 = {"dtype": torch.float32, "device": hidden.device}
         # the temperature's chain-rule factor, folded into the per-token scalars instead of [C, V]
         g_logprob = g_logprob * ctx.inv_t
-        g_entropy = g_entropy * ctx.inv_t if g_entropy is not None else None
+        with_entropy = g_entropy is not None
+        g_entropy = g_entropy * ctx.inv_t if with_entropy else None
         z_buf = torch.empty(C, V, **f32)
-        work_buf = torch.empty(C, V, **f32) if g_entropy is not None else z_buf
+        work_buf = torch.empty(C, V, **f32) if with_entropy else z_buf
         grad_hidden = torch.empty_like(hidden) if needs_grad_hidden else None
         grad_weight = torch.zeros(V, hidden.shape[1], **f32) if needs_grad_weight else None
         for start in range(0, T, C):
             end = min(start + C, T)
-            z, work = z_buf[: end - start], work_buf[: end - start]
+            z, work, tgt = z_buf[: end - start], work_buf[: end - start], targets[start:end]
             logits_into(hidden[start:end], weight, ctx.inv_t, z)
-            filter_logits(z, ctx.top_k, ctx.top_p, targets[start:end], inplace=True)  # as forward
+            filter_logits(z, ctx.top_k, ctx.top_p, tgt, inplace=True)  # as forward
             z.sub_(lse[start:end, None])  # logp (-inf outside the kept set: gradient 0 there)
-            ctx.row_ops.softmax_grad(
-                z,
-                z,
-                targets[start:end],
-                entropy[start:end] if g_entropy is not None else None,
-                g_logprob[start:end],
-                g_entropy[start:end] if g_entropy is not None else None,
-                work,
-            )
+            ent = entropy[start:end] if with_entropy else None
+            g_ent = g_entropy[start:end] if with_entropy else None
+            ctx.row_ops.softmax_grad(z, z, tgt, ent, g_logprob[start:end], g_ent, work)
             if grad_hidden is not None:
                 rows_times_weight(z, weight, grad_hidden[start:end])
             if grad_weight is not None:
                 accumulate_weight_grad(grad_weight, z, hidden[start:end])
-        if grad_weight is not None and grad_weight.dtype != weight.dtype:
-            grad_weight = grad_weight.to(weight.dtype)
+        if grad_weight is not None:
+            grad_weight = grad_weight.to(weight.dtype)  # no copy when already the same dtype
         return grad_hidden, grad_weight, None, None, None, None, None, None, None
 
 
 def naive_linear_logprob(
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
-    targets: torch.Tensor,
+    hidden: Tensor,
+    weight: Tensor,
+    targets: Tensor,
     *,
     temperature: float = 1.0,
     return_entropy: bool = False,
     top_k: int = 0,
     top_p: float = 1.0,
-) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+) -> Tensor | tuple[Tensor, Tensor]:
     """The plain reference: full [T, V] logits, log_softmax in fp32, gather (and entropy).
 
     It is what the fused kernels are tested against and what ``bench/`` compares them with.
@@ -412,9 +381,9 @@ def naive_linear_logprob(
 
 
 def fused_linear_logprob(
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
-    targets: torch.Tensor,
+    hidden: Tensor,
+    weight: Tensor,
+    targets: Tensor,
     *,
     temperature: float = 1.0,
     chunk_size: int | None = None,
@@ -424,28 +393,23 @@ def fused_linear_logprob(
     top_k: int = 0,
     top_p: float = 1.0,
     check: bool = True,
-) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+) -> Tensor | tuple[Tensor, Tensor]:
     """log softmax(hidden @ weight.T / temperature)[target] per token, without [T, V] tensors.
 
-    :param hidden: final hidden states [..., h] (any leading shape: [T] packed or [B, L] padded).
-    :param weight: LM-head weight [V, h]; when it does not require grad (LoRA, frozen head) no
-        weight-gradient work is done at all.
-    :param targets: next-token ids, shape of ``hidden`` without its last dim, in [0, V).
-    :param temperature: the sampler's temperature; logits are divided by it, as vLLM does, so
-        that learner and behaviour logprobs describe the same distribution.
-    :param chunk_size: tokens per chunk; ``None`` asks :func:`choose_chunk_size` for the largest
-        chunk within ``budget_bytes``.
-    :param return_entropy: also return the entropy of each token's distribution (differentiable).
+    :param hidden: final hidden states [..., h] (any leading shape).
+    :param weight: LM-head weight [V, h]; frozen (LoRA), no weight-gradient work is done at all.
+    :param targets: next-token ids in [0, V), the shape of ``hidden`` without its last dim.
+    :param temperature: the sampler's (logits are divided by it, as vLLM does).
+    :param chunk_size: tokens per chunk; ``None``: the largest within ``budget_bytes``.
+    :param return_entropy: also return each token's entropy (differentiable).
     :param impl: "auto" (Triton on CUDA when installed, else torch), "torch", "triton" (CUDA, or
         CPU under TRITON_INTERPRET=1) or "naive" (full logits; reference only).
-    :param budget_bytes: working-set budget for the chunk (see :func:`choose_chunk_size`).
-    :param top_k: with ``top_p``, the sampler's filter (:mod:`arena_core.kernels.filtering`):
-        logprobs of the renormalised filtered distribution the tokens were drawn from (the
-        target is always kept). 0 and 1.0 (the defaults) filter nothing.
-    :param check: validate the inputs first (shapes, dtypes, devices, the target range: a
-        KernelInputError that names the fix). The learner, whose targets are tokens its own engine
-        sampled, skips it: the target range check alone synchronises a GPU on every call.
-    :returns: logprobs (fp32, shape of ``targets``), and entropy (fp32, same shape) when asked.
+    :param budget_bytes: working-set budget for the chunk (:func:`choose_chunk_size`).
+    :param top_k: with ``top_p``, the sampler's filter: logprobs of the renormalised filtered
+        distribution the tokens were drawn from (the target is kept); 0 and 1.0 filter nothing.
+    :param check: validate the inputs (a KernelInputError that names the fix); the learner skips
+        it, as the target range check alone synchronises a GPU on every call.
+    :returns: fp32 logprobs shaped like ``targets``, and the entropy when asked.
     """
     if check:
         _check_filter(top_k, top_p, return_entropy)
@@ -463,14 +427,14 @@ def fused_linear_logprob(
         )
     if not torch.is_grad_enabled():
         # autograd.Function still reports needs_input_grad under no_grad: detach so the forward
-        # skips the gradient rows it would otherwise prepare for a backward that cannot come
+        # skips the gradient rows for a backward that cannot come
         hidden, weight = hidden.detach(), weight.detach()
     flat_hidden = hidden.reshape(-1, hidden.shape[-1]).contiguous()
     flat_targets = targets.reshape(-1).to(torch.int64).contiguous()
     if chunk_size is None:
-        T, h = flat_hidden.shape
+        V, h = weight.shape
         chunk_size = choose_chunk_size(
-            max(T, 1), weight.shape[0], h, hidden.dtype, budget_bytes, device=hidden.device
+            max(len(flat_hidden), 1), V, h, hidden.dtype, budget_bytes, device=hidden.device
         )
         if filtering(top_k, top_p):
             # the filter's sort, cumsum and masks hold about four more [chunk, V] buffers
@@ -483,9 +447,8 @@ def fused_linear_logprob(
         row_ops = TritonRowOps()
     else:
         row_ops = TorchRowOps()
-    lead_shape = targets.shape
     if flat_hidden.shape[0] == 0:
-        empty = flat_hidden.new_zeros(lead_shape, dtype=torch.float32) + flat_hidden.sum() * 0
+        empty = flat_hidden.new_zeros(targets.shape, dtype=torch.float32) + flat_hidden.sum() * 0
         return (empty, empty.clone()) if return_entropy else empty
     out = _FusedLinearLogprob.apply(
         flat_hidden,
@@ -499,9 +462,8 @@ def fused_linear_logprob(
         float(top_p),
     )
     if return_entropy:
-        logprobs, entropy = out
-        return logprobs.reshape(lead_shape), entropy.reshape(lead_shape)
-    return out.reshape(lead_shape)
+        return out[0].reshape(targets.shape), out[1].reshape(targets.shape)
+    return out.reshape(targets.shape)
 
 
 def _check_filter(top_k: int, top_p: float, return_entropy: bool) -> None:

@@ -109,22 +109,19 @@ class Correction:
         return dataclasses.replace(self, mode=mode)
 
     def weight(self, old_logp: Tensor, behaviour_logp: Tensor, seq_ids: Tensor | None) -> Tensor:
-        """The detached per-token weight [N] of this correction (the module docstring's
-        formulas)."""
+        """The detached per-token weight [N] (the module docstring's formulas)."""
         log_r = (old_logp - behaviour_logp).detach().float()
         if self.mode == "none" or (self.mode == "token_tis" and self.tis_cap is None):
             return torch.ones_like(log_r)
         if self.mode == "token_tis":
             return torch.exp(log_r).clamp(max=self.tis_cap)
         if self.mode == "icepop":
-            r = torch.exp(log_r)
-            inside = (r >= self.band_low) & (r <= self.band_high)
-            return torch.where(inside, r, torch.zeros_like(r))
-        if seq_ids is None:
+            r, low, high = torch.exp(log_r), self.band_low, self.band_high
+        elif seq_ids is None:
             raise ValueError("seq_mask needs each token's sequence id (TokenBatch.seq_ids)")
-        g = torch.exp(sequence_mean(log_r, seq_ids))
-        inside = (g >= 1.0 / self.seq_cap) & (g <= self.seq_cap)
-        return torch.where(inside, g, torch.zeros_like(g))
+        else:  # seq_mask: r is the sequence's geometric-mean ratio g
+            r, low, high = torch.exp(sequence_mean(log_r, seq_ids)), 1 / self.seq_cap, self.seq_cap
+        return torch.where((r >= low) & (r <= high), r, torch.zeros_like(r))
 
 
 def mismatch_metrics(
@@ -134,25 +131,20 @@ def mismatch_metrics(
     corr: Correction,
     n_tokens: int | None = None,
 ) -> dict[str, float]:
-    """`mismatch/kl` (token mean of k3), `mismatch/masked_frac` (the tokens the correction cut:
-    masked to weight 0 by seq_mask or icepop, truncated at the cap by token_tis) and
-    `mismatch/max_ratio`.
-
-    Tokens whose weight is NaN are left out (a trainer rank's learner sees only its share of the
-    step); `n_tokens` (default: the tokens left) is the divisor, so that the shares of one
-    step's tokens add up to the step's means."""
+    """`mismatch/kl` (token mean of k3), `mismatch/masked_frac` (the tokens `corr` cut: truncated
+    at token_tis's cap, or masked to weight 0) and `mismatch/max_ratio`. Tokens weighing NaN are
+    another trainer rank's share, left out; `n_tokens` (default: the tokens left) divides, so
+    the shares of one step's tokens add up to the step's means."""
     keep = ~torch.isnan(weight)
     log_r = (old_logp[keep] - behaviour_logp[keep]).detach().float()
-    n = max(1, n_tokens if n_tokens is not None else log_r.numel())
     if log_r.numel() == 0:
-        return {"mismatch/kl": 0.0, "mismatch/masked_frac": 0.0, "mismatch/max_ratio": 0.0}
+        return dict.fromkeys(MISMATCH_KEYS, 0.0)
+    n = max(1, n_tokens if n_tokens is not None else log_r.numel())
     k3 = torch.expm1(log_r) - log_r  # r - log r - 1 >= 0: KL(sampler || learner) per token
     if corr.mode == "token_tis" and corr.tis_cap is not None:
         cut = torch.exp(log_r) > corr.tis_cap
-    elif corr.mode in ("seq_mask", "icepop"):
+    else:  # seq_mask, icepop; none and uncapped token_tis weigh every token 1 (nothing cut)
         cut = weight[keep] <= 0
-    else:
-        cut = torch.zeros_like(log_r, dtype=torch.bool)
     return {
         "mismatch/kl": float(k3.sum()) / n,
         "mismatch/masked_frac": float(cut.sum()) / n,
@@ -194,33 +186,27 @@ def completion_logprobs(
     temperature: float = 1.0,
     logprob_fn: LogprobFn = plain_logprobs,
 ) -> Tensor:
-    """Logprobs [N] of `mb`'s completion tokens under `model` at sampling temperature.
-
-    Dividing the hidden state by the temperature equals dividing the logits (the LM head has no
-    bias), which keeps the learner's distribution the one the backend sampled from.
-    """
+    """Logprobs [N] of `mb`'s completion tokens under `model` at the sampling temperature, the
+    distribution the backend sampled from: dividing the hidden state by the temperature equals
+    dividing the logits (the LM head has no bias)."""
     lm = causal_lm(model)
-    body = lm.get_decoder()
+    head = lm.get_output_embeddings()
+    if getattr(head, "bias", None) is not None:
+        raise NotImplementedError("LM heads with a bias are not supported by the learner yet")
     mask = None
     attn = str(getattr(lm.config, "_attn_implementation", None) or "")
     # packed rows: never attend across sequences. Flash-attention kernels take no 4-D mask; they
     # split packed rows at the position-id resets themselves (variable-length attention).
     if mb.position_ids is not None and not attn.startswith("flash"):
         dtype = lm.get_input_embeddings().weight.dtype
-        mask = block_causal_mask(
-            mb.position_ids, dtype if dtype.is_floating_point else torch.float32
-        )
-    out = body(
+        dtype = dtype if dtype.is_floating_point else torch.float32
+        mask = block_causal_mask(mb.position_ids, dtype)
+    hidden = lm.get_decoder()(
         input_ids=mb.input_ids, position_ids=mb.position_ids, attention_mask=mask, use_cache=False
-    )
-    hidden = out.last_hidden_state.flatten(0, 1)[mb.target_pos]
-    head = lm.get_output_embeddings()
-    if hidden.dtype != head.weight.dtype:  # autocast: bf16 activations, fp32 head weight
-        hidden = hidden.to(head.weight.dtype)
+    ).last_hidden_state.flatten(0, 1)[mb.target_pos]
+    hidden = hidden.to(head.weight.dtype)  # autocast: bf16 activations, fp32 head weight
     if temperature and temperature != 1.0:
         hidden = hidden / temperature
-    if getattr(head, "bias", None) is not None:
-        raise NotImplementedError("LM heads with a bias are not supported by the learner yet")
     return logprob_fn(hidden, head.weight, mb.targets)
 
 
@@ -343,11 +329,8 @@ class Learner:
     def micro_batches(self, samples: list[Sample]) -> list[MicroBatch]:
         """Packed rows, or length-sorted right-padded rows (faster on CPU, where attention over
         a packed row needs a dense block-diagonal mask instead of the fused causal kernel)."""
-        if self.batching == "pack":
-            mbs = pack(samples, self.micro_batch_tokens)
-        else:
-            mbs = pad_batches(samples, self.micro_batch_tokens)
-        return [tensors_to(mb, self.device) for mb in mbs]
+        split = pack if self.batching == "pack" else pad_batches
+        return [tensors_to(mb, self.device) for mb in split(samples, self.micro_batch_tokens)]
 
     def step(self, samples: list[Sample]) -> dict[str, float]:
         """One policy update (num_iterations optimizer steps) from `samples`; returns metrics."""
@@ -378,7 +361,6 @@ class Learner:
         weighted: dict[str, float] = {}  # per-token diagnostics, summed with the loss's weights
         is_sum = 0.0
         first: dict[str, float] = {}  # the first pass's loss and gradient norm
-        trained = 0
         passes = self.algorithm.num_iterations
         for it in range(passes):
             self.optimizer.zero_grad(set_to_none=True)
@@ -404,7 +386,6 @@ class Learner:
                 loss = (w * per_token).sum()
                 loss.backward()
                 total_loss += float(loss.detach())
-                trained += mb.n_tokens
                 for name, value in stats.items():
                     weighted[name] = weighted.get(name, 0.0) + float((w * value.float()).sum())
                 is_sum += float(batch.is_weight.sum())
@@ -418,15 +399,16 @@ class Learner:
                 first = {"loss": total_loss, "grad_norm": grad_norm}
         self.optimizer.zero_grad(set_to_none=True)
         wsum = float(weights.sum()) * passes  # diagnostics average over every pass
-        metrics = {name: value / wsum for name, value in weighted.items()}
-        metrics.update(first)
-        metrics["is_weight/mean"] = is_sum / (n_tok * passes)
-        metrics.update(mismatch_metrics(old, behaviour, is_w, self.correction, n_tok))
-        metrics["tokens/trained"] = float(trained)
-        metrics["tokens/loss"] = float(n_tok)
-        metrics["micro_batches"] = float(len(mbs))
-        metrics["time/learn_s"] = time.perf_counter() - t0
-        return metrics  # no "kl" unless the algorithm computed one (beta > 0)
+        return {  # no "kl" unless the algorithm computed one (beta > 0)
+            **{name: value / wsum for name, value in weighted.items()},
+            **first,
+            "is_weight/mean": is_sum / (n_tok * passes),
+            **mismatch_metrics(old, behaviour, is_w, self.correction, n_tok),
+            "tokens/trained": float(passes * sum(mb.n_tokens for mb in mbs)),
+            "tokens/loss": float(n_tok),
+            "micro_batches": float(len(mbs)),
+            "time/learn_s": time.perf_counter() - t0,
+        }
 
     def _clip(self) -> float:
         max_norm = self.algorithm.max_grad_norm
@@ -437,12 +419,10 @@ class Learner:
 
 
 def check_weights(params: list[Tensor], lr: float) -> None:
-    """Raise NonFiniteWeightsError when an update blew the weights up.
-
-    A finite loss and gradient norm can still give weights of 1e30 (`algo.lr=1e30`): finite
-    numbers whose squares overflow, so the next norm layer or attention gives NaN and the
-    sampler fails on "probability tensor contains inf, nan". Their total norm overflows the same
-    way, which is what is checked: one cheap pass over the weights per update."""
+    """Raise NonFiniteWeightsError when an update blew the weights up: a finite loss and
+    gradient norm can still give weights of 1e30 (`algo.lr=1e30`) whose squares overflow, so the
+    next norm layer or attention gives NaN and the sampler fails on "probability tensor contains
+    inf, nan". Their total norm overflows the same way: one cheap pass per update."""
     norm = torch.nn.utils.get_total_norm([p.detach() for p in params])
     full = getattr(norm, "full_tensor", None)  # FSDP: a DTensor, the norm over every shard
     value = float(full() if callable(full) else norm)

@@ -38,16 +38,11 @@ def group_advantages(rewards: Tensor, *, scale: str = "std", eps: float = 1e-4) 
 
 
 def token_weights(lengths: list[int], mode: str, *, norm_len: int | None = None) -> Tensor:
-    """Per-token weights `w` such that `sum(w * per_token_loss)` is the aggregated step loss.
-
-    - token-mean: every token counts once: `w = 1 / total_tokens`.
-    - seq-mean-token-mean: mean over sequences of each sequence's token mean:
-      `w = 1 / (n_seqs * len_i)`.
-    - seq-mean-token-sum-norm (Dr.GRPO): token sums divided by a constant length (`norm_len`,
-      usually max_new_tokens), then averaged over sequences: `w = 1 / (n_seqs * norm_len)`; no
-      length bias toward short or long answers.
-    Sequences of length 0 contribute nothing.
-    """
+    """Per-token weights `w` such that `sum(w * per_token_loss)` is the aggregated step loss:
+    token-mean `1 / total_tokens`; seq-mean-token-mean (the mean of each sequence's token mean)
+    `1 / (n_seqs * len_i)`; seq-mean-token-sum-norm (Dr.GRPO: token sums over a constant length,
+    usually max_new_tokens, so no length bias toward short or long answers)
+    `1 / (n_seqs * norm_len)`. Sequences of length 0 contribute nothing."""
     lens = torch.tensor([int(n) for n in lengths], dtype=torch.float32)
     n_seqs = int((lens > 0).sum())
     if n_seqs == 0:
@@ -55,7 +50,7 @@ def token_weights(lengths: list[int], mode: str, *, norm_len: int | None = None)
     if mode == "token-mean":
         per_seq = torch.full_like(lens, 1.0 / float(lens.sum()))
     elif mode == "seq-mean-token-mean":
-        per_seq = torch.where(lens > 0, 1.0 / (n_seqs * lens.clamp(min=1)), torch.zeros_like(lens))
+        per_seq = 1.0 / (n_seqs * lens.clamp(min=1))  # empty sequences are repeated 0 times
     elif mode == "seq-mean-token-sum-norm":
         if not norm_len or norm_len <= 0:
             raise ValueError("seq-mean-token-sum-norm needs a positive norm_len (max_new_tokens)")
@@ -83,21 +78,16 @@ def k3_kl(logp: Tensor, ref_logp: Tensor) -> Tensor:
 def grpo_token_loss(
     logp: Tensor, old_logp: Tensor, advantages: Tensor, *, eps_low: float, eps_high: float
 ) -> tuple[Tensor, Tensor]:
-    """PPO-clip surrogate per token: `-min(r A, clip(r, 1-eps_low, 1+eps_high) A)`.
-
-    `r = exp(logp - old_logp)`; asymmetric eps is DAPO's clip-higher. Returns (loss, clipped)
-    where `clipped` marks tokens whose gradient the clip removed (r above 1+eps_high with A > 0,
-    or below 1-eps_low with A < 0), for the clip-fraction metric.
-    """
+    """PPO-clip surrogate per token `-min(r A, clip(r, 1-eps_low, 1+eps_high) A)`, with
+    `r = exp(logp - old_logp)` and asymmetric eps (DAPO's clip-higher), and the mask of tokens
+    whose gradient the clip removed (r above 1+eps_high with A > 0, or below 1-eps_low with
+    A < 0) for the clip-fraction metric."""
     _check_same_shape(logp, old_logp, advantages)
     ratio = torch.exp(logp - old_logp)
     clipped_obj = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * advantages
     loss = -torch.minimum(ratio * advantages, clipped_obj)
-    with torch.no_grad():
-        clipped = ((ratio > 1.0 + eps_high) & (advantages > 0)) | (
-            (ratio < 1.0 - eps_low) & (advantages < 0)
-        )
-    return loss, clipped
+    high = (ratio > 1.0 + eps_high) & (advantages > 0)  # comparisons carry no gradient
+    return loss, high | ((ratio < 1.0 - eps_low) & (advantages < 0))
 
 
 def cispo_token_loss(

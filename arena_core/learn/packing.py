@@ -12,7 +12,9 @@ tokens are context, never targets.
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -96,11 +98,7 @@ def _longest_first(samples: list[Sample]) -> list[int]:
 
 def flat_offsets(samples: list[Sample]) -> list[int]:
     """Start of each sample's completion tokens in the flat order (samples in given order)."""
-    offsets, total = [], 0
-    for s in samples:
-        offsets.append(total)
-        total += s.n_targets
-    return offsets
+    return list(itertools.accumulate((s.n_targets for s in samples), initial=0))[:-1]
 
 
 # what one more micro-batch costs beyond its tokens (the weights read again, every layer's ops):
@@ -112,14 +110,11 @@ MAX_ROWS = 1024  # rows a micro-batch of padded rows may hold (only tiny sequenc
 
 
 def padded_cuts(lengths: list[int], token_budget: int) -> list[int]:
-    """Where to cut `lengths` (sorted longest first) into micro-batches of padded rows: the
-    boundaries [0, ..., len] that minimise the tokens computed (rows x the first row's length,
-    padding included) plus a fixed cost per micro-batch (`MICRO_BATCH_COST` of the budget, at
-    least `MICRO_BATCH_MIN_COST` tokens), each within the budget (a longer sequence alone).
-
-    Why not fill each micro-batch in order: the fill leaves a micro-batch's last rows to
-    whichever lengths follow, and on a GRPO batch of SmolLM2 completions (8 x 8 x 256) that
-    computed 9.2% padding at a 4096-token budget; cut where the lengths drop, it is ~3%."""
+    """The boundaries [0, ..., len] that cut `lengths` (sorted longest first) into micro-batches
+    of padded rows, each within the budget (a longer sequence alone), at the least tokens
+    computed (rows x the first row's length) plus `MICRO_BATCH_COST` per micro-batch. Filling each
+    micro-batch in order computed 9.2% padding on a GRPO batch of SmolLM2 completions
+    (8 x 8 x 256) at a 4096-token budget; cut where the lengths drop, it is ~3%."""
     n = len(lengths)
     fixed = max(MICRO_BATCH_COST * token_budget, MICRO_BATCH_MIN_COST)
     best = [0.0] + [math.inf] * n  # best[i]: the cost of the first i sequences
@@ -146,15 +141,15 @@ def pad_batches(samples: list[Sample], token_budget: int, *, pad_id: int = 0) ->
     offsets = flat_offsets(samples)
     order = _longest_first(samples)
     cuts = padded_cuts([samples[i].n_input for i in order], token_budget)
-    groups = [order[a:b] for a, b in zip(cuts, cuts[1:], strict=False)]
     out = []
-    for members in groups:
+    for a, b in zip(cuts, cuts[1:], strict=False):
+        members = order[a:b]
         width = samples[members[0]].n_input
         ids = torch.full((len(members), width), pad_id, dtype=torch.long)
         for row, i in enumerate(members):
             seq = samples[i].input_ids()
             ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
-        starts = [row * width for row in range(len(members))]
+        starts = range(0, ids.numel(), width)  # row k starts at k * width in the flat rows
         real = sum(samples[i].n_input for i in members)
         out.append(MicroBatch(ids, None, *_targets(samples, members, starts, offsets), real))
     return out
@@ -200,14 +195,12 @@ def _build(samples: list[Sample], members: list[int], offsets: list[int]) -> Mic
 
 
 def _targets(
-    samples: list[Sample], members: list[int], starts: list[int], offsets: list[int]
+    samples: list[Sample], members: list[int], starts: Sequence[int], offsets: list[int]
 ) -> tuple[Tensor, Tensor, Tensor]:
     """(target_pos, targets, flat_index) of a micro-batch whose sequence `members[k]` starts at
     flat position `starts[k]`: only loss-carrying completion tokens are targets (the tool tokens
     of a multi-turn episode are context), each at its place in the step's flat order."""
-    target_pos: list[int] = []
-    targets: list[int] = []
-    flat: list[int] = []
+    target_pos, targets, flat = [], [], []
     for i, start in zip(members, starts, strict=True):
         s = samples[i]
         first = start + len(s.prompt_ids) - 1  # this position predicts completion token 0
@@ -215,8 +208,7 @@ def _targets(
         target_pos.extend(first + j for j in index)
         targets.extend(s.completion_ids[j] for j in index)
         flat.extend(range(offsets[i], offsets[i] + len(index)))
-    as_long = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731
-    return as_long(target_pos), as_long(targets), as_long(flat)
+    return tuple(torch.tensor(xs, dtype=torch.long) for xs in (target_pos, targets, flat))
 
 
 def block_causal_mask(position_ids: Tensor, dtype: torch.dtype) -> Tensor:

@@ -130,13 +130,15 @@ class GroupCollector:
             need = n_groups - out.groups_kept
             if need <= 0 or (self.max_flat_rounds and flat_rounds >= self.max_flat_rounds):
                 break
-            # after the first round, oversample by the observed informative rate (at most 2x):
-            # enough to fill the step usually, bounded when the policy gives no signal at all
+            # oversample by the informative rate seen so far (1 at first, at most 2x): enough to
+            # fill the step usually, bounded when the policy gives no signal at all
             rate = out.groups_kept / out.groups_sampled if out.groups_sampled else 1.0
-            n_try = need if rnd == 0 else min(2 * need, math.ceil(need / max(rate, 0.5)))
+            n_try = math.ceil(need / max(rate, 0.5))
             examples = [self._next() for _ in range(n_try)]
             reps = [ex for ex in examples for _ in range(g)]  # one row per completion
-            params = replace(self.params, seed=_seed(self.sample_seed, step, rnd))
+            # a distinct, reproducible sampling seed per (run seed, step, round)
+            seed = (self.sample_seed * 1_000_003 + step * 101 + rnd) % (2**31 - 1)
+            params = replace(self.params, seed=seed)
             t0 = time.perf_counter()
             extra = {"control": self.control} if self.control is not None else {}
             if self.episodes is not None:  # multi-turn: model and tool turns, one sequence each
@@ -147,12 +149,11 @@ class GroupCollector:
                 comps = self.backend.generate(prompts, params, **extra)
             out.generate_s += time.perf_counter() - t0
             t0 = time.perf_counter()
-            items = reward_items(reps, comps)
-            values, kinds, comps_by_key = self.scorer.score_with_components(items)
+            values, kinds, by_name = self.scorer.score_with_components(reward_items(reps, comps))
             if self.episodes is not None:  # an episode whose tool session died is no reward
                 kinds = self.episodes.failed_kinds(comps, kinds)
             out.reward_s += time.perf_counter() - t0
-            for key, vals in comps_by_key.items():
+            for key, vals in by_name.items():
                 out.components.setdefault(key, []).extend(vals)
             valid = [is_valid(k, v) for k, v in zip(kinds, values, strict=True)]
             # a non-finite value reported as "ok" (a pool without that check) is a failure too
@@ -163,7 +164,7 @@ class GroupCollector:
             out.completions.extend(comps)
             out.rounds += 1
             kept = out.groups_kept
-            self._assemble(out, comps, values, valid, n_try, need, mask)
+            self._assemble(out, comps, values, valid, n_groups, mask)
             flat_rounds = flat_rounds + 1 if out.groups_kept == kept else 0
         if isinstance(self.algorithm, ScalesBatchAdvantages) and out.samples:
             self._batch_advantages(self.algorithm, out)  # scale_rewards=batch
@@ -176,14 +177,13 @@ class GroupCollector:
         comps: list[Completion],
         values: list[float],
         valid: list[bool],
-        n_try: int,
-        need: int,
+        n_groups: int,
         mask: bool,
     ) -> None:
         g = self.algorithm.group_size
-        out.groups_sampled += n_try
-        for i in range(n_try):
-            rows = range(i * g, (i + 1) * g)
+        for start in range(0, len(comps), g):
+            out.groups_sampled += 1
+            rows = range(start, start + g)
             if any(comps[r].finish_reason == "aborted" for r in rows):
                 out.groups_aborted += 1  # an incomplete group: its statistics would be biased
                 continue
@@ -198,7 +198,7 @@ class GroupCollector:
             # DAPO overlong filtering (`mask_truncated`): a truncated completion counts in its
             # group's statistics but gets no loss
             train = [
-                (r, a)
+                (comps[r], a)
                 for r, a in zip(ok, adv.tolist(), strict=True)
                 if not (mask and comps[r].finish_reason == "length")
             ]
@@ -214,13 +214,11 @@ class GroupCollector:
             if (flat and not keeps_flat_groups(self.algorithm)) or not train:
                 out.groups_dropped += 1
                 continue
-            if need <= 0:
+            if out.groups_kept >= n_groups:
                 continue  # a surplus informative group: not trained on, not counted as dropped
-            need -= 1
             out.groups_kept += 1
             out.group_rewards.extend(rewards[0].tolist())
-            for r, a in train:
-                c = comps[r]
+            for c, a in train:
                 out.samples.append(
                     Sample(c.prompt_ids, list(c.token_ids), list(c.logprobs), a, c.loss_mask)
                 )
@@ -248,8 +246,3 @@ class GroupCollector:
         for key, vals in parts.items():
             out.components.setdefault(key, []).extend(vals.flatten().tolist())
         return shaped
-
-
-def _seed(seed: int, step: int, rnd: int) -> int:
-    """A distinct, reproducible sampling seed per (run seed, step, round)."""
-    return (seed * 1_000_003 + step * 101 + rnd) % (2**31 - 1)

@@ -293,9 +293,8 @@ class _Loop:
         return every > 0 and self.step % every == 0
 
     def _train_step(self) -> tuple[StepBatch, dict[str, float], float, float]:
-        """One step: generate and score groups (their advantages too), update the policy, hand
-        the engine the new weights. Returns the batch, the learner's metrics, the step's seconds
-        and the weight-sync pause, which `_record` turns into the metrics row."""
+        """One step; returns what `_record` turns into the metrics row: the batch, the learner's
+        metrics, the step's seconds and the weight-sync pause."""
         t0 = time.perf_counter()
         batch = self.source.next_batch(self.step)  # generate -> score -> advantages
         self.data_position = batch.position

@@ -17,8 +17,7 @@ def chat_prompt(
 ) -> list[int]:
     """The ids of chat `messages` with the assistant turn opened, cached in `cache`."""
     key = repr(messages)
-    ids = cache.get(key)
-    if ids is None:
+    if (ids := cache.get(key)) is None:
         out = tokenizer.apply_chat_template(
             messages, add_generation_prompt=True, tokenize=True, return_dict=False
         )

@@ -62,14 +62,10 @@ class RewardScorer:
     def score_with_components(
         self, items: Sequence[tuple[Any, ...]]
     ) -> tuple[list[float], list[str], dict[str, list[float]]]:
-        """Values, kinds and {component: values} ({} when the reward has no components). Items
-        are (question, answer, completion) or, for tool episodes, (..., final_state): the pool
-        passes the state to a reward that declares a `state` parameter. The components come
-        from the same warm sandboxed worker, right after `reward`; NaN where they failed."""
-        if not self.expects_components:
-            values, kinds = self(items)
-            return values, kinds, {}
-        outcomes = self.pool.score(list(items), components=True)
+        """Values, kinds and {component: values} ({} when the reward has no components) of items
+        as `RewardPool.score` takes them. The components come from the same warm sandboxed
+        worker, right after `reward`; NaN where they failed."""
+        outcomes = self.pool.score(list(items), components=self.expects_components)
         comps: dict[str, list[float]] = {}
         for i, o in enumerate(outcomes):
             for key, val in (o.components or {}).items():

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import atexit
 import linecache
+import math
 import os
 import select
 import threading
 import time
 import weakref
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from arena_core.sandbox._child import FILLED
@@ -53,10 +54,10 @@ def _close_live_pools() -> None:
 @dataclass
 class _Slot:
     child: Child
+    until: float  # when the item being scored (or, before `ready`, the import) times out
     ready: bool = False
     job: list[int] | None = None
     pos: int = 0
-    last: float = field(default_factory=time.monotonic)
     leaving: bool = False  # the worker announced it exits on its own (after a MemoryError)
 
 
@@ -111,7 +112,8 @@ class RewardPool:
     # -- lifecycle ---------------------------------------------------------------------------
     def _spawn(self) -> _Slot:
         cfg = worker_config(self.path, self.memory_mb, self.cpu_seconds)
-        return _Slot(child=Child([WORKER], cfg, policy=self.policy, expose=self.expose))
+        child = Child([WORKER], cfg, policy=self.policy, expose=self.expose)
+        return _Slot(child, until=time.monotonic() + self.import_timeout_s)
 
     def _await_ready(self) -> None:
         for slot in self._slots:
@@ -153,13 +155,11 @@ class RewardPool:
         components: bool = False,
     ) -> list[RewardOutcome]:
         """One outcome per item, in order. An item is (question, answer, completion) or, for a
-        tool episode, (question, answer, completion, final_state): the state (JSON) is passed to
-        a reward that declares a 4th parameter or one named `state`, and dropped otherwise.
-        `stop_after_failures` (validation) stops after that many timeouts/memory/crashes and
-        marks the rest `skipped`, so a hostile file costs one timeout. `components`: each
-        outcome also carries the file's optional `components` of its item (in the same warm
-        worker, after `reward`), for the per-component metrics.
-        """
+        tool episode, (..., final_state): the state (JSON) goes to a reward that declares a 4th
+        parameter or one named `state`, and is dropped otherwise. `stop_after_failures`
+        (validation): after that many timeouts/memory/crashes the rest is `skipped`, so a hostile
+        file costs one timeout. `components`: each outcome also carries the file's optional
+        `components` of its item (same warm worker, after `reward`), for per-component metrics."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("RewardPool.score() called after close()")
@@ -196,28 +196,21 @@ class _Scoring:
     """The event loop of one `score` call (kept apart so RewardPool reads as its lifecycle)."""
 
     def __init__(
-        self,
-        pool: RewardPool,
-        items: list[tuple[str, str, str]],
-        stop: int | None,
-        components: bool = False,
-    ):
-        self.pool = pool
-        self.items = items
-        self.components = components
-        self.stop = stop
+        self, pool: RewardPool, items: list[tuple[Any, ...]], stop: int | None, components: bool
+    ) -> None:
+        self.pool, self.items, self.components = pool, items, components
+        self.stop = math.inf if stop is None else stop  # stop_after_failures (None: never)
         self.failures = 0
         self.results: list[RewardOutcome | None] = [None] * len(items)
-        size = -(-len(items) // max(1, len(pool._slots)))
-        size = max(1, min(pool.max_chunk, size))
-        self.pending: deque[list[int]] = deque(
-            list(range(s, min(len(items), s + size))) for s in range(0, len(items), size)
-        )
+        # the items spread evenly over the workers, in chunks of at most max_chunk
+        indices = range(len(items))
+        size = max(1, min(pool.max_chunk, -(-len(items) // len(pool._slots))))
+        self.pending = deque(list(indices[s : s + size]) for s in indices[::size])
         self.broken: set[int] = set()  # slots whose replacement failed to start during this call
 
     def run(self) -> list[RewardOutcome]:
         pool = self.pool
-        while not self._stopping():
+        while self.failures < self.stop:
             self._dispatch()
             # a worker still importing holds the call up only while there is work left for it:
             # a replacement started during this call must not make the step wait for it
@@ -226,32 +219,23 @@ class _Scoring:
                 for s in pool._slots
                 if s is not None and (s.job is not None or (not s.ready and self.pending))
             ]
-            if not busy:
-                if self.pending:  # every slot is broken: the reward no longer starts
-                    why = pool._restart_error or "no reward worker could be started"
-                    for job in self.pending:
-                        for i in job:
-                            self.results[i] = pool._outcome(CRASHED, why)
-                    self.pending.clear()
+            if not busy:  # any work left has no worker: the reward no longer starts
+                why = pool._restart_error or "no reward worker could be started"
+                for job in self.pending:
+                    for i in job:
+                        self.results[i] = pool._outcome(CRASHED, why)
                 break
-            now = time.monotonic()
-            deadlines = [
-                s.last + (pool.timeout_s if s.ready else pool.import_timeout_s) for s in busy
-            ]
-            wait = max(0.0, min(deadlines) - now)
+            wait = max(0.0, min(s.until for s in busy) - time.monotonic())
             select.select([s.child.resp for s in busy], [], [], wait)
             for index, slot in enumerate(pool._slots):
                 if slot is not None and (slot.job is not None or not slot.ready):
                     self._service(index, slot)  # (reads a warming worker's hello, if sent)
-        if self._stopping():
+        if self.failures >= self.stop:
             self._skip_rest()
         else:
             pool._top_up()
         pool.stats["items"] += len(self.items)
         return [r if r is not None else pool._outcome(SKIPPED, "not scored") for r in self.results]
-
-    def _stopping(self) -> bool:
-        return self.stop is not None and self.failures >= self.stop
 
     def _dispatch(self) -> None:
         pool = self.pool
@@ -263,7 +247,7 @@ class _Scoring:
                 continue
             job = self.pending.popleft()
             batch = [[i, *self.items[i]] for i in job]
-            slot.job, slot.pos, slot.last = job, 0, time.monotonic()
+            slot.job, slot.pos, slot.until = job, 0, time.monotonic() + pool.timeout_s
             if not slot.child.send({"items": batch, "components": self.components}):
                 self._service(index, slot)  # read what it said before dying (its "exit")
 
@@ -272,15 +256,12 @@ class _Scoring:
         for message in slot.child.read():
             # what the worker may say: one hello while importing, then a result per item it was
             # given and an "exit" notice. Anything else is user code writing to the pipe.
-            if isinstance(message, list) and slot.job is not None:
-                if not _well_formed(message, slot.job[slot.pos]):
-                    slot.child.corrupt = True
-                    break
+            if slot.job is not None and _well_formed(message, slot.job[slot.pos]):
                 self._record(slot, message)
             elif isinstance(message, dict) and slot.ready and set(message) == {"exit"}:
                 slot.leaving = True
             elif isinstance(message, dict) and not slot.ready and "ready" in message:
-                slot.ready, slot.last = True, time.monotonic()
+                slot.ready, slot.until = True, time.monotonic() + pool.timeout_s
                 pool._restart_error = ""  # the reward starts again
             elif isinstance(message, dict) and not slot.ready and "fatal" in message:
                 pool._restart_error = str(contract_error(message, pool.path))
@@ -294,9 +275,7 @@ class _Scoring:
             self._garbage(index, slot)
         elif slot.child.eof:
             self._died(index, slot)
-        elif time.monotonic() >= slot.last + (
-            pool.timeout_s if slot.ready else pool.import_timeout_s
-        ):
+        elif time.monotonic() >= slot.until:
             self._timed_out(index, slot)
 
     def _record(self, slot: _Slot, msg: list[Any]) -> None:
@@ -307,12 +286,11 @@ class _Scoring:
         )
         if kind in FATAL:
             self.failures += 1
-        if kind == MEMORY or (kind == CRASHED and str(detail).startswith(FILLED)):
+        if kind == MEMORY or (kind == CRASHED and detail.startswith(FILLED)):
             slot.leaving = True  # the worker exits after this result: give it no more work
-        slot.pos += 1
-        slot.last = time.monotonic()
-        if slot.job is not None and slot.pos >= len(slot.job):
-            slot.job, slot.pos = None, 0
+        slot.pos, slot.until = slot.pos + 1, time.monotonic() + self.pool.timeout_s
+        if slot.pos == len(slot.job):  # (dispatch gives the next job from position 0)
+            slot.job = None
 
     def _died(self, index: int, slot: _Slot) -> None:
         """The worker closed its pipe: blame the item it was running unless it left on purpose."""
@@ -383,10 +361,10 @@ class _Scoring:
         self.pending.clear()
 
 
-def _well_formed(msg: list[Any], index: int) -> bool:
+def _well_formed(msg: Any, index: int) -> bool:
     """A result line as the worker writes it, for the item it is scoring (anything else is user
     code writing to the pipe: never trusted, never allowed to raise here)."""
-    if len(msg) != 10 or msg[0] != index or msg[1] not in KINDS:
+    if not isinstance(msg, list) or len(msg) != 10 or msg[0] != index or msg[1] not in KINDS:
         return False
     comps = msg[9]
     if comps is not None and not (

@@ -234,10 +234,7 @@ class Child:
                 self.corrupt = True
             if len(chunk) < (1 << 16):
                 break
-        if b"\n" not in self._buffer:
-            return []
-        *lines, rest = self._buffer.split(b"\n")
-        self._buffer = bytearray(rest)
+        *lines, self._buffer = self._buffer.split(b"\n")  # (the last one is a partial line)
         messages = []
         for line in lines:
             try:
