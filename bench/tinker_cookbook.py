@@ -93,9 +93,10 @@ def cookbook_unmodified() -> bool:
     return True
 
 
-def start_server(state: Path, threads: int) -> tuple[subprocess.Popen, str]:
+def start_server(state: Path, threads: int, engine: str) -> tuple[subprocess.Popen, str]:
     cmd = [sys.executable, "-m", "arena_core.cli.main", "tinker", "serve", "--port", "0"]
     cmd += ["--api-key", KEY, "--state-dir", str(state), "--threads", str(threads)]
+    cmd += ["--engine", engine]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     for line in proc.stdout:
         found = re.search(r"TINKER_BASE_URL=(\S+)", line)
@@ -221,6 +222,9 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=1, help="sl: passes over the file")
     parser.add_argument("--lr", type=float, default=None, help="rl 4e-4, sl 2e-4")
     parser.add_argument("--threads", type=int, default=2, help="the server's torch threads")
+    parser.add_argument(
+        "--engine", choices=("torch", "vllm"), default="torch", help="the server's sampler"
+    )
     args = parser.parse_args()
     args.lr = args.lr or (4e-4 if args.recipe == "rl" else 2e-4)
 
@@ -234,7 +238,7 @@ def main() -> None:
     tokenizer_utils.register_tokenizer(MODEL, lambda: AutoTokenizer.from_pretrained(cache_dir))
     register_smollm2_renderer()
     work = Path(tempfile.mkdtemp(prefix="tinker-cookbook-"))
-    proc, url = start_server(work / "state", args.threads)
+    proc, url = start_server(work / "state", args.threads, args.engine)
     os.environ["TINKER_API_KEY"] = KEY
     start = time.perf_counter()
     try:
@@ -243,7 +247,8 @@ def main() -> None:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)
     wall = time.perf_counter() - start
-    line = {"recipe": args.recipe, "recipe_unmodified": unmodified, **result}
+    line = {"recipe": args.recipe, "recipe_unmodified": unmodified, "engine": args.engine}
+    line |= result
     line |= {"wall_s": round(wall, 1), "step_s": round(wall / max(1, result["steps"]), 1)}
     print(
         json.dumps({**line, "model": MODEL, "renderer": args.renderer, "lr": args.lr}), flush=True

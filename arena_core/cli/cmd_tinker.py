@@ -56,6 +56,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     s.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:1)")
     s.add_argument(
+        "--engine",
+        choices=("torch", "vllm"),
+        default="torch",
+        help="what decodes the samples: Arena's torch engine in this process (default), or its "
+        "vLLM engine beside it (pip install 'arena-rl[vllm]'; each sampler's adapter served as "
+        "a LoRA, rank <= 64)",
+    )
+    s.add_argument(
         "--max-clients",
         type=int,
         default=None,
@@ -94,6 +102,7 @@ def serve(args: argparse.Namespace) -> int:
             state_dir=args.state_dir,
             device=args.device,
             max_clients=args.max_clients,
+            engine=args.engine,
             log_level=args.log_level,
         )
         print(

@@ -42,8 +42,8 @@ from pydantic import BaseModel
 from arena_core.engines.backend_configs import VLLMBackendConfig
 from arena_core.engines.base import Completion, SamplingParams, count_generated
 from arena_core.engines.vllm_engine import (
-    _import_vllm,
     engine_args,
+    import_vllm,
     sampling_params,
 )
 from arena_core.engines.vllm_weights import checkpoint_state, shm_dir
@@ -69,7 +69,7 @@ class VLLMBackend:
         """Start the engine (18-70 s on a 2-core CPU). `overrides` are VLLMBackendConfig fields."""
         data = config.model_dump() if config is not None else {}
         self.config = VLLMBackendConfig(**{**data, **overrides})
-        self._vllm = _import_vllm()
+        self._vllm = import_vllm()
         self.model_path = Path(model_path)
         if not (self.model_path / "config.json").is_file():
             raise ArenaError(
@@ -259,25 +259,33 @@ class VLLMBackend:
         """Serve the peft adapter saved in `path` as `name` (the engine needs
         `backend.engine_kwargs={enable_lora: true, max_loras: P, max_lora_rank: r}`). Saving new
         weights to a new directory and calling this again makes vLLM load them."""
+        from arena_core.engines.multi_lora import zero_adapter
+
         if not (Path(path) / "adapter_config.json").is_file():
             raise ArenaError(f"{path} holds no adapter_config.json: save the adapter with peft")
         self._loras[name] = Path(path)
+        if not self._base_adapter.is_dir():  # shaped like the first: see _lora_request
+            zero_adapter(path, self._base_adapter)
 
-    def _base_lora(self) -> Any:
-        from arena_core.engines.multi_lora import vllm_lora_request, zero_adapter
+    def remove_lora(self, name: str) -> None:
+        """Stop serving adapter `name` (its directory may go): a later request for it is an
+        error, and the all-zero base adapter is shaped from one still registered."""
+        self._loras.pop(name, None)
 
-        path = self._tmp / "base-adapter"
-        if not path.is_dir():
-            zero_adapter(next(iter(self._loras.values())), path)
-        return vllm_lora_request("__arena_base__", path, self._lora_ids)
+    @property
+    def _base_adapter(self) -> Path:
+        return self._tmp / "base-adapter"
 
     def _lora_request(self, adapter: str | None) -> Any:
         from arena_core.engines.multi_lora import BASE, vllm_lora_request
 
         if adapter is None or adapter == BASE:
             # vLLM's CPU LoRA ops read a base row's slot -1 as the last slot's adapter: once
-            # adapters are registered, base rows use an all-zero one (multi_lora.zero_adapter)
-            return self._base_lora() if self._loras else None
+            # an adapter was registered (even one removed since: its slot may still hold it),
+            # base rows use an all-zero one (multi_lora.zero_adapter)
+            if not self._base_adapter.is_dir():
+                return None
+            return vllm_lora_request("__arena_base__", self._base_adapter, self._lora_ids)
         if adapter not in self._loras:
             raise ArenaError(
                 f"unknown adapter '{adapter}': register it with add_lora(name, dir) first "

@@ -59,7 +59,7 @@ def _fit_max_model_len(wanted: int | None, model_dir: Path) -> int | None:
     return limit
 
 
-def _import_vllm() -> Any:
+def import_vllm() -> Any:
     """vllm, or an ArenaError that says how to install it (or repair a broken install)."""
     try:
         import vllm

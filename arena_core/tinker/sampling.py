@@ -1,10 +1,14 @@
-"""What `SamplingClient.sample` and `compute_logprobs` need beyond Arena's torch engine (which
-decodes the samples, `service.TinkerService.sample`): Tinker's `stop` rules in the engine's terms,
-and the logprob of every prompt token.
+"""What `SamplingClient.sample` and `compute_logprobs` need beside the engine that decodes the
+samples (`service.TinkerService.sample`): Tinker's `stop` rules in the engine's terms, the logprob
+of every prompt token, and, with `--engine vllm`, samplers served by Arena's vLLM engine.
 """
 
 from __future__ import annotations
 
+import copy
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -34,3 +38,107 @@ def prompt_logprobs(model: Any, prompt: list[int]) -> list[float]:
     logits = model(input_ids=ids).logits[0, :-1].float()
     picked = torch.log_softmax(logits, dim=-1).gather(-1, ids[0, 1:, None]).squeeze(-1)
     return [float("nan")] + picked.tolist()
+
+
+#: Adapters in one vLLM batch: the batcher merges only the requests of one sampler, so one
+#: sampler's adapter, and the all-zero one that base-model rows run through (`multi_lora`).
+VLLM_LORA_SLOTS = 2
+#: The largest LoRA rank the vLLM engine accepts (fixed when it starts; vLLM sizes its LoRA
+#: buffers by it): twice the SDK's default rank of 32.
+VLLM_MAX_LORA_RANK = 64
+
+
+class VLLMSamplers:
+    """Tinker samplers on Arena's vLLM engine (`arena tinker serve --engine vllm`).
+
+    vLLM runs in its own processes with its own copy of the weights, so the base model is
+    exported once (every adapter unloaded: the frozen base the clients share), and each sampler's
+    adapter snapshot is written as a peft directory the first time it samples. A snapshot never
+    changes (training goes on in the client's own adapter), so it is written once and served by
+    name; a dropped sampler's directory goes at once. Everything lives in one scratch directory
+    (memory-backed where /dev/shm is writable), removed on close.
+    """
+
+    def __init__(
+        self, model: Any, tokenizer: Any, max_context: int, *, dtype: str, unembed: list[str]
+    ) -> None:
+        from arena_core.engines.vllm_backend import VLLMBackend
+        from arena_core.engines.vllm_weights import shm_dir
+
+        self.unembed = set(unembed)  # the module names a LoRA on the unembedding targets
+        self.architecture = (getattr(model.config, "architectures", None) or ["?"])[0]
+        self.root = Path(tempfile.mkdtemp(prefix="arena-tinker-vllm-", dir=shm_dir()))
+        try:
+            base = self.root / "base"
+            plain = copy.deepcopy(model).unload()  # the base itself, no adapter merged in
+            plain.save_pretrained(str(base))
+            tokenizer.save_pretrained(str(base))
+            del plain
+            self.backend = VLLMBackend(
+                base,
+                dtype=dtype,
+                max_model_len=max_context,
+                engine_kwargs={
+                    "enable_lora": True,
+                    "max_loras": VLLM_LORA_SLOTS,
+                    "max_lora_rank": VLLM_MAX_LORA_RANK,
+                },
+            )
+        except BaseException:
+            shutil.rmtree(self.root, ignore_errors=True)
+            raise
+        self.served: set[str] = set()
+
+    def serve(self, name: str, adapter: dict[str, torch.Tensor], config: Any) -> None:
+        """Make adapter snapshot `name` servable (written on its first use only)."""
+        from safetensors.torch import save_file
+
+        from arena_core.errors import ArenaError
+
+        if name in self.served:
+            return
+        if int(config.r) > VLLM_MAX_LORA_RANK:
+            raise ArenaError(
+                f"sample: a rank-{config.r} adapter is past the vLLM engine's limit of "
+                f"{VLLM_MAX_LORA_RANK}; train with rank <= {VLLM_MAX_LORA_RANK}, or serve "
+                "with --engine torch (any rank)"
+            )
+        if self.unembed & set(config.target_modules) and not _vllm_adapts_unembedding(
+            self.architecture
+        ):  # vLLM would fail the adapter inside its engine, and the engine with it
+            raise ArenaError(
+                f"sample: this adapter trains the unembedding (the SDK's train_unembed, on by "
+                f"default), which vLLM cannot serve on {self.architecture}; create the client "
+                "with train_unembed=False, or serve with --engine torch"
+            )
+        path = self.root / "adapters" / name
+        path.mkdir(parents=True, exist_ok=True)
+        save_file({k: v.contiguous() for k, v in adapter.items()}, str(path / ADAPTER_FILE))
+        config = copy.deepcopy(config)
+        config.base_model_name_or_path = str(self.root / "base")
+        config.save_pretrained(str(path))
+        self.backend.add_lora(name, path)
+        self.served.add(name)
+
+    def drop(self, name: str) -> None:
+        """Forget a dropped sampler's adapter and delete its directory."""
+        if name in self.served:
+            self.served.discard(name)
+            self.backend.remove_lora(name)
+            shutil.rmtree(self.root / "adapters" / name, ignore_errors=True)
+
+    def close(self) -> None:
+        self.backend.close()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+ADAPTER_FILE = "adapter_model.safetensors"  # what peft's from_pretrained and vLLM read
+
+
+def _vllm_adapts_unembedding(architecture: str) -> bool:
+    """Whether vLLM's model class for `architecture` takes a LoRA on its LM head (Llama's does,
+    Qwen2's does not): the classes list it in `embedding_modules`, read from vLLM's registry."""
+    from vllm.model_executor.models import ModelRegistry
+
+    cls = ModelRegistry._try_load_model_cls(architecture)  # None: an architecture vLLM lacks
+    return "lm_head" in getattr(cls, "embedding_modules", {})

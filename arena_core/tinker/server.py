@@ -45,6 +45,7 @@ class TinkerHost(UvicornHost):
         state_dir: str | Path = DEFAULT_STATE_DIR,
         device: str = "cpu",
         max_clients: int | None = None,
+        engine: str = "torch",
         log_level: str = "warning",
     ) -> None:
         require_extra("serve", "the Tinker server (`arena tinker serve`)")
@@ -56,9 +57,12 @@ class TinkerHost(UvicornHost):
 
         self.api_key = resolve_key(api_key)
         self._bind(host, port)
-        self.engine = TinkerService(Store(state_dir), device=device, max_clients=max_clients)
+        self.engine = TinkerService(
+            Store(state_dir), device=device, max_clients=max_clients, engine=engine
+        )
         self.server = TinkerServer(self.engine, self.api_key)
         self._serve_app(create_app(self.server), log_level, graceful_s=5.0)
 
     def _release(self) -> None:
         self.server.worker.shutdown(wait=False, cancel_futures=True)
+        self.engine.close()  # a vLLM engine's processes end here

@@ -36,7 +36,7 @@ from arena_core.population.adapters import AdapterBank
 from arena_core.tinker.capacity import Footprint, check, device_profile
 from arena_core.tinker.learner import head_logprob_fn, score
 from arena_core.tinker.losses import LossSpec, zero_gradient
-from arena_core.tinker.sampling import prompt_logprobs, stop_rules
+from arena_core.tinker.sampling import VLLMSamplers, prompt_logprobs, stop_rules
 from arena_core.tinker.store import CheckpointRef, Store, dir_name
 from arena_core.tinker.wire import FwdBwdRequest, Sequence, encode_forward_backward_output
 
@@ -45,6 +45,7 @@ HUB_ALIASES = {"HuggingFaceTB/SmolLM2-135M-Instruct": "smollm2-135m-instruct"}
 LORA_ALPHA = 32  # one alpha for every rank, so a learning rate does not have to follow the rank
 SAMPLERS_KEPT = 4  # ephemeral sampler snapshots kept per training client (oldest dropped)
 DEFAULT_MAX_TOKENS = 256
+ENGINES = ("torch", "vllm")  # what decodes the samples (`--engine`)
 
 
 class TinkerError(ArenaError):
@@ -68,7 +69,7 @@ class BaseHost:
     tokenizer_dir: str
     max_context: int
     config: dict[str, Any] = field(default_factory=dict)  # the base's Hugging Face config
-    engine: TorchBackend | None = None  # Arena's torch engine over `model`, made at first sample
+    engine: TorchBackend | VLLMSamplers | None = None  # decodes the samples; made at first use
 
 
 @dataclass
@@ -102,9 +103,31 @@ class Sampler:
 class TinkerService:
     """The state behind the routes; every method runs on the worker thread."""
 
-    def __init__(self, store: Store, device: str = "cpu", max_clients: int | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        device: str = "cpu",
+        max_clients: int | None = None,
+        engine: str = "torch",
+    ) -> None:
+        if engine not in ENGINES:
+            raise TinkerError(f"engine '{engine}': choose one of {', '.join(ENGINES)}")
+        if engine == "vllm":  # a missing or broken vLLM says so at start, not at the first sample
+            from arena_core.engines.vllm_engine import import_vllm
+
+            import_vllm()
+            from vllm.platforms import current_platform
+
+            if current_platform.is_cpu():
+                warnings.warn(
+                    "--engine vllm: vLLM runs on the CPU here, where its LoRA ops gather every "
+                    "token's adapter weights; sampling through an adapter is far slower than "
+                    "with --engine torch (docs/tinker.md)",
+                    stacklevel=2,
+                )
         self.store = store
         self.device = device
+        self.engine = engine  # what samples: Arena's torch engine, or its vLLM engine
         self.max_clients = max_clients  # None: as many as the planner's memory model fits
         self.hw = device_profile(device)
         self.hosts: dict[str, BaseHost] = {}
@@ -346,6 +369,8 @@ class TinkerService:
         sampler = self.samplers[sampler_id]
         if sampler.adapter is not None and sampler.adapter in sampler.host.bank:
             sampler.host.bank.remove(sampler.adapter)
+            if isinstance(sampler.host.engine, VLLMSamplers):
+                sampler.host.engine.drop(sampler.adapter)
         sampler.dropped = True
 
     def load_into(self, model_id: str, path: str, *, optimizer: bool) -> None:
@@ -455,7 +480,9 @@ class TinkerService:
         sample with) over the base's model: every distinct prompt prefilled once and its KV
         cache shared by its rows, each row decoding through the sampler's adapter (per-row
         adapters, `engines.multi_lora`; the base's own rows through none), finished rows leaving
-        the batch, each token's logprob under the distribution it was drawn from."""
+        the batch, each token's logprob under the distribution it was drawn from. With
+        `--engine vllm` the same call goes to Arena's vLLM engine, the adapter snapshot served as
+        a LoRA of the exported base (`sampling.VLLMSamplers`)."""
         sampler = self.sampler(sampler_id)
         host = sampler.host
         params = reqs[0].sampling_params
@@ -476,10 +503,10 @@ class TinkerService:
             ignore_eos=eos is None or int(eos) not in stop_ids,  # `stop=[]`: only max_tokens
             seed=None if params.seed is None else int(params.seed),
         )
-        if host.engine is None:
-            host.engine = TorchBackend(host.model, host.tokenizer, device=self.device)
         adapter = sampler.adapter or BASE
-        done = host.engine.generate(prompts, rule, adapters=[adapter] * len(prompts))
+        done = self._engine(host, sampler.adapter).generate(
+            prompts, rule, adapters=[adapter] * len(prompts)
+        )
         rows = [Sequence(c.token_ids, c.logprobs, c.finish_reason == "stop") for c in done]
         out: list[list[Sequence]] = []
         for req in reqs:
@@ -493,6 +520,37 @@ class TinkerService:
             else:
                 scored = prompt_logprobs(host.bank.activate(sampler.adapter), prompts[0])
         return out, scored
+
+    def _engine(self, host: BaseHost, adapter: str | None) -> TorchBackend | Any:
+        """The engine that decodes `host`'s samples, made at first use, with `adapter` (a
+        sampler's snapshot, None for the base) ready to serve."""
+        if host.engine is None and self.engine == "vllm":
+            dtype = str(next(host.model.parameters()).dtype).removeprefix("torch.")
+            host.engine = VLLMSamplers(
+                host.model,
+                host.tokenizer,
+                host.max_context,
+                dtype=dtype,
+                unembed=host.targets["unembed"],
+            )
+        elif host.engine is None:
+            host.engine = TorchBackend(host.model, host.tokenizer, device=self.device)
+        if isinstance(host.engine, VLLMSamplers):
+            if adapter is not None:
+                try:
+                    config = host.model.peft_config[adapter]
+                    host.engine.serve(adapter, host.bank.adapter_state(adapter), config)
+                except ArenaError as exc:
+                    raise TinkerError(str(exc)) from None
+            return host.engine.backend
+        return host.engine
+
+    def close(self) -> None:
+        """Stop the engines that run beside this process (vLLM's); the models go with it."""
+        for host in self.hosts.values():
+            if isinstance(host.engine, VLLMSamplers):
+                host.engine.close()
+            host.engine = None
 
     # -- sessions -------------------------------------------------------------------------------
     def finish_session(self, session_id: str) -> None:
