@@ -90,13 +90,12 @@ class VLLMSamplers:
         self.served: set[str] = set()
 
     def serve(self, name: str, adapter: dict[str, torch.Tensor], config: Any) -> None:
-        """Make adapter snapshot `name` servable (written on its first use only)."""
+        """Make adapter snapshot `name` servable: written once (a snapshot never changes), so
+        the caller passes only names not yet in `served`."""
         from safetensors.torch import save_file
 
         from arena_core.errors import ArenaError
 
-        if name in self.served:
-            return
         if int(config.r) > VLLM_MAX_LORA_RANK:
             raise ArenaError(
                 f"sample: a rank-{config.r} adapter is past the vLLM engine's limit of "

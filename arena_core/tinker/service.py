@@ -536,7 +536,7 @@ class TinkerService:
         elif host.engine is None:
             host.engine = TorchBackend(host.model, host.tokenizer, device=self.device)
         if isinstance(host.engine, VLLMSamplers):
-            if adapter is not None:
+            if adapter is not None and adapter not in host.engine.served:  # written once
                 try:
                     config = host.model.peft_config[adapter]
                     host.engine.serve(adapter, host.bank.adapter_state(adapter), config)

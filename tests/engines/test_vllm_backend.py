@@ -30,15 +30,20 @@ PROMPTS = ["hello world", "1+2=", "The cat sat", "<answer>"]
 NEW = 12
 
 
-def _tiny_model(seed: int = 0) -> tuple[torch.nn.Module, object]:
+def _tiny_model(seed: int = 0, arch: str = "qwen2") -> tuple[torch.nn.Module, object]:
     """2 layers, width 128, head_dim 64 (vLLM's CPU attention has no kernel for head_dim 16),
-    tied embeddings, weights with std 0.1 so greedy outputs vary and top-2 margins stay > 1e-2."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    tied embeddings, weights with std 0.1 so greedy outputs vary and top-2 margins stay > 1e-2.
+    `arch`: "qwen2", or "llama" (SmolLM2's; vLLM's Llama also takes a LoRA on the LM head)."""
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     from arena_core.models.tokenizer import EOS, PAD, build_tiny_tokenizer
 
+    config_cls, model_cls = {
+        "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+        "llama": (LlamaConfig, LlamaForCausalLM),
+    }[arch]
     tok = build_tiny_tokenizer()
-    cfg = Qwen2Config(
+    cfg = config_cls(
         vocab_size=(len(tok) + 7) // 8 * 8,
         hidden_size=128,
         intermediate_size=256,
@@ -53,7 +58,7 @@ def _tiny_model(seed: int = 0) -> tuple[torch.nn.Module, object]:
         bos_token_id=None,
     )
     torch.manual_seed(seed)
-    return Qwen2ForCausalLM(cfg).eval(), tok
+    return model_cls(cfg).eval(), tok
 
 
 @torch.no_grad()

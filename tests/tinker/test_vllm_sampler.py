@@ -28,28 +28,9 @@ needs_vllm = pytest.mark.skipif(
 @pytest.fixture(scope="module")
 def base_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 2-layer Llama with tied embeddings (SmolLM2's architecture, vLLM's CPU head_dim 64)."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from tests.engines.test_vllm_backend import _tiny_model
 
-    from arena_core.models.tokenizer import EOS, PAD, build_tiny_tokenizer
-
-    tok = build_tiny_tokenizer()
-    cfg = LlamaConfig(
-        vocab_size=(len(tok) + 7) // 8 * 8,
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=256,
-        tie_word_embeddings=True,
-        initializer_range=0.1,
-        pad_token_id=tok.convert_tokens_to_ids(PAD),
-        eos_token_id=tok.convert_tokens_to_ids(EOS),
-        bos_token_id=None,
-    )
-    torch.manual_seed(3)
-    model = LlamaForCausalLM(cfg).eval()
+    model, tok = _tiny_model(seed=3, arch="llama")
     out = tmp_path_factory.mktemp("vllm-tinker-base")
     model.save_pretrained(out)
     tok.save_pretrained(out)
