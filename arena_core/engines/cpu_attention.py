@@ -12,7 +12,7 @@ cannot run, `available()` is False and the decode keeps its fp32 cache and torch
 (`decode_cache.decode_step_attention`), slower, never wrong.
 
 Cascade: the rows of a GRPO group hold copies of one prompt's K/V (prefilled once, then
-repeated). Given the groups (`GrowingLayer.prefix_groups`), the kernel scores all the group's
+repeated). Given the groups (`KernelCacheLayer.prefix_groups`), the kernel scores all the group's
 query heads against the first row's prompt positions block by block, so each block comes from
 memory once per group rather than once per row, then each row's own positions as before; the
 weighted sum over the row's positions continues the prompt's accumulators, so the output is
@@ -23,12 +23,147 @@ decode of 256 new tokens, the same tokens and logprobs.
 from __future__ import annotations
 
 import ctypes
+from typing import Any
 
 import torch
 
 from arena_core.engines import cpu_kernels
+from arena_core.engines.decode_cache import GrowingLayer
 
 _DTYPES = {torch.float32: 0, torch.bfloat16: 1}
+
+
+STAGE = 32  # one-position keys staged before they move into the transposed buffer
+
+
+class KernelCacheLayer(GrowingLayer):
+    """The KV cache the kernel reads: a `GrowingLayer` in `store_dtype` (bf16 halves the bytes a
+    decode step reads), its newest keys staged, and which rows share their prompt.
+
+    Why a stage: a key appended to the transposed buffer writes one element into each of `dim`
+    rows, `dim` cache lines per row and head (~0.3 ms a layer per step at 64 rows, ~7% of a bf16
+    SmolLM2 decode). A one-position append goes to a small block in the keys' natural layout
+    instead, moved into the transposed buffer `STAGE` positions at a time (whole cache lines);
+    the kernel reads both (`decode_parts`).
+
+    Prefix groups (the cascade): rows with equal `groups` ids hold equal first `shared`
+    positions. The prefill's rows are distinct; `batch_select_indices` repeating a row (the
+    engine's prefix sharing) makes copies, which `prefix_groups` hands the kernel.
+    """
+
+    def __init__(self, capacity: int, store_dtype: torch.dtype = torch.bfloat16) -> None:
+        super().__init__(capacity)
+        self.store_dtype = store_dtype
+        self.base = 0  # positions written into _k; the rest (length - base) are staged
+        self._stage: torch.Tensor | None = None  # [batch, heads, STAGE, dim]: newest keys
+        self.groups: torch.Tensor | None = None
+        self.shared = 0
+        self._plan: tuple[torch.Tensor, torch.Tensor, int] | None = None
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append, and return every position's K and V in the states' dtype (the modules'
+        attention reads them): the prefill (an empty cache) gets its own states back, later
+        steps an upcast copy. Arena's step reads the buffers through `decode_parts` instead."""
+        first = self.length == 0
+        keys, values = super().update(key_states, value_states)
+        if keys.dtype == key_states.dtype:
+            return keys, values
+        if first:
+            return key_states, value_states
+        return keys.to(key_states.dtype), values.to(value_states.dtype)
+
+    def decode_parts(
+        self, key_states: torch.Tensor, value_states: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """Append one step's K/V and hand the kernel the cache as it lies: (K^T of the first
+        `base` positions [batch, heads, dim, base], the staged keys of the rest
+        [batch, heads, length - base, dim] or None, every position's values)."""
+        self._write(key_states, value_states)
+        assert self._k is not None and self._v is not None
+        staged = None
+        if self._stage is not None and self.length > self.base:
+            staged = self._stage[:, :, : self.length - self.base]
+        return self._k[..., : self.base], staged, self._v[:, :, : self.length]
+
+    def prefix_groups(self) -> tuple[torch.Tensor, torch.Tensor, int] | None:
+        """The rows that share their first positions, for the cascade (`attention(groups=)`):
+        (rows ordered by group, each group's start in that order, the shared length), or None
+        when no two rows share any."""
+        if self.groups is None or self.shared <= 0:
+            return None
+        if self._plan is None:
+            order = torch.argsort(self.groups, stable=True)
+            counts = torch.unique_consecutive(self.groups[order], return_counts=True)[1]
+            if counts.numel() == order.numel():
+                return None
+            starts = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+            self._plan = (order.contiguous(), starts.contiguous(), self.shared)
+        order, starts, shared = self._plan
+        return order, starts, min(shared, self.base)
+
+    def _regroup(self, groups: torch.Tensor | None, shared: int) -> None:
+        self.groups, self.shared, self._plan = groups, max(0, shared), None
+
+    def _put_keys(self, key_states: torch.Tensor, end: int) -> None:
+        if self.length == 0:  # the prefill: every row its own group, its positions shared
+            self._regroup(torch.arange(key_states.shape[0]), end)
+        if end - self.length > 1:  # several positions: straight into the transposed buffer
+            self._flush()
+            super()._put_keys(key_states, end)
+            self.base = end
+            return
+        if self._stage is None:  # dropped, with nothing staged, when the batch's rows change
+            b, h, _, d = key_states.shape
+            self._stage = self._k.new_empty((b, h, STAGE, d))  # type: ignore[union-attr]
+        if self.length - self.base == STAGE:
+            self._flush()
+        self._stage[:, :, self.length - self.base].copy_(key_states[:, :, 0])
+
+    def _flush(self) -> None:
+        """Move the staged keys into the transposed buffer."""
+        staged = self.length - self.base
+        if staged and self._stage is not None and self._k is not None:
+            self._k[..., self.base : self.length].copy_(
+                self._stage[:, :, :staged].transpose(-1, -2)
+            )
+        self.base = self.length
+
+    def _views(self) -> None:
+        self._flush()
+        super()._views()
+
+    def _grow(
+        self, k: torch.Tensor, v: torch.Tensor, needed: int, dtype: torch.dtype | None = None
+    ) -> None:
+        super()._grow(k, v, needed, self.store_dtype)
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self._k is None:
+            return
+        self._flush()
+        self._stage = None
+        groups = None if self.groups is None else self.groups[indices.to(self.groups.device)]
+        self._regroup(groups, self.shared)
+        super().batch_select_indices(indices)
+
+    def set_buffers(self, keys: torch.Tensor, values: torch.Tensor, length: int) -> None:
+        self.base, self._stage = length, None
+        self._regroup(None, 0)  # rows joined from elsewhere: nothing known shared
+        super().set_buffers(keys.to(self.store_dtype), values.to(self.store_dtype), length)
+
+    def drop_front(self, cut: int) -> None:
+        self._flush()
+        self._regroup(self.groups, self.shared - cut)
+        self.base -= cut
+        super().drop_front(cut)
+
+    def reset(self) -> None:
+        self._stage = None
+        self.base = 0
+        self._regroup(None, 0)
+        super().reset()
 
 
 def _load() -> ctypes.CDLL | None:
@@ -75,7 +210,7 @@ def attention(
 
     `groups` (cascade): (order, starts, shared) where the rows `order[starts[i]:starts[i+1]]`
     hold the same first `shared` positions (keys, values and bias), e.g. a GRPO group's prompt
-    (`GrowingLayer.prefix_groups`). The kernel then reads those positions once per group
+    (`KernelCacheLayer.prefix_groups`). The kernel then reads those positions once per group
     instead of once per row, with the same arithmetic: the output is identical.
     """
     lib = _load()

@@ -28,7 +28,7 @@ thread that runs the shared module meanwhile computes the same values either way
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -39,7 +39,6 @@ from transformers.cache_utils import DynamicLayer
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 GQA_ATTENTION = "arena_gqa_sdpa"
-STAGE = 32  # keys staged before they move into a low-precision cache's transposed buffer
 
 
 class GrowingLayer(DynamicLayer):
@@ -55,136 +54,54 @@ class GrowingLayer(DynamicLayer):
     transposed view of [.., positions, dim] keys, CPU `bmm` ran 2-3x slower at SmolLM2's
     decode shapes (192 matrices of 3 query heads x 64 against 32-256 positions), most of a
     decode step's attention on a real model. The values stay [.., positions, dim], the layout
-    `probs @ V` wants.
+    `probs @ V` wants. The CPU kernel's bf16 cache builds on it (`cpu_attention.KernelCacheLayer`).
     """
 
-    def __init__(self, capacity: int, store_dtype: torch.dtype | None = None) -> None:
+    def __init__(self, capacity: int) -> None:
         super().__init__()
         self.capacity = max(1, int(capacity))
-        # the buffers' dtype (None: the states'); bf16 halves the bytes a decode step reads,
-        # for the CPU kernel that attends over it in fp32 (cpu_attention.py)
-        self.store_dtype = store_dtype
         self.length = 0
-        self.base = 0  # positions written into _k; the rest (length - base) are staged
         self._k: torch.Tensor | None = None  # [batch, heads, dim, capacity]: transposed
         self._v: torch.Tensor | None = None  # [batch, heads, capacity, dim]
-        self._stage: torch.Tensor | None = None  # [batch, heads, STAGE, dim]: newest keys
-        # rows with equal `groups` ids hold equal first `shared` positions: the prefill's rows
-        # are distinct, `batch_select_indices` repeating a row (prefix sharing) makes copies
-        self.groups: torch.Tensor | None = None
-        self.shared = 0
-        self._plan: tuple[torch.Tensor, torch.Tensor, int] | None = None
 
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Append, and return every position's K and V in the states' dtype (the modules'
-        attention reads them). With a narrower `store_dtype`, the prefill (an empty cache)
-        gets its own states back, later steps an upcast copy: correct, but the decode meant for
-        such a cache (Arena's step) reads the buffers through `decode_parts` instead."""
-        first = self.length == 0
-        keys, values = self.append(key_states, value_states)
-        if keys.dtype == key_states.dtype:
-            return keys, values
-        if first:
-            return key_states, value_states
-        return keys.to(key_states.dtype), values.to(value_states.dtype)
-
-    def append(
-        self, key_states: torch.Tensor, value_states: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write the new positions in place; the views of every position, in the buffers'
-        dtype (keys as the transposed view, [batch, heads, positions, dim])."""
         self._write(key_states, value_states)
-        self._views()
-        return self.keys, self.values
+        return self.positions()
 
     def positions(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Every position's K (the transposed view) and V, in the buffers' dtype."""
         self._views()
         return self.keys, self.values
 
-    def decode_parts(
-        self, key_states: torch.Tensor, value_states: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-        """Append one step's K/V and hand the CPU kernel the cache as it lies: (K^T of the
-        first `base` positions [batch, heads, dim, base], the staged keys of the rest
-        [batch, heads, length - base, dim] or None, every position's values)."""
-        self._write(key_states, value_states)
-        assert self._k is not None and self._v is not None
-        staged = None
-        if self._stage is not None and self.length > self.base:
-            staged = self._stage[:, :, : self.length - self.base]
-        return self._k[..., : self.base], staged, self._v[:, :, : self.length]
-
-    def prefix_groups(self) -> tuple[torch.Tensor, torch.Tensor, int] | None:
-        """The rows that share their first positions, for the kernel's cascade
-        (`cpu_attention.attention(groups=)`): (rows ordered by group, each group's start in
-        that order, the shared length), or None when no two rows share any."""
-        if self.groups is None or self.shared <= 0:
-            return None
-        if self._plan is None:
-            order = torch.argsort(self.groups, stable=True)
-            counts = torch.unique_consecutive(self.groups[order], return_counts=True)[1]
-            if counts.numel() == order.numel():
-                return None
-            starts = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
-            self._plan = (order.contiguous(), starts.contiguous(), self.shared)
-        order, starts, shared = self._plan
-        return order, starts, min(shared, self.base)
-
-    def _regroup(self, groups: torch.Tensor | None, shared: int) -> None:
-        self.groups, self.shared, self._plan = groups, max(0, shared), None
-
     def _write(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        """Why a stage: a key appended to the transposed buffer writes one element into each of
-        `dim` rows, `dim` cache lines per row and head (~0.3 ms a layer per step at 64 rows,
-        ~7% of a bf16 SmolLM2 decode). A one-position append to a cache the kernel reads
-        (`store_dtype` set) goes to a small block in the keys' natural layout instead, moved into
-        the transposed buffer `STAGE` positions at a time (whole cache lines)."""
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        new = key_states.shape[-2]
-        end = self.length + new
-        if self.length == 0:  # the prefill: every row its own group, its positions shared
-            self._regroup(torch.arange(key_states.shape[0]), new)
+        end = self.length + key_states.shape[-2]
         if self._k is None or end > self._k.shape[-1]:
             self._grow(key_states, value_states, end)
         assert self._k is not None and self._v is not None
-        if self.store_dtype is not None and new == 1:
-            if self._stage is None:  # dropped, with nothing staged, when the batch's rows change
-                b, h, _, d = key_states.shape
-                self._stage = self._k.new_empty((b, h, STAGE, d))
-            if self.length - self.base == STAGE:
-                self._flush()
-            self._stage[:, :, self.length - self.base].copy_(key_states[:, :, 0])
-        else:
-            self._flush()
-            self._k[..., self.length : end].copy_(key_states.transpose(-1, -2))
-            self.base = end
+        self._put_keys(key_states, end)
         self._v[:, :, self.length : end].copy_(value_states)
         self.length = end
 
-    def _flush(self) -> None:
-        """Move the staged keys into the transposed buffer."""
-        staged = self.length - self.base
-        if staged and self._stage is not None and self._k is not None:
-            self._k[..., self.base : self.length].copy_(
-                self._stage[:, :, :staged].transpose(-1, -2)
-            )
-        self.base = self.length
+    def _put_keys(self, key_states: torch.Tensor, end: int) -> None:
+        assert self._k is not None
+        self._k[..., self.length : end].copy_(key_states.transpose(-1, -2))
 
     def _views(self) -> None:
         assert self._k is not None and self._v is not None
-        self._flush()
         self.keys = self._k[..., : self.length].transpose(-1, -2)
         self.values = self._v[:, :, : self.length]
 
-    def _grow(self, k: torch.Tensor, v: torch.Tensor, needed: int) -> None:
+    def _grow(
+        self, k: torch.Tensor, v: torch.Tensor, needed: int, dtype: torch.dtype | None = None
+    ) -> None:
         size = max(needed, self.capacity if self._k is None else 2 * self._k.shape[-1])
         b, h, _, d = k.shape
-        nk = k.new_empty((b, h, d, size), dtype=self.store_dtype or k.dtype)
-        nv = v.new_empty((b, h, size, v.shape[-1]), dtype=self.store_dtype or v.dtype)
+        nk = k.new_empty((b, h, d, size), dtype=dtype or k.dtype)
+        nv = v.new_empty((b, h, size, v.shape[-1]), dtype=dtype or v.dtype)
         if self._k is not None and self.length:
             nk[..., : self.length].copy_(self._k[..., : self.length])
             nv[:, :, : self.length].copy_(self._v[:, :, : self.length])
@@ -202,53 +119,40 @@ class GrowingLayer(DynamicLayer):
         """Keep (or repeat) the rows `indices` of the batch: one copy of the live positions."""
         if self._k is None:
             return
-        self._flush()
-        self._stage = None
         self._k, self._v = self._k[indices], self._v[indices]
-        groups = None if self.groups is None else self.groups[indices.to(self.groups.device)]
-        self._regroup(groups, self.shared)
         self._views()
 
     def set_buffers(self, keys: torch.Tensor, values: torch.Tensor, length: int) -> None:
         """Replace the buffers with `keys`/`values` ([batch, heads, room, dim], the first
         `length` positions in use), e.g. two batches' caches padded and stacked."""
-        if self.store_dtype is not None:
-            keys, values = keys.to(self.store_dtype), values.to(self.store_dtype)
         self._k, self._v, self.length = keys.transpose(-1, -2).contiguous(), values, length
-        self.base, self._stage = length, None
-        self._regroup(None, 0)
         self._views()
 
     def drop_front(self, cut: int) -> None:
         """Forget the first `cut` positions of every row (left padding no row attends to)."""
         assert self._k is not None and self._v is not None
-        self._flush()
         self._k, self._v = self._k[..., cut:], self._v[:, :, cut:]
-        self._regroup(self.groups, self.shared - cut)
         self.length -= cut
-        self.base = self.length
         self._views()
 
     def reset(self) -> None:
-        self._k = self._v = self._stage = None
-        self.length = self.base = 0
-        self._regroup(None, 0)
+        self._k = self._v = None
+        self.length = 0
         super().reset()
 
 
 def growing_cache(
-    config: Any, capacity: int, store_dtype: torch.dtype | None = None
+    config: Any, capacity: int, layer: Callable[[int], GrowingLayer] = GrowingLayer
 ) -> DynamicCache:
-    """A DynamicCache whose full-attention layers are `GrowingLayer`s with room for `capacity`
-    (buffers in `store_dtype`, None: the states' dtype).
+    """A DynamicCache whose full-attention layers are `layer(capacity)`s (`GrowingLayer`s, or
+    the CPU kernel's `KernelCacheLayer`) with room for `capacity` positions.
 
     Layers of another kind (sliding windows, linear attention) keep their own class: correct,
     only without the in-place appends.
     """
     cache = DynamicCache(config=config)
     cache.layers = [
-        GrowingLayer(capacity, store_dtype) if type(layer) is DynamicLayer else layer
-        for layer in cache.layers
+        layer(capacity) if type(existing) is DynamicLayer else existing for existing in cache.layers
     ]
     return cache
 

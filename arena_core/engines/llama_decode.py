@@ -44,7 +44,7 @@ from torch import nn
 
 from arena_core.engines import cpu_attention, decode_glue, packed_linear
 from arena_core.engines import decode_dtype as lowp
-from arena_core.engines.decode_cache import GrowingLayer, decode_step_attention
+from arena_core.engines.decode_cache import decode_step_attention
 from arena_core.engines.merged_lora import _single_adapter, merged_weight
 from arena_core.engines.onednn_linear import decode_kernel
 
@@ -299,7 +299,7 @@ def _add_norm(
 def _stores_bf16(layer: Any) -> bool:
     """Whether `layer` is a KV cache layer that stores bf16 for the CPU attention kernel: the
     fused rotary may then hand it bf16 keys and values directly."""
-    return type(layer) is GrowingLayer and layer.store_dtype == torch.bfloat16
+    return isinstance(layer, cpu_attention.KernelCacheLayer) and layer.store_dtype == torch.bfloat16
 
 
 def _silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
@@ -325,7 +325,7 @@ def _attend(
 ) -> torch.Tensor:
     """Append this step's K/V to `layer` and attend `q` (pre-scaled) over its cache: the CPU
     kernel over a bf16 cache (`cpu_attention`), torch's two matmuls over an fp32 one."""
-    if type(layer) is GrowingLayer and layer.store_dtype not in (None, q.dtype):
+    if isinstance(layer, cpu_attention.KernelCacheLayer) and layer.store_dtype != q.dtype:
         keys_t, staged, values = layer.decode_parts(k, v)
         groups = layer.prefix_groups()
         att = cpu_attention.attention(q, keys_t, values, bias, 1.0, staged, groups)

@@ -32,7 +32,7 @@ from transformers import DynamicCache, StaticCache
 from arena_core.engines import cpu_attention
 from arena_core.engines.backend_configs import TorchBackendConfig
 from arena_core.engines.base import Completion, DecodeControl, SamplingParams, count_generated
-from arena_core.engines.decode_cache import decode_attention, growing_cache
+from arena_core.engines.decode_cache import GrowingLayer, decode_attention, growing_cache
 from arena_core.engines.decode_dtype import DTYPES, decode_dtype_linears
 from arena_core.engines.llama_decode import LlamaDecodeStep
 from arena_core.engines.merged_lora import merged_lora_linears
@@ -216,8 +216,8 @@ class TorchBackend:
         share = [slot.setdefault(key, len(slot)) for key in keys]  # each row's prefill row
         owners = [share.index(u) for u in range(len(slot))]  # the first row of each prompt
         ids, mask, positions = self._left_padded([prompts[i] for i in owners])
-        room, store = ids.shape[1] + params.max_new_tokens, self._kv_store_dtype(lora)
-        cache = growing_cache(getattr(self.model, "config", None), room, store)
+        room = ids.shape[1] + params.max_new_tokens
+        cache = growing_cache(getattr(self.model, "config", None), room, self._cache_layer(lora))
         logits = self._forward(ids, mask, positions, cache, 1, lora=lora, rows=owners)
         if len(owners) < n:  # each prompt prefilled once, its cache copied to the rows repeating it
             index = torch.tensor(share, device=self.device)
@@ -250,12 +250,14 @@ class TorchBackend:
                 time.sleep(self.decode_delay_s)  # releases the GIL, like waiting on a device
             next_pos = next_pos + 1
 
-    def _kv_store_dtype(self, lora: RowAdapters | None) -> torch.dtype | None:
-        """bf16 KV buffers where a bf16 decode's steps run Arena's step with the CPU kernel
+    def _cache_layer(self, lora: RowAdapters | None) -> type[GrowingLayer]:
+        """The CPU kernel's bf16 cache where a bf16 decode's steps run Arena's step with it
         (`cpu_attention`: half the bytes a step reads, fp32 math); else the states' dtype."""
         if self.decode_dtype != torch.bfloat16 or lora is not None or self.fast_step is None:
-            return None
-        return torch.bfloat16 if cpu_attention.runs(self.fast_step.head_dim) else None
+            return GrowingLayer
+        if cpu_attention.runs(self.fast_step.head_dim):
+            return cpu_attention.KernelCacheLayer
+        return GrowingLayer
 
     def _left_padded(
         self, prompts: list[list[int]]

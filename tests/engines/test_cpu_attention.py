@@ -17,6 +17,7 @@ import torch
 
 from arena_core.engines import cpu_attention, cpu_kernels
 from arena_core.engines.base import SamplingParams
+from arena_core.engines.cpu_attention import KernelCacheLayer
 from arena_core.engines.decode_cache import GrowingLayer, decode_step_attention
 from arena_core.engines.torch_backend import TorchBackend
 from tests.models import real_arch
@@ -99,9 +100,7 @@ def test_staged_keys_attend_like_the_rest(staged) -> None:
 def test_a_staged_layer_keeps_every_key_through_flushes_and_compaction() -> None:
     """70 one-position appends (two flushes of the 32-key stage), rows dropped mid-stage, the
     front cut: the kernel's parts and the plain views always hold every key appended."""
-    from arena_core.engines.decode_cache import STAGE
-
-    layer = GrowingLayer(40, store_dtype=torch.bfloat16)
+    layer = KernelCacheLayer(40)
     keys = [torch.randn(3, 2, 6, 64)]
     layer.update(keys[0], torch.randn(3, 2, 6, 64))
     for step in range(70):
@@ -118,7 +117,7 @@ def test_a_staged_layer_keeps_every_key_through_flushes_and_compaction() -> None
         )
         want = torch.cat(keys, dim=2).bfloat16()
         assert torch.equal(parts, want) and values.shape[2] == want.shape[2]
-        assert staged is None or staged.shape[2] <= STAGE
+        assert staged is None or staged.shape[2] <= cpu_attention.STAGE
     assert layer.room >= layer.length  # grown past the first capacity
     all_keys, _ = layer.positions()
     assert torch.equal(all_keys, want)
@@ -136,7 +135,7 @@ def test_what_the_kernel_does_not_take_answers_none() -> None:
 
 
 def test_a_bf16_layer_gives_the_modules_their_dtype() -> None:
-    layer = GrowingLayer(8, store_dtype=torch.bfloat16)
+    layer = KernelCacheLayer(8)
     k, v = torch.randn(2, 3, 5, 64), torch.randn(2, 3, 5, 64)
     keys, values = layer.update(k, v)  # the prefill: its own states back
     assert keys is k and values is v
@@ -144,8 +143,8 @@ def test_a_bf16_layer_gives_the_modules_their_dtype() -> None:
     keys, values = layer.update(k1, v1)  # later: every position, upcast
     assert keys.dtype == torch.float32 and keys.shape == (2, 3, 6, 64)
     torch.testing.assert_close(keys[:, :, -1:], k1.bfloat16().float())
-    raw_k, raw_v = layer.append(k1, v1)  # Arena's step: the bf16 buffers themselves
-    assert raw_k.dtype == raw_v.dtype == torch.bfloat16 and raw_k.shape == (2, 3, 7, 64)
+    raw_kt, _, raw_v = layer.decode_parts(k1, v1)  # Arena's step: the bf16 buffers themselves
+    assert raw_kt.dtype == raw_v.dtype == torch.bfloat16 and raw_v.shape == (2, 3, 7, 64)
 
 
 def _wide_llama():
@@ -160,7 +159,7 @@ def _generate(model, tok, monkeypatch, kernels: bool):
     cpu_kernels.forget()
     engine = TorchBackend(model, tok, device="cpu", decode_dtype="bfloat16")
     calls = {"ran": 0, "stores": []}
-    attend, store = cpu_attention.attention, engine._kv_store_dtype
+    attend, layer = cpu_attention.attention, engine._cache_layer
 
     def counted(*args, **kwargs):
         out = attend(*args, **kwargs)
@@ -169,11 +168,11 @@ def _generate(model, tok, monkeypatch, kernels: bool):
         return out
 
     def recorded(lora):
-        calls["stores"].append(store(lora))
+        calls["stores"].append(layer(lora))
         return calls["stores"][-1]
 
     monkeypatch.setattr(cpu_attention, "attention", counted)
-    monkeypatch.setattr(engine, "_kv_store_dtype", recorded)
+    monkeypatch.setattr(engine, "_cache_layer", recorded)
     prompts = [tok.encode(t, add_special_tokens=False) for t in ("12 + 7 =", "The capital of")]
     params = SamplingParams(max_new_tokens=12, temperature=1.0, seed=4)
     return engine.generate([prompts[0]] * 3 + [prompts[1]] * 3, params), calls
@@ -186,7 +185,7 @@ def test_a_bf16_decode_runs_the_kernel_over_a_bf16_cache(monkeypatch) -> None:
         want, off = _generate(model, tok, monkeypatch, kernels=False)
     monkeypatch.delenv("ARENA_CPU_KERNELS")
     cpu_kernels.forget()
-    assert calls["stores"] == [torch.bfloat16] and off["stores"] == [None]
+    assert calls["stores"] == [KernelCacheLayer] and off["stores"] == [GrowingLayer]
     layers = model.config.num_hidden_layers
     assert calls["ran"] >= 11 * layers  # every decode step of every layer, after the prefill
     assert calls["cascaded"] == calls["ran"]  # 3 rows per prompt: each prompt read once
@@ -207,8 +206,8 @@ def test_a_step_over_the_bf16_cache_gives_the_fp32_caches_logits() -> None:
     ids = torch.tensor([tok.encode("How many clips did Natalia sell?", add_special_tokens=False)])
     rows, width = 4, ids.shape[1]
     logps = []
-    for store in (None, torch.bfloat16):
-        cache = growing_cache(model.config, width + 4, store)
+    for layer in (GrowingLayer, KernelCacheLayer):
+        cache = growing_cache(model.config, width + 4, layer)
         with torch.no_grad():
             model(ids.expand(rows, -1), past_key_values=cache, use_cache=True)
             mask = torch.ones(rows, width + 1, dtype=torch.long)
@@ -244,7 +243,7 @@ def _shared_prompt_layer(dtype, kv, dim, width=70):
     """A GrowingLayer after the engine's prefix sharing: 3 prompts prefilled once (the second
     left-padded), their rows repeated into 8 (groups of unequal sizes, not contiguous)."""
     g = torch.Generator().manual_seed(dim + kv)
-    layer = GrowingLayer(200, store_dtype=None if dtype == torch.float32 else dtype)
+    layer = KernelCacheLayer(200, store_dtype=dtype)
     layer.update(torch.randn(3, kv, width, dim, generator=g), torch.randn(3, kv, width, dim))
     share = torch.tensor([2, 0, 0, 1, 2, 2, 0, 1])
     layer.batch_select_indices(share)
@@ -301,7 +300,7 @@ def test_a_layer_knows_which_rows_share_their_prompt() -> None:
     assert layer.prefix_groups()[2] == 60
     layer.set_buffers(torch.randn(2, 3, 80, 64), torch.randn(2, 3, 80, 64), 71)
     assert layer.prefix_groups() is None  # rows joined from elsewhere: nothing known shared
-    fresh = GrowingLayer(8, store_dtype=torch.bfloat16)
+    fresh = KernelCacheLayer(8)
     fresh.update(torch.randn(4, 3, 5, 64), torch.randn(4, 3, 5, 64))
     assert fresh.prefix_groups() is None  # distinct prompts
 
@@ -326,8 +325,8 @@ def test_the_engines_cascade_samples_what_each_row_alone_would(monkeypatch) -> N
     prompts = [tok.encode(t, add_special_tokens=False) for t in ("12 + 7 =", "The capital of")]
     params = SamplingParams(max_new_tokens=16, temperature=1.0, seed=5)
     runs = []
-    for groups in (GrowingLayer.prefix_groups, lambda self: None):
-        monkeypatch.setattr(GrowingLayer, "prefix_groups", groups)
+    for groups in (KernelCacheLayer.prefix_groups, lambda self: None):
+        monkeypatch.setattr(KernelCacheLayer, "prefix_groups", groups)
         engine = TorchBackend(model, tok, device="cpu", decode_dtype="bfloat16")
         with torch.no_grad():
             runs.append(engine.generate([prompts[0]] * 4 + [prompts[1]] * 3, params))
