@@ -54,7 +54,7 @@ from pydantic import Field
 
 from arena_core.errors import ArenaError, ConfigError
 from arena_core.tasks import Example
-from arena_core.tools.config import ToolEnvFields
+from arena_core.tools.config import ToolEnvFields, adopt_tool_settings
 
 REWARD_FILE = str(Path(__file__).with_name("awm_reward.py"))
 SUITE = str(Path(__file__).with_name("awm_suite"))
@@ -181,11 +181,7 @@ class AWMTask(PromptedTask):
         require_awm()
         self.cfg = cfg
         self.name = cfg.name
-        self.max_turns = cfg.max_turns
-        self.max_tool_response_tokens = cfg.max_tool_response_tokens
-        self.tool_timeout_s = cfg.tool_timeout_s
-        self.tool_parser = cfg.tool_parser
-        self.tool_concurrency = cfg.tool_concurrency
+        adopt_tool_settings(self, cfg)
         try:
             self.all = load_folder(cfg.path or SUITE)
         except AWMFormatError as exc:

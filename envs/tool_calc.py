@@ -27,7 +27,7 @@ from arena_envs.arithmetic import DEMO_MIX, STYLES, TEMPLATES, ArithmeticConfig,
 from pydantic import Field
 
 from arena_core.tasks import Example
-from arena_core.tools.config import ToolEnvFields
+from arena_core.tools.config import ToolEnvFields, adopt_tool_settings
 from arena_core.tools.protocol import ToolSession
 from arena_core.tools.python_session import PythonToolSession
 
@@ -117,11 +117,7 @@ class ToolCalcTask(ArithmeticTask):
     def __init__(self, cfg: ToolCalcConfig) -> None:
         super().__init__(cfg)
         self.cfg: ToolCalcConfig = cfg
-        self.max_turns = cfg.max_turns
-        self.max_tool_response_tokens = cfg.max_tool_response_tokens
-        self.tool_timeout_s = cfg.tool_timeout_s
-        self.tool_parser = cfg.tool_parser
-        self.tool_concurrency = cfg.tool_concurrency
+        adopt_tool_settings(self, cfg)
         if cfg.partial_credit and cfg.reward == REWARD_FILE:
             self.reward = DIGITS_REWARD_FILE
         self._servers: Any = None  # env.tools=mcp: the calculator's MCPServers

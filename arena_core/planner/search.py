@@ -77,6 +77,26 @@ class Ctx:
             self.usable,
         )
 
+    @classmethod
+    def of(
+        cls,
+        model: ModelSpec,
+        hardware: HardwareProfile,
+        count: int,
+        workload: Workload,
+        lora: int,
+        coefficients: Coefficients | None,
+        pins: dict[str, Any],
+    ) -> Ctx:
+        """The problem of `count` devices of `hardware`, priced with `coefficients` (None: the
+        hardware's calibration)."""
+        if coefficients is None:
+            from arena_core.planner.calibrate import coefficients_for
+
+            coefficients = coefficients_for(hardware)
+        sizes, usable = ModelSizes.of(model), memory.usable_bytes(hardware)
+        return cls(model, sizes, hardware, count, workload, lora, coefficients, pins, usable)
+
 
 def make_plan(
     model: ModelSpec,
@@ -101,21 +121,7 @@ def make_plan(
             f"the '{hardware.name}' profile is this machine as one device: "
             f"hardware.count must be 1, got {count} (the config path splits it: split_cpu)"
         )
-    if coefficients is None:
-        from arena_core.planner.calibrate import coefficients_for
-
-        coefficients = coefficients_for(hardware)
-    ctx = Ctx(
-        model,
-        ModelSizes.of(model),
-        hardware,
-        count,
-        workload,
-        max(0, lora_rank),
-        coefficients,
-        pins,
-        memory.usable_bytes(hardware),
-    )
+    ctx = Ctx.of(model, hardware, count, workload, max(0, lora_rank), coefficients, pins)
     candidates = search(ctx)
     best = choose([c for c in candidates if c.prediction.fits])
     if best is None:
@@ -136,7 +142,7 @@ def make_plan(
         pinned=pins,
         notes=explain.notes(ctx, best),
         elapsed_s=time.perf_counter() - start,
-        calibration=coefficients.source,
+        calibration=ctx.coef.source,
     )
 
 
@@ -148,26 +154,12 @@ def evaluate(
     coefficients: Coefficients | None = None,
 ) -> Candidate:
     """Predict one given plan (memory, time, fits) without searching."""
-    if coefficients is None:
-        from arena_core.planner.calibrate import coefficients_for
-
-        coefficients = coefficients_for(hardware)
     count = plan.trainer_devices + (plan.engine_devices if plan.colocate == "none" else 0)
-    ctx = Ctx(
-        model,
-        ModelSizes.of(model),
-        hardware,
-        count,
-        workload,
-        plan.lora_rank,
-        coefficients,
-        {},
-        memory.usable_bytes(hardware),
-    )
+    ctx = Ctx.of(model, hardware, count, workload, plan.lora_rank, coefficients, {})
     tmem = memory.trainer_memory(
-        model, ctx.sizes, hardware, plan, workload, coefficients.activation_factor
+        model, ctx.sizes, hardware, plan, workload, ctx.coef.activation_factor
     )
-    learn = cost.learn_seconds(model, ctx.sizes, hardware, plan, workload, coefficients)
+    learn = cost.learn_seconds(model, ctx.sizes, hardware, plan, workload, ctx.coef)
     return _EngineSide(ctx, plan).join(plan, tmem, learn)
 
 

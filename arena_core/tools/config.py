@@ -35,3 +35,10 @@ class ToolEnvFields(BaseModel):
         description="Episodes whose tool sessions are opened, called and closed at once "
         "(threads; MCP server starts overlap); 1 = one after another.",
     )
+
+
+def adopt_tool_settings(task: object, cfg: ToolEnvFields) -> None:
+    """Set `cfg`'s tool fields on `task` as attributes: the optional `ToolTask` members the
+    episode runner reads (`arena_core.tools.protocol.ToolTask`), one place for every tool env."""
+    for name in ToolEnvFields.model_fields:
+        setattr(task, name, getattr(cfg, name))

@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from arena_core.tasks import Example
-from arena_core.tools.config import ToolEnvFields
+from arena_core.tools.config import ToolEnvFields, adopt_tool_settings
 from arena_core.tools.mcp_client import ServerSpec
 from arena_core.tools.mcp_session import MCPServers, MCPToolSession
 
@@ -116,11 +116,7 @@ class MCPTask:
 
         require_extra("mcp", "an MCP environment")
         self.mcp = cfg
-        self.max_turns = cfg.max_turns
-        self.max_tool_response_tokens = cfg.max_tool_response_tokens
-        self.tool_timeout_s = cfg.tool_timeout_s
-        self.tool_parser = cfg.tool_parser
-        self.tool_concurrency = cfg.tool_concurrency
+        adopt_tool_settings(self, cfg)
         self._servers: MCPServers | None = None
 
     @property

@@ -22,7 +22,7 @@ from pydantic import Field, model_validator
 
 from arena_core.errors import ArenaError, ConfigError
 from arena_core.tasks import Example
-from arena_core.tools.config import ToolEnvFields
+from arena_core.tools.config import ToolEnvFields, adopt_tool_settings
 from arena_core.tools.openenv_server import OpenEnvSource, get_json
 from arena_core.tools.openenv_session import (
     ActionSpec,
@@ -158,11 +158,7 @@ class OpenEnvTask:
         require_openenv(cfg)
         self.openenv = cfg
         self.system_prompt = system_prompt
-        self.max_turns = cfg.max_turns
-        self.max_tool_response_tokens = cfg.max_tool_response_tokens
-        self.tool_timeout_s = cfg.tool_timeout_s
-        self.tool_parser = cfg.tool_parser
-        self.tool_concurrency = cfg.tool_concurrency
+        adopt_tool_settings(self, cfg)
         self._source: OpenEnvSource | None = None
         self._settings: EpisodeSettings | None = None
         self._lock = threading.Lock()
