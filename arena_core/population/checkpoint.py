@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from arena_core.population.members import Member, MemberStore
+from arena_core.population.members import Member, MemberStore, recorded_meta
 from arena_core.store.atomic import read_json
 from arena_core.store.checkpoints import set_rng_state
 from arena_core.store.space import optimizer_bytes, tensor_bytes
@@ -95,14 +95,8 @@ def load_population(ckpt: Path, store: MemberStore) -> tuple[list[Member], dict[
                 meta["hyperparameters"],
                 weights=weights,
                 optimizer_state=opt_state,
-                parent=meta.get("parent"),
-                born_step=int(meta.get("born_step", 0)),
-                mutation=str(meta.get("mutation", "")),
-                fitness=[list(f) for f in meta.get("fitness", [])],
-                scores=dict(meta.get("scores") or {}),
-                failed=meta.get("failed"),
-                # each member reads its own position of the stream (older checkpoints: one)
-                data_position=int(meta.get("data_position", state.get("data_position", 0))),
+                # each member reads its own position of the stream (a record without one: the run's)
+                **recorded_meta(meta, int(state.get("data_position", 0))),
             )
         )
     if "rng" in state and (ckpt / "rng.safetensors").is_file():

@@ -56,6 +56,21 @@ class Member:
         }
 
 
+def recorded_meta(record: dict[str, Any], data_position: int = 0) -> dict[str, Any]:
+    """`MemberStore.new`'s keywords back from a member's `record()` as saved (a checkpoint) or
+    exported (a worker's dict): lineage, fitness history, scores and its stream position
+    (`data_position` where the record has none)."""
+    return {
+        "parent": record.get("parent"),
+        "born_step": int(record.get("born_step", 0)),
+        "mutation": str(record.get("mutation", "")),
+        "fitness": [list(f) for f in record.get("fitness", [])],
+        "scores": dict(record.get("scores") or {}),
+        "failed": record.get("failed"),
+        "data_position": int(record.get("data_position", data_position)),
+    }
+
+
 class MemberStore:
     """Makes, clones and activates members over one model's trainable parameters."""
 
@@ -154,13 +169,7 @@ class MemberStore:
                 w.to(p.device, p.dtype) for w, p in zip(state["weights"], self.params, strict=True)
             ],
             optimizer_state=state["optimizer"],
-            parent=state.get("parent"),
-            born_step=int(state.get("born_step", 0)),
-            mutation=str(state.get("mutation", "")),
-            fitness=[list(f) for f in state.get("fitness", [])],
-            scores=dict(state.get("scores") or {}),
-            failed=state.get("failed"),
-            data_position=int(state.get("data_position", 0)),
+            **recorded_meta(state),
         )
 
     def absorb(self, member: Member, state: dict[str, Any]) -> None:

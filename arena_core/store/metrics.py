@@ -114,3 +114,15 @@ def read_metrics(run_dir: Path) -> list[dict[str, str]]:
         return []
     with open(path, newline="", encoding="utf-8") as fh:
         return list(csv.DictReader(fh))
+
+
+def metric_value(cell: str | None) -> float | None:
+    """A metrics.csv cell as a number; None for an empty, non-numeric or non-finite cell (a NaN
+    loss, an overflowed ratio), which neither JSON nor a plot can carry."""
+    if not cell:
+        return None
+    try:
+        x = float(cell)
+    except ValueError:
+        return None
+    return x if math.isfinite(x) else None

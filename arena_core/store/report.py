@@ -8,13 +8,12 @@ shows what the user chose rather than every key.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 from arena_core.store.index import RunInfo, read_run
 from arena_core.store.kinds import kind_of
-from arena_core.store.metrics import read_metrics
+from arena_core.store.metrics import metric_value, read_metrics
 
 
 def config_diff(cfg: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
@@ -144,17 +143,7 @@ def metrics_table(run_dir: Path, keys: list[str] | None = None) -> dict[str, lis
                 f"{', '.join(columns)}"
             )
         columns = ["step", *[k for k in keys if k != "step"]]
-    return {c: [_num(r.get(c)) for r in rows] for c in columns}
-
-
-def _num(v: str | None) -> float | None:
-    if v in (None, ""):
-        return None
-    try:
-        x = float(v)
-    except ValueError:
-        return None
-    return None if math.isnan(x) else x
+    return {c: [metric_value(r.get(c)) for r in rows] for c in columns}
 
 
 def compare(run_dirs: list[Path], png: Path | None = None) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from typing import Any
 from arena_core.errors import ArenaError
 from arena_core.store import index
 from arena_core.store.kinds import RunKind, kind_of, model_label
-from arena_core.store.metrics import METRICS_FILE
+from arena_core.store.metrics import METRICS_FILE, metric_value
 from arena_core.store.report import read_plan
 
 # no summary.json and a file written this recently: the run is taken to be still training
@@ -144,16 +144,6 @@ class Metrics:
         }
 
 
-def _num(text: str) -> float | None:
-    if text == "":
-        return None
-    try:
-        x = float(text)
-    except ValueError:
-        return None
-    return x if math.isfinite(x) else None
-
-
 def parse_rows(
     header: list[str], lines: list[str], first_line: int, problems: list[str]
 ) -> list[tuple[int, list[float | None]]]:
@@ -173,7 +163,7 @@ def parse_rows(
                     f"{len(header)} (a half-written or damaged line; skipped)"
                 )
             continue
-        values = [_num(f) for f in fields]
+        values = [metric_value(f) for f in fields]
         step = values[0]
         if step is None:
             problems.append(f"metrics.csv line {lineno}: no step; skipped")
