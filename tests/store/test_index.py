@@ -137,6 +137,20 @@ def test_cli_lists_shows_and_deletes(runs: Path, capsys) -> None:
     assert "killed" not in [r.name for r in index.list_runs(runs)]
 
 
+def test_metrics_json_stays_json_when_a_value_overflowed(runs: Path, capsys) -> None:
+    """A NaN loss or an overflowed ratio in metrics.csv is printed as null: `--json` output
+    must parse as strict JSON (no `NaN`/`Infinity` tokens) for the tools that read it."""
+    run = runs / "good"
+    (run / "metrics.csv").write_text("step,loss,mismatch/max_ratio\n1,nan,inf\n2,0.25,-inf\n")
+    assert main(["metrics", "good", "--runs", str(runs), "--json"]) == 0
+
+    def no_constants(token: str) -> None:
+        raise AssertionError(f"non-JSON token {token} in the output")
+
+    out = json.loads(capsys.readouterr().out, parse_constant=no_constants)
+    assert out == {"step": [1.0, 2.0], "loss": [None, 0.25], "mismatch/max_ratio": [None, None]}
+
+
 def test_classic_rl_runs_rank_by_held_out_return(tmp_path: Path) -> None:
     nan = float("nan")  # an evaluation that could not score never ranks
     returns = {
