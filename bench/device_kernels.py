@@ -37,11 +37,14 @@ def _sync(device: torch.device) -> None:
 
 def _step(variant: str, hidden, weight, targets, old, adv):
     """One forward + backward; returns (logprobs, grad_hidden, grad_weight or None)."""
-    from arena_core.kernels import fused_linear_logprob
+    from arena_core.kernels import fused_linear_logprob, naive_linear_logprob
     from arena_core.learn.losses import grpo_token_loss
 
     hidden.grad = weight.grad = None
-    logprobs = fused_linear_logprob(hidden, weight, targets, impl=variant)
+    if variant == "naive":
+        logprobs = naive_linear_logprob(hidden, weight, targets)
+    else:
+        logprobs = fused_linear_logprob(hidden, weight, targets, impl=variant)
     loss, _ = grpo_token_loss(logprobs, old, adv, eps_low=0.2, eps_high=0.2)
     loss.mean().backward()
     return logprobs.detach(), hidden.grad, weight.grad

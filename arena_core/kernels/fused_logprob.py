@@ -42,7 +42,7 @@ from arena_core.device import triton_usable
 from arena_core.errors import ArenaError
 from arena_core.kernels.filtering import filter_logits, filtering
 
-IMPLS = ("auto", "torch", "triton", "naive")
+IMPLS = ("auto", "torch", "triton")
 
 
 class KernelInputError(ArenaError, ValueError):
@@ -92,18 +92,21 @@ def check_linear_logprob_inputs(
         )
 
 
-def resolve_impl(impl: str, device: torch.device) -> str:
-    """Turn ``impl`` into one of torch/triton/naive, or say why the request cannot be met."""
+def row_ops_for(impl: str, device: torch.device) -> TorchRowOps:
+    """The row operations ``impl`` asks for on ``device`` (Triton's are imported only when
+    taken), or a KernelInputError that says why the request cannot be met."""
     if impl not in IMPLS:
         raise KernelInputError(f"impl must be one of {IMPLS}, got {impl!r}")
-    if impl == "auto":
-        return "triton" if device.type == "cuda" and triton_usable(device) else "torch"
     if impl == "triton" and not triton_usable(device):
         raise KernelInputError(
             f"impl='triton' needs Triton and a CUDA tensor (got {device}); use impl='torch' or "
             "'auto', or set TRITON_INTERPRET=1 before importing triton (tests only, ~1000x slower)"
         )
-    return impl
+    if impl == "triton" or (impl == "auto" and device.type == "cuda" and triton_usable(device)):
+        from arena_core.kernels.triton_row_ops import TritonRowOps  # imports triton lazily
+
+        return TritonRowOps()
+    return TorchRowOps()
 
 
 #: Default working-set budget on CPU. 256 MiB keeps the logits chunk far below the naive [T, V]
@@ -402,8 +405,8 @@ def fused_linear_logprob(
     :param temperature: the sampler's (logits are divided by it, as vLLM does).
     :param chunk_size: tokens per chunk; ``None``: the largest within ``budget_bytes``.
     :param return_entropy: also return each token's entropy (differentiable).
-    :param impl: "auto" (Triton on CUDA when installed, else torch), "torch", "triton" (CUDA, or
-        CPU under TRITON_INTERPRET=1) or "naive" (full logits; reference only).
+    :param impl: "auto" (Triton on CUDA when installed, else torch), "torch" or "triton" (CUDA,
+        or CPU under TRITON_INTERPRET=1); the full-logits reference is `naive_linear_logprob`.
     :param budget_bytes: working-set budget for the chunk (:func:`choose_chunk_size`).
     :param top_k: with ``top_p``, the sampler's filter: logprobs of the renormalised filtered
         distribution the tokens were drawn from (the target is kept); 0 and 1.0 filter nothing.
@@ -414,17 +417,7 @@ def fused_linear_logprob(
     if check:
         _check_filter(top_k, top_p, return_entropy)
         check_linear_logprob_inputs(hidden, weight, targets, temperature)
-    resolved = resolve_impl(impl, hidden.device)
-    if resolved == "naive":
-        return naive_linear_logprob(
-            hidden,
-            weight,
-            targets,
-            temperature=temperature,
-            return_entropy=return_entropy,
-            top_k=top_k,
-            top_p=top_p,
-        )
+    row_ops = row_ops_for(impl, hidden.device)
     if not torch.is_grad_enabled():
         # autograd.Function still reports needs_input_grad under no_grad: detach so the forward
         # skips the gradient rows for a backward that cannot come
@@ -441,12 +434,6 @@ def fused_linear_logprob(
             chunk_size = max(1, chunk_size // FILTER_CHUNK_DIVISOR)
     elif chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-    if resolved == "triton":
-        from arena_core.kernels.triton_row_ops import TritonRowOps  # imports triton lazily
-
-        row_ops = TritonRowOps()
-    else:
-        row_ops = TorchRowOps()
     if flat_hidden.shape[0] == 0:
         empty = flat_hidden.new_zeros(targets.shape, dtype=torch.float32) + flat_hidden.sum() * 0
         return (empty, empty.clone()) if return_entropy else empty
