@@ -251,8 +251,9 @@ class TorchBackend:
             next_pos = next_pos + 1
 
     def _cache_layer(self, lora: RowAdapters | None) -> type[GrowingLayer]:
-        """The CPU kernel's bf16 cache where a bf16 decode's steps run Arena's step with it
-        (`cpu_attention`: half the bytes a step reads, fp32 math); else the states' dtype."""
+        """The KV cache layer of a decode: the CPU kernel's bf16 cache where a bf16 decode's
+        steps run Arena's step with it (`cpu_attention`: half the bytes a step reads, fp32
+        math), else a `GrowingLayer` in the states' dtype."""
         if self.decode_dtype != torch.bfloat16 or lora is not None or self.fast_step is None:
             return GrowingLayer
         if cpu_attention.runs(self.fast_step.head_dim):
