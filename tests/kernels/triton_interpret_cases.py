@@ -11,7 +11,7 @@ import os
 import pytest
 import torch
 
-from arena_core.kernels import fused_linear_logprob
+from arena_core.kernels import fused_linear_logprob, naive_linear_logprob
 from arena_core.kernels.fused_logprob import TorchRowOps
 
 from ._reference import assert_rel_close, reference
@@ -110,10 +110,13 @@ def test_filtered_logprob_triton_matches_naive(weight_grad):
     weight = (torch.randn(V, H, generator=g) / 2).requires_grad_(weight_grad)
     targets = torch.randint(0, V, (T,), generator=g)
     grads = []
-    for impl in ("triton", "naive"):
+    kw = {"temperature": 0.8, "top_k": 20, "top_p": 0.8}
+    for run in (
+        lambda: fused_linear_logprob(hidden, weight, targets, chunk_size=8, impl="triton", **kw),
+        lambda: naive_linear_logprob(hidden, weight, targets, **kw),
+    ):
         hidden.grad = weight.grad = None
-        kw = {"temperature": 0.8, "top_k": 20, "top_p": 0.8, "impl": impl}
-        out = fused_linear_logprob(hidden, weight, targets, chunk_size=8, **kw)
+        out = run()
         out.sum().backward()
         grads.append((out.detach(), hidden.grad.clone(), weight.grad if weight_grad else None))
     (lp_t, gh_t, gw_t), (lp_n, gh_n, gw_n) = grads
