@@ -6,7 +6,7 @@ default), IPO: `(h - 1/(2 beta))^2` on length-averaged log-probabilities (Azar e
 computes it). `nll_alpha > 0` adds the chosen response's token-mean negative log-likelihood
 (AgileRL's DPO+NLL, TRL's `rpo_alpha`). The reference is the LoRA base with the adapter disabled,
 or, for full fine-tuning, log-probabilities computed once before training: never a second model
-in memory. The offline loop (`arena_core/sft_dpo/recipe.py`) runs it on `preference` data.
+in memory. The SFT/DPO loop (`arena_core/sft_dpo/recipe.py`) runs it on `preference` data.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class DPO:
         self.lr = config.lr
         self.weight_decay = config.weight_decay
         self.max_grad_norm = config.max_grad_norm
-        # the learner must not build its own reference copy: the offline loop supplies reference
+        # the learner must not build its own reference copy: the SFT/DPO loop supplies reference
         # log-probabilities (adapter disabled, or precomputed)
         self.beta = 0.0
 

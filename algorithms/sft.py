@@ -5,7 +5,7 @@ micro-batches, the fused logprob head, exact gradient accumulation): an SFT samp
 `Sample` whose completion tokens are the tokens that carry loss. Completion-only loss (the
 default, TRL's for prompt/completion data) makes the prompt the sample's context; a multi-turn
 chat (`messages`) is one sample whose loss mask keeps every assistant turn; with
-`completion_only=false` every token after the first carries loss. The offline loop
+`completion_only=false` every token after the first carries loss. The SFT/DPO loop
 (the `offline` recipe, named in `recipe`) feeds it rows of an `sft` dataset
 (`+env=dataset env.category=sft`) or the demonstrations of a text task (`gold_completion`).
 """

@@ -94,9 +94,9 @@ def _ippo_recipe() -> type:
 
 
 def _sft_dpo_recipe() -> type:
-    from arena_core.sft_dpo.recipe import OfflineRecipe
+    from arena_core.sft_dpo.recipe import SftDpoRecipe
 
-    return OfflineRecipe
+    return SftDpoRecipe
 
 
 @hookimpl

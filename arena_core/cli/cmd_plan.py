@@ -81,22 +81,22 @@ def run(args: argparse.Namespace) -> int:
 
     from arena_core.cli.plan_summary import (
         measured_prompt_tokens,
-        offline_kind,
+        sft_dpo_kind,
         sft_plan,
         sft_plan_lines,
     )
     from arena_core.planner import NoPlanFits, plan_from_config
 
     cfg = compose(overrides)
-    offline = offline_kind(cfg)
-    if offline == "sft":  # no generation to balance: the step's price from the run's own rows
+    kind = sft_dpo_kind(cfg)
+    if kind == "sft":  # no generation to balance: the step's price from the run's own rows
         found = sft_plan(cfg)
         print(json.dumps(found) if args.json else "\n".join(sft_plan_lines(found)))
         return 0
-    if offline:
+    if kind:
         algo = (cfg.get("algo") or {}).get("name")
         raise ArenaError(
-            f"algo={algo}: the planner prices RL and SFT steps; a {offline} step is not priced "
+            f"algo={algo}: the planner prices RL and SFT steps; a {kind} step is not priced "
             "yet (`arena-run ... dry_run=true` shows what the run will use)"
         )
     try:

@@ -93,8 +93,8 @@ def dry_run(inputs: RunInputs, name: str, recipe: Recipe) -> None:
     Config and plan come first so that a failing check (a dataset the hub cannot serve offline)
     never hides them; a failing check still fails the dry run, with the run's exit code."""
     from arena_core.cli.plan_summary import (
-        offline_kind,
         print_plan_summary,
+        sft_dpo_kind,
         sft_plan,
         sft_plan_lines,
     )
@@ -110,7 +110,7 @@ def dry_run(inputs: RunInputs, name: str, recipe: Recipe) -> None:
         algo_threads = (cfg.get("algo") or {}).get("threads")
         threads = run_threads((cfg.get("runtime") or {}).get("threads"), algo_threads)
         print(f"# plan: CPU, torch threads {threads}; recipe {name}")
-        if offline_kind(cfg) == "sft":  # its step's price, as `arena plan` prints it
+        if sft_dpo_kind(cfg) == "sft":  # its step's price, as `arena plan` prints it
             try:
                 print("\n".join(f"# {line}" for line in sft_plan_lines(sft_plan(cfg))))
             except ArenaError as exc:  # advice, not a gate: the pre-flight checks the rest

@@ -81,8 +81,8 @@ def model_config_dict(cfg: dict[str, Any]) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def offline_kind(cfg: dict[str, Any]) -> str | None:
-    """ "sft" or "preference" for an algorithm of the offline recipe (no generation: the RL
+def sft_dpo_kind(cfg: dict[str, Any]) -> str | None:
+    """ "sft" or "preference" for an algorithm of the `offline` recipe (no generation: the RL
     planner's search does not apply), None for the others."""
     from arena_core.plugin_loader import get_plugins
     from arena_core.registry import algorithm_recipe
@@ -108,7 +108,7 @@ def sft_plan(cfg: dict[str, Any]) -> dict[str, Any]:
     from arena_core.models.cache import resolve_model
     from arena_core.planner.sft_price import sft_step_price
     from arena_core.run_parts.build import make_env
-    from arena_core.sft_dpo.data import Encoder, OfflineData
+    from arena_core.sft_dpo.data import Encoder, SftDpoData
 
     model, algo = cfg.get("model") or {}, cfg.get("algo") or {}
     train, runtime = cfg.get("train") or {}, cfg.get("runtime") or {}
@@ -129,7 +129,7 @@ def sft_plan(cfg: dict[str, Any]) -> dict[str, Any]:
         tokenizer = load_tokenizer(resolve_model(name, fetch=False))
     rows = int(algo.get("batch_size") or 1)
     budget = int(train.get("micro_batch_tokens") or DEFAULT_MICRO_BATCH_TOKENS)
-    data = OfflineData(make_env(cfg.get("env")), 0)
+    data = SftDpoData(make_env(cfg.get("env")), 0)
     encoder = Encoder(
         tokenizer, int(algo.get("max_length") or 512), bool(algo.get("completion_only", True))
     )

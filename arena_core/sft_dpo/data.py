@@ -1,4 +1,4 @@
-"""The data side of offline training (SFT, DPO): which env feeds which algorithm, and tokenising.
+"""The data side of SFT and DPO training: which env feeds which algorithm, and tokenising.
 
 An algorithm states the dataset categories it trains on (`data_categories`); an env states the
 category it provides (`category`, as the dataset env does; a text task without one provides
@@ -44,8 +44,8 @@ def demonstration(task: Any, ex: Example) -> str:
     return str(demo) if demo else gold_completion(task, ex)
 
 
-class OfflineData:
-    """Training stream and held-out rows of a task for an offline algorithm."""
+class SftDpoData:
+    """Training stream and held-out rows of a task for an SFT or DPO algorithm."""
 
     def __init__(self, task: Any, eval_n: int) -> None:
         self.task = task

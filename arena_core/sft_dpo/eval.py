@@ -1,4 +1,4 @@
-"""Held-out evaluation and the DPO reference for the offline loop.
+"""Held-out evaluation and the DPO reference for the SFT/DPO loop.
 
 SFT: the token-mean negative log-likelihood of the held-out completions (`eval/loss`), and when
 the env has a reward, the held-out greedy reward and accuracy exactly as the RL loop measures
@@ -21,7 +21,7 @@ from torch import Tensor
 
 from arena_core.learn.learner import Learner
 from arena_core.learn.sequence_loss import reference_logprobs, sequence_logprobs
-from arena_core.sft_dpo.data import Encoder, OfflineData, Row
+from arena_core.sft_dpo.data import Encoder, Row, SftDpoData
 from arena_core.tasks import Example
 
 REFERENCE_FILE = "reference_logprobs.pt"
@@ -34,7 +34,7 @@ class Evaluator:
         self,
         core: Any,
         task: Any,
-        data: OfflineData,
+        data: SftDpoData,
         encoder: Encoder,
         learner: Learner,
         policy: Any,

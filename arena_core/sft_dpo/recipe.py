@@ -1,7 +1,7 @@
 """The `offline` recipe behind `arena-run +algo=sft|dpo`: read data, learn, evaluate, repeat.
 
-Algorithms choose it with `recipe = "offline"`. Read top to bottom: `OfflineRecipe` (set up: the
-algorithm, the dataset env and its category, the run session), then `_OfflineRun`, the loop; the
+Algorithms choose it with `recipe = "offline"`. Read top to bottom: `SftDpoRecipe` (set up: the
+algorithm, the dataset env and its category, the run session), then `_SftDpoRun`, the loop; the
 data, encoding and evaluation pieces stay in `arena_core.sft_dpo`. It shares the LLM loop's parts: the policy loader
 (with `model.init_from`), the `Learner` (token-budget micro-batches, the fused logprob head),
 the run session (`arena_core.session`: run directory, resume, seeds, loggers, checkpoints,
@@ -31,7 +31,7 @@ from arena_core.planner.sft_price import sft_reprice
 from arena_core.run_parts.build import build_algorithm, make_env
 from arena_core.session import RunSession
 from arena_core.session.recipe import Recipe
-from arena_core.sft_dpo.data import Encoder, OfflineData, task_category
+from arena_core.sft_dpo.data import Encoder, SftDpoData, task_category
 from arena_core.sft_dpo.eval import Evaluator
 from arena_core.store.best import save_reason
 from arena_core.store.checkpoints import best_checkpoint, latest_checkpoint
@@ -42,7 +42,7 @@ from arena_core.threads import torch_threads
 _SUMMARY_NAMES = {"eval/reward_mean": "eval_reward"}  # the LLM loop's summary names
 
 
-class OfflineRecipe(Recipe):
+class SftDpoRecipe(Recipe):
     """SFT and DPO on datasets, no generation."""
 
     needs_model = True
@@ -65,12 +65,12 @@ class OfflineRecipe(Recipe):
                 return session.run_dir  # said so; nothing to train
             with session.scope():  # a crash anywhere leaves a failed summary.json
                 session.seed()
-                _OfflineRun(core, session, algorithm, task).run()
+                _SftDpoRun(core, session, algorithm, task).run()
             return session.run_dir
 
 
-class _OfflineRun:
-    """The state of one offline run; methods are the loop's phases."""
+class _SftDpoRun:
+    """The state of one SFT or DPO run; methods are the loop's phases."""
 
     def __init__(self, core: CoreConfig, session: RunSession, algorithm: Any, task: Any) -> None:
         from arena_core.models import load_policy
@@ -91,7 +91,7 @@ class _OfflineRun:
         self.encoder = Encoder(
             self.policy.tokenizer, cfg.max_length, getattr(cfg, "completion_only", True)
         )
-        self.data = OfflineData(task, core.eval.num_prompts)
+        self.data = SftDpoData(task, core.eval.num_prompts)
         self._write_plan()
         self.state = session.restore(self.policy.model, self.learner.optimizer)
         self.step = int(self.state.get("step", 0))
@@ -118,7 +118,7 @@ class _OfflineRun:
             "parameters": sum(p.numel() for p in params),
             "trainable_parameters": trained,
         }
-        if self.preference:  # offline.eval: the adapter-free base, or log-probs computed once
+        if self.preference:  # sft_dpo.eval: the adapter-free base, or log-probs computed once
             lora = hasattr(self.policy.model, "disable_adapter")
             fields["reference"] = "base without the adapter" if lora else "starting weights"
         price = None if self.preference else self._price()

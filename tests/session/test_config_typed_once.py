@@ -93,11 +93,11 @@ def test_an_llm_run_validates_its_config_once(
     assert inputs.plan is not None  # a planned recipe: the launcher planned it first
 
 
-def test_an_offline_run_validates_its_config_once(
+def test_an_sft_run_validates_its_config_once(
     tmp_path: Path, tmp_runs: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from arena_core.cli.launch import launch
-    from arena_core.sft_dpo.recipe import OfflineRecipe
+    from arena_core.sft_dpo.recipe import SftDpoRecipe
 
     data = tmp_path / "sft.jsonl"
     rows = [{"prompt": f"What is {a} + 1?", "response": str(a + 1)} for a in range(12)]
@@ -118,7 +118,7 @@ def test_an_offline_run_validates_its_config_once(
         ]
     )
     calls = _count_validations(monkeypatch)
-    seen = _received(monkeypatch, OfflineRecipe)
+    seen = _received(monkeypatch, SftDpoRecipe)
     run_dir = launch(cfg, check=False)
     assert run_dir is not None
     summary = json.loads((run_dir / "summary.json").read_text())

@@ -1,4 +1,4 @@
-"""Small datasets for the offline (SFT, DPO) tests, written by the tests themselves."""
+"""Small datasets for the SFT and DPO tests, written by the tests themselves."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def pref_file(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def common(tmp_runs: Path) -> list[str]:
-    """Overrides every offline test run shares: tiny model, one thread, CSV only, quiet."""
+    """Overrides every SFT and DPO test run shares: tiny model, one thread, CSV only, quiet."""
     return [
         "model=tiny",
         f"paths.runs={tmp_runs}",
