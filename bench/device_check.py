@@ -35,24 +35,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing it
 
 
-def _import_algorithms() -> None:
-    """`arena_algorithms` is the `algorithms/` folder under its installed name: map it by hand
-    when the checkout is not pip-installed (a GPU machine without a package index)."""
-    import importlib.util
-
-    try:
-        import arena_algorithms  # noqa: F401
-    except ImportError:
-        init = ROOT / "algorithms" / "__init__.py"
-        spec = importlib.util.spec_from_file_location(
-            "arena_algorithms", init, submodule_search_locations=[str(init.parent)]
-        )
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["arena_algorithms"] = module
-        spec.loader.exec_module(module)
-
-
 CONFIG = ROOT / "arena_core" / "planner" / "known_configs" / "qwen2.5-0.5b" / "config.json"
 SMOKE = {
     "hidden_size": 64,
@@ -97,9 +79,7 @@ def build_model(cfg: dict, device: str, dtype: torch.dtype):
 
 
 def grpo_steps(args: argparse.Namespace, cfg: dict, dev) -> dict:
-    _import_algorithms()
     from arena_algorithms.grpo import GRPO
-
     from arena_core.engines.base import SamplingParams
     from arena_core.engines.torch_backend import TorchBackend
     from arena_core.learn.learner import Learner

@@ -47,7 +47,7 @@ def main() -> None:
     import arena_core
 
     root = Path(arena_core.__file__).resolve().parent.parent
-    keep = (str(root / "arena_core"), str(root / "algorithms"))
+    keep = (str(root / "arena_core"), str(root / "arena_algorithms"))
     calls: collections.Counter = collections.Counter()
     real: dict[str, str] = {}
 

@@ -98,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
     core = report["core_config_options"]
     if core:
         console.print(
-            "[bold]core config options[/bold] (Arena's own conf/): " + escape(", ".join(core)),
+            "[bold]core config options[/bold] (Arena's own arena_conf/): "
+            + escape(", ".join(core)),
             overflow="fold",
         )
     for failure in report["failures"]:

@@ -15,7 +15,7 @@ from arena_core.cli.options import ONE_JSON_OBJECT, add_json_flag
 from arena_core.errors import ArenaError
 
 EPILOG = """examples:
-  arena validate reward rewards/gsm8k.py
+  arena validate reward arena_rewards/gsm8k.py
   arena validate reward my_reward.py --env arithmetic
   arena validate reward my_reward.py sandbox.network=true
   arena validate reward my_reward.py --dataset data/train.jsonl --column-mapping '{"question": "problem"}'

@@ -1,4 +1,4 @@
-"""Hydra composition of `conf/` plus the plugins' and the user's config directories.
+"""Hydra composition of `arena_conf/` plus the plugins' and the user's config directories.
 
 One `Hydra` object, built here, serves every front end: `arena-run` runs it as a Hydra
 application (`--cfg`, `--info`, `--help`, `-m` and the launchers: `arena_core.cli.run`), and
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from hydra._internal.hydra import Hydra
     from omegaconf import DictConfig
 
-CONFIG_NAME = "config"  # the primary config (conf/config.yaml); --config-name picks another
+CONFIG_NAME = "config"  # the primary config (arena_conf/config.yaml); --config-name picks another
 HYDRA_VERSION_BASE = "1.3"  # Hydra 1.3's defaults: no working-directory change
 # `hardware=h100-80` and `backend=vllm` read naturally but are plain sections, not Hydra groups.
 SHORTHAND_SECTIONS = ("hardware", "backend")

@@ -86,7 +86,7 @@ def resume_value(overrides: list[str]) -> str | None:
 
 def runs_value(overrides: list[str], default: str = "./runs") -> str:
     """The runs directory `paths.runs=...` names among `overrides` (where a run id or name is
-    looked up), else `default` (conf/config.yaml's)."""
+    looked up), else `default` (arena_conf/config.yaml's)."""
     found = default
     for text in overrides:
         match = _RUNS.match(text)

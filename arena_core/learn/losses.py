@@ -17,7 +17,7 @@ AggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"
 AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 
-def group_advantages(rewards: Tensor, *, scale: str = "std", eps: float = 1e-4) -> Tensor:
+def group_advantages(rewards: Tensor, *, divide_by_std: bool = True, eps: float = 1e-4) -> Tensor:
     """GRPO advantages: `(r - mean_group) / (std_group + eps)`, or Dr.GRPO's `r - mean_group`.
 
     `rewards` is [n_groups, group_size]. The std is the sample std (Bessel-corrected, as TRL
@@ -29,10 +29,8 @@ def group_advantages(rewards: Tensor, *, scale: str = "std", eps: float = 1e-4) 
         )
     rewards = rewards.to(torch.float32)
     centred = rewards - rewards.mean(dim=1, keepdim=True)
-    if scale == "none":
+    if not divide_by_std:
         return centred
-    if scale != "std":
-        raise ValueError(f"scale must be 'std' or 'none', got {scale!r}")
     std = rewards.std(dim=1, keepdim=True) if rewards.shape[1] > 1 else torch.zeros_like(centred)
     return centred / (std + eps)
 

@@ -6,7 +6,7 @@ sessions, see `arena_core.engines.multi_turn`); `check_openenv` is what `arena v
 arena-run's pre-flight run for such an env (through its factory's `validate`): start or reach the
 server, read `/schema`, reset with a seed and step with an action built from the schema, and say
 what came back. The built-in
-`+env=openenv` (envs/openenv.py) adds the prompts (reset seeds); a plugin may reuse both parts.
+`+env=openenv` (arena_envs/openenv.py) adds the prompts (reset seeds); a plugin may reuse both parts.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from arena_core.sandbox import SandboxPolicy, run_in_sandbox
 from arena_core.validate.isolation import add_isolation_check
 from arena_core.validate.report import FAIL, PASS, Report
 
-# The env options that wrap another environment for the classic-RL loops (envs/gym.py): what is
+# The env options that wrap another environment for the classic-RL loops (arena_envs/gym.py): what is
 # validated is the wrapped one, built as arena_core/classic_rl/envs.py builds it.
 CLASSIC_SOURCES = ("gym", "pettingzoo")
 

@@ -6,9 +6,9 @@ import math
 
 import pytest
 import torch
+
 from arena_algorithms.cispo import CISPO
 from arena_algorithms.grpo import GRPO
-
 from arena_core.learn.algorithm import TokenBatch
 from arena_core.learn.learner import Correction
 from arena_core.learn.losses import aggregate, k3_kl, token_weights
@@ -16,7 +16,7 @@ from arena_core.learn.losses import aggregate, k3_kl, token_weights
 
 def test_grpo_std_advantages_by_hand() -> None:
     rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0], [2.0, 2.0, 2.0, 2.0]])
-    adv = GRPO({"scale_rewards": "std", "adv_eps": 1e-4}).advantages(rewards)
+    adv = GRPO({"scale_rewards": "group", "adv_eps": 1e-4}).advantages(rewards)
     s = math.sqrt(1 / 3)  # sample std of {1,0,0,1}: sqrt(4 * 0.25 / 3)
     expect = 0.5 / (s + 1e-4)
     assert adv[0].tolist() == pytest.approx([expect, -expect, -expect, expect], rel=1e-6)

@@ -9,13 +9,13 @@ import statistics
 import pytest
 import torch
 import yaml
+from pydantic import ValidationError
+
 from arena_algorithms import plugin
 from arena_algorithms.cispo import CISPO
 from arena_algorithms.grpo import GRPO, GRPOConfig
 from arena_algorithms.reinforce_pp import ReinforcePP, ReinforcePPConfig
 from arena_algorithms.rloo import RLOO, RLOOConfig
-from pydantic import ValidationError
-
 from arena_core.engines.base import Completion, SamplingParams
 from arena_core.learn.algorithm import Algorithm, TokenBatch
 from arena_core.llm_rl.groups import GroupCollector
@@ -72,11 +72,11 @@ def test_reinforce_pp_baselines() -> None:
         ReinforcePPConfig(scale_rewards="group")  # its normalisation is always the batch's
 
 
-def test_scale_rewards_accepts_the_old_spelling_and_rejects_typos() -> None:
-    assert GRPOConfig(scale_rewards="std").scale_rewards == "group"
+def test_scale_rewards_rejects_what_it_does_not_know() -> None:
     assert GRPOConfig().scale_rewards == "group"
-    with pytest.raises(ValidationError, match="scale_rewards"):
-        GRPOConfig(scale_rewards="batchstd")
+    for wrong in ("batchstd", "std"):  # the error lists 'group', 'batch' and 'none'
+        with pytest.raises(ValidationError, match="'group', 'batch' or 'none'"):
+            GRPOConfig(scale_rewards=wrong)
     with pytest.raises(ValidationError, match="overlong_buffer"):
         GRPOConfig(overlong_buffer=-1)
 
@@ -212,8 +212,8 @@ def test_configs_compose_from_the_quickstart_and_an_oversized_buffer_is_refused(
     for name in ("rloo", "reinforce_pp"):
         cfg = compose_run_config(["+experiment=quickstart", f"algo={name}"])
         assert cfg["algo"]["name"] == name and cfg["algo"]["lr"] == 1e-4
-    cfg = compose_run_config(["+experiment=quickstart", "algo.scale_rewards=std"])
-    assert cfg["algo"]["scale_rewards"] == "group"
+    cfg = compose_run_config(["+experiment=quickstart", "algo.scale_rewards=batch"])
+    assert cfg["algo"]["scale_rewards"] == "batch"
     with pytest.raises(ConfigError) as caught:
         compose_run_config(["+experiment=quickstart", "algo.overlong_buffer=48"])
     assert any("algo.overlong_buffer=48 must be smaller than" in p for p in caught.value.problems)

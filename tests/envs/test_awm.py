@@ -3,7 +3,7 @@ line; every episode gets a fresh database in its own state directory (the user's
 written); the verifier, sandboxed, gives the reward; held-out scenarios never reach training;
 `arena validate env awm` lists each scenario's tools and flags what training skips.
 
-The scenarios are the shipped suite's (envs/awm_suite), served by the real servers over MCP.
+The scenarios are the shipped suite's (arena_envs/awm_suite), served by the real servers over MCP.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ pytest.importorskip("mcp")
 
 from arena_envs.awm import make_awm  # noqa: E402
 
-SUITE = Path(__file__).resolve().parents[2] / "envs" / "awm_suite"
+SUITE = Path(__file__).resolve().parents[2] / "arena_envs" / "awm_suite"
 ORACLE = {
     (o["scenario"], o["task_idx"]): o for o in map(json.loads, (SUITE / "oracle.jsonl").open())
 }

@@ -26,7 +26,7 @@ from arena_envs.awm import main as awm_main  # noqa: E402
 from arena_envs.awm import make_awm  # noqa: E402
 from arena_envs.awm_data import load_folder  # noqa: E402
 
-SUITE = Path(__file__).resolve().parents[2] / "envs" / "awm_suite"
+SUITE = Path(__file__).resolve().parents[2] / "arena_envs" / "awm_suite"
 ORACLE = {
     (o["scenario"], o["task_idx"]): o for o in map(json.loads, (SUITE / "oracle.jsonl").open())
 }

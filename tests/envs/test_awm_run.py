@@ -3,7 +3,7 @@ finishes, scores its episodes with the tasks' verifiers, reports held-out succes
 and leaves no process or database behind.
 
 The model's turns come from a scripted agent (the tiny model never writes a tool call): it
-replays the task's oracle calls (envs/awm_suite/oracle.jsonl) one per turn and then its final
+replays the task's oracle calls (arena_envs/awm_suite/oracle.jsonl) one per turn and then its final
 answer, on every other training episode (the others give up at once) and on every evaluation
 episode. Everything else (the scenario servers
 over MCP, the episode runner, the sandboxed verifiers, the loop, evaluation) is the real code.
@@ -28,7 +28,7 @@ pytest.importorskip("fastapi")
 pytest.importorskip("sqlalchemy")
 pytest.importorskip("mcp")
 
-SUITE = Path(__file__).resolve().parents[2] / "envs" / "awm_suite"
+SUITE = Path(__file__).resolve().parents[2] / "arena_envs" / "awm_suite"
 ORACLE = {o["task"]: o for o in map(json.loads, (SUITE / "oracle.jsonl").open())}
 
 

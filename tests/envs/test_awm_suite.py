@@ -1,4 +1,4 @@
-"""The shipped AWM suite (envs/awm_suite): in AWM's format, as its build script writes it, and
+"""The shipped AWM suite (arena_envs/awm_suite): in AWM's format, as its build script writes it, and
 every task solvable: each oracle (oracle.jsonl) replayed through the real environment (the
 scenario servers over MCP, the sandboxed verifiers) earns 1.0, and an untouched episode 0.0.
 """
@@ -20,7 +20,7 @@ pytest.importorskip("mcp")
 from arena_envs.awm import make_awm  # noqa: E402
 from arena_envs.awm_data import FILES, load_folder  # noqa: E402
 
-SUITE = Path(__file__).resolve().parents[2] / "envs" / "awm_suite"
+SUITE = Path(__file__).resolve().parents[2] / "arena_envs" / "awm_suite"
 
 
 def test_the_files_are_what_the_build_script_writes() -> None:
@@ -33,7 +33,9 @@ def test_the_files_are_what_the_build_script_writes() -> None:
         sys.modules.pop(spec.name, None)
     for name, records in build.records().items():
         shipped = [json.loads(line) for line in (SUITE / f"{name}.jsonl").open()]
-        assert shipped == records, f"{name}.jsonl is stale: run python envs/awm_suite/build.py"
+        assert shipped == records, (
+            f"{name}.jsonl is stale: run python arena_envs/awm_suite/build.py"
+        )
     scenarios = load_folder(SUITE)
     assert sorted(p.name for p in SUITE.glob("gen_*.jsonl")) == sorted(FILES)
     assert 12 <= len(scenarios) <= 16

@@ -9,19 +9,19 @@ from pathlib import Path
 
 import pytest
 import yaml
-from arena_envs import plugin
-from arena_envs.arithmetic import ArithmeticConfig, make_arithmetic
-from arena_envs.gsm8k import Gsm8kConfig, make_gsm8k
 from pydantic import ValidationError
 
 from arena_core.errors import ArenaError
 from arena_core.tasks import TextTask
+from arena_envs import plugin
+from arena_envs.arithmetic import ArithmeticConfig, make_arithmetic
+from arena_envs.gsm8k import Gsm8kConfig, make_gsm8k
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED_GSM8K = REPO / "../shared/data/gsm8k"
-CONF = REPO / "envs" / "conf" / "env"
+CONF = REPO / "arena_envs" / "conf" / "env"
 spec = importlib.util.spec_from_file_location(
-    "gsm8k_reward_for_envs", REPO / "rewards" / "gsm8k.py"
+    "gsm8k_reward_for_envs", REPO / "arena_rewards" / "gsm8k.py"
 )
 reward_file = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(reward_file)

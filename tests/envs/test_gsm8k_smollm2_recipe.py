@@ -13,12 +13,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from arena_envs.gsm8k import make_gsm8k, worked_solution
 
+from arena_envs.gsm8k import make_gsm8k, worked_solution
 from tests.models import real_arch
 
 REPO = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("gsm8k_reward_recipe", REPO / "rewards/gsm8k.py")
+_spec = importlib.util.spec_from_file_location(
+    "gsm8k_reward_recipe", REPO / "arena_rewards/gsm8k.py"
+)
 assert _spec is not None and _spec.loader is not None
 reward_file = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(reward_file)

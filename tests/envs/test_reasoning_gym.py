@@ -14,8 +14,6 @@ import pytest
 
 rg = pytest.importorskip("reasoning_gym")
 
-from arena_envs import plugin  # noqa: E402
-from arena_envs.reasoning_gym import ReasoningGymConfig, make_reasoning_gym  # noqa: E402
 from reasoning_gym.utils import extract_answer  # noqa: E402
 
 from arena_core.cli.main import main as arena_main  # noqa: E402
@@ -23,6 +21,8 @@ from arena_core.cli.run import main as arena_run  # noqa: E402
 from arena_core.errors import ConfigError  # noqa: E402
 from arena_core.run_parts.scoring import RewardScorer  # noqa: E402
 from arena_core.sandbox import RewardPool, resolve_reward  # noqa: E402
+from arena_envs import plugin  # noqa: E402
+from arena_envs.reasoning_gym import ReasoningGymConfig, make_reasoning_gym  # noqa: E402
 
 SMALL = {"min_terms": 2, "max_terms": 3, "max_digits": 1}
 TINY_RUN = [
@@ -54,7 +54,7 @@ def test_registered_with_its_schema_and_yaml_option() -> None:
         lambda name, factory, schema=None, description="": seen.update({name: (factory, schema)})
     )
     assert seen["reasoning_gym"] == (make_reasoning_gym, ReasoningGymConfig)
-    assert resolve_reward("reasoning_gym").endswith("rewards/reasoning_gym_reward.py")
+    assert resolve_reward("reasoning_gym").endswith("arena_rewards/reasoning_gym_reward.py")
 
 
 def test_held_out_rows_are_distinct_fixed_and_never_trained_on() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-FILE = Path(__file__).resolve().parents[2] / "rewards" / "gsm8k.py"
+FILE = Path(__file__).resolve().parents[2] / "arena_rewards" / "gsm8k.py"
 spec = importlib.util.spec_from_file_location("gsm8k_reward_under_test", FILE)
 gsm8k = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(gsm8k)

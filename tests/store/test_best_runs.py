@@ -1,5 +1,5 @@
 """A real quickstart run through `arena-run`: the best evaluation is the best checkpoint
-everywhere, also when it falls between scheduled saves (SFT and DPO: tests/sft_dpo/test_best.py)."""
+everywhere, also when it falls between scheduled saves (SFT and DPO: tests/sft_dpo/test_sft_dpo_best.py)."""
 
 from __future__ import annotations
 

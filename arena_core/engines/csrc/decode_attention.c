@@ -9,7 +9,7 @@
  * Layout: keys transposed, K^T[row, kv_head, dim, position] (positions contiguous: a block of
  * 64 positions is four vector loads per dimension), values V[row, kv_head, position, dim].
  * Threads: OpenMP, so a process that loaded torch's libgomp runs it on torch's own pool.
- * Built by arena_core/rollout/cpu_attention.py with the host's compiler (-march=native).
+ * Built by arena_core/engines/cpu_attention.py with the host's compiler (-march=native).
  */
 #include <stdint.h>
 #include <stdlib.h>
