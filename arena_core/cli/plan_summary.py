@@ -82,17 +82,15 @@ def model_config_dict(cfg: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def sft_dpo_kind(cfg: dict[str, Any]) -> str | None:
-    """ "sft" or "preference" for an algorithm of the `offline` recipe (no generation: the RL
-    planner's search does not apply), None for the others."""
+    """ "sft" or "preference" for an algorithm that trains on that data category (SFT, DPO: no
+    generation, so the RL planner's search does not apply), None for the others."""
+    from arena_core.data.category import algorithm_categories
     from arena_core.plugin_loader import get_plugins
-    from arena_core.registry import algorithm_recipe
 
     name = str((cfg.get("algo") or {}).get("name"))
     entry = get_plugins().registries.algorithms.entries.get(name)
-    if entry is None or algorithm_recipe(entry.obj) != "offline":
-        return None
-    categories = tuple(getattr(entry.obj, "data_categories", ()) or ())
-    return "sft" if "sft" in categories else "preference"
+    categories = algorithm_categories(entry.obj) if entry is not None else ()
+    return next((c for c in ("sft", "preference") if c in categories), None)
 
 
 def sft_plan(cfg: dict[str, Any]) -> dict[str, Any]:

@@ -355,3 +355,20 @@ def test_arena_plan_prices_an_sft_config(tmp_path, capsys, monkeypatch):
     # a dry run shows the same plan
     assert run_main([*args[1:], "dry_run=true"]) == 0
     assert "# plan: SFT on the CPU, 1 torch thread(s), 4 rows per step" in capsys.readouterr().out
+
+
+def test_arena_plan_says_a_dpo_step_is_not_priced(tmp_path, capsys):
+    """DPO generates nothing and its step is not priced: `arena plan` says so and points to the
+    dry run, instead of asking for RL keys a DPO config does not have."""
+    data = tmp_path / "pref.jsonl"
+    data.write_text(
+        "".join(
+            json.dumps({"prompt": f"{a} + 1 =", "chosen": str(a + 1), "rejected": str(a)}) + "\n"
+            for a in range(8)
+        )
+    )
+    args = ["plan", "+algo=dpo", "+env=dataset", "model=tiny", f"env.path={data}"]
+    assert arena_main([*args, "env.category=preference"]) != 0
+    err = capsys.readouterr().err
+    assert "algo=dpo: the planner prices RL and SFT steps; a preference step is not priced" in err
+    assert "dry_run=true" in err and "algo.group_size" not in err
