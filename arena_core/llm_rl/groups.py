@@ -120,6 +120,8 @@ class GroupCollector:
         return next(self._stream)
 
     def collect(self, n_groups: int, step: int) -> StepBatch:
+        """Sample rounds of groups until `n_groups` informative ones are kept (or the rounds run
+        out): each round generates, scores, and turns the rewards into advantages."""
         g = self.algorithm.group_size
         out = StepBatch(start_position=self.position)
         mask = isinstance(self.algorithm, MasksTruncated) and self.algorithm.mask_truncated
@@ -133,43 +135,58 @@ class GroupCollector:
             # oversample by the informative rate seen so far (1 at first, at most 2x): enough to
             # fill the step usually, bounded when the policy gives no signal at all
             rate = out.groups_kept / out.groups_sampled if out.groups_sampled else 1.0
-            n_try = math.ceil(need / max(rate, 0.5))
-            examples = [self._next() for _ in range(n_try)]
+            examples = [self._next() for _ in range(math.ceil(need / max(rate, 0.5)))]
             reps = [ex for ex in examples for _ in range(g)]  # one row per completion
-            # a distinct, reproducible sampling seed per (run seed, step, round)
-            seed = (self.sample_seed * 1_000_003 + step * 101 + rnd) % (2**31 - 1)
-            params = replace(self.params, seed=seed)
-            t0 = time.perf_counter()
-            extra = {"control": self.control} if self.control is not None else {}
-            if self.episodes is not None:  # multi-turn: model and tool turns, one sequence each
-                comps = self.episodes.run(self.backend, reps, params, **extra)
-                self.episodes.add_metrics(out.episode_metrics, comps)
-            else:  # each prompt encoded once, sampled g times
-                prompts = [p for p in map(self.encoder, examples) for _ in range(g)]
-                comps = self.backend.generate(prompts, params, **extra)
-            out.generate_s += time.perf_counter() - t0
-            t0 = time.perf_counter()
-            values, kinds, by_name = self.scorer.score_with_components(reward_items(reps, comps))
-            if self.episodes is not None:  # an episode whose tool session died is no reward
-                kinds = self.episodes.failed_kinds(comps, kinds)
-            out.reward_s += time.perf_counter() - t0
-            for key, vals in by_name.items():
-                out.components.setdefault(key, []).extend(vals)
-            valid = [is_valid(k, v) for k, v in zip(kinds, values, strict=True)]
-            # a non-finite value reported as "ok" (a pool without that check) is a failure too
-            out.outcome_kinds.update(
-                k if ok or k != "ok" else "bad_return" for k, ok in zip(kinds, valid, strict=True)
-            )
-            out.rewards.extend(v for v, ok in zip(values, valid, strict=True) if ok)
-            out.completions.extend(comps)
-            out.rounds += 1
+            comps = self._generate(examples, reps, step, rnd, out)
+            values, valid = self._score(reps, comps, out)
             kept = out.groups_kept
-            self._assemble(out, comps, values, valid, n_groups, mask)
+            self._assemble(out, comps, values, valid, n_groups, mask)  # advantages, per group
+            out.rounds += 1
             flat_rounds = flat_rounds + 1 if out.groups_kept == kept else 0
         if isinstance(self.algorithm, ScalesBatchAdvantages) and out.samples:
             self._batch_advantages(self.algorithm, out)  # scale_rewards=batch
         out.position = self.position
         return out
+
+    def _generate(
+        self, examples: list[Example], reps: list[Example], step: int, rnd: int, out: StepBatch
+    ) -> list[Completion]:
+        """`group_size` completions of each example, in `reps` order."""
+        # a distinct, reproducible sampling seed per (run seed, step, round)
+        seed = (self.sample_seed * 1_000_003 + step * 101 + rnd) % (2**31 - 1)
+        params = replace(self.params, seed=seed)
+        t0 = time.perf_counter()
+        extra = {"control": self.control} if self.control is not None else {}
+        if self.episodes is not None:  # multi-turn: model and tool turns, one sequence each
+            comps = self.episodes.run(self.backend, reps, params, **extra)
+            self.episodes.add_metrics(out.episode_metrics, comps)
+        else:  # each prompt encoded once, sampled g times
+            g = self.algorithm.group_size
+            prompts = [p for p in map(self.encoder, examples) for _ in range(g)]
+            comps = self.backend.generate(prompts, params, **extra)
+        out.generate_s += time.perf_counter() - t0
+        out.completions.extend(comps)
+        return comps
+
+    def _score(
+        self, reps: list[Example], comps: list[Completion], out: StepBatch
+    ) -> tuple[list[float], list[bool]]:
+        """Each completion's reward (in the sandbox) and whether it is one: a failed call's
+        fallback value is not."""
+        t0 = time.perf_counter()
+        values, kinds, by_name = self.scorer.score_with_components(reward_items(reps, comps))
+        if self.episodes is not None:  # an episode whose tool session died is no reward
+            kinds = self.episodes.failed_kinds(comps, kinds)
+        out.reward_s += time.perf_counter() - t0
+        for key, vals in by_name.items():
+            out.components.setdefault(key, []).extend(vals)
+        valid = [is_valid(k, v) for k, v in zip(kinds, values, strict=True)]
+        # a non-finite value reported as "ok" (a pool without that check) is a failure too
+        out.outcome_kinds.update(
+            k if ok or k != "ok" else "bad_return" for k, ok in zip(kinds, valid, strict=True)
+        )
+        out.rewards.extend(v for v, ok in zip(values, valid, strict=True) if ok)
+        return values, valid
 
     def _assemble(
         self,
