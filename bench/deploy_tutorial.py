@@ -97,10 +97,11 @@ def main(argv: list[str]) -> int:
     if not (a.data / "test.jsonl").exists():
         print(json.dumps({"ok": False, "skipped": f"no GSM8K data at {a.data} (--data DIR)"}))
         return 0
-    from arena_envs.common import REASONING_SYSTEM_PROMPT
-    from arena_rewards.gsm8k import components
     from openai import OpenAI
     from transformers import AutoTokenizer
+
+    from arena_envs.common import REASONING_SYSTEM_PROMPT
+    from arena_rewards.gsm8k import components
 
     ref = a.ref or f"{_newest_run(a.runs, 'gsm8k_smollm2')}:best"
     rows = _questions(a.data, a.questions)

@@ -262,13 +262,13 @@ def trl_child(overrides: list[str], steps: int, out: Path) -> None:
     merged into the model and saved to OUT/merged (what Arena's evaluation loads). Prints
     `TRL-TRAIN-S seconds STEPS n`: on_train_begin to on_train_end."""
     import torch
-    from arena_envs.reasoning_gym import make_reasoning_gym
     from datasets import Dataset
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from arena_core.models.cache import resolve_model
+    from arena_envs.reasoning_gym import make_reasoning_gym
 
     cfg = _job(overrides)
     algo, gen, train, lora = cfg["algo"], cfg["generation"], cfg["train"], cfg["model"]["lora"]

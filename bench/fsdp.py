@@ -66,7 +66,6 @@ def main() -> int:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
     from arena_algorithms.grpo import GRPO
-
     from arena_core.distributed.cluster import Layout, RayCluster
     from arena_core.distributed.trainer_group import TrainerGroup
     from arena_core.learn.learner import Learner

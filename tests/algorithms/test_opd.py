@@ -6,9 +6,9 @@ import math
 
 import pytest
 import torch
+
 from arena_algorithms.grpo import GRPO
 from arena_algorithms.opd import OPD
-
 from arena_core.errors import ConfigError
 from arena_core.learn.algorithm import TokenBatch
 

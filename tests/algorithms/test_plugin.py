@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import ValidationError
+
 from arena_algorithms import plugin
 from arena_algorithms.cispo import CISPO, CISPOConfig
 from arena_algorithms.grpo import GRPO, GRPOConfig
-from pydantic import ValidationError
-
 from arena_core.learn.algorithm import Algorithm
 
 CONF = Path(plugin.__file__).parent / "conf" / "algo"

@@ -17,9 +17,8 @@ import pytest
 
 pytest.importorskip("reasoning_gym")
 
-from arena_envs.reasoning_gym import make_reasoning_gym  # noqa: E402
-
 from arena_core.sandbox import RewardPool, resolve_reward  # noqa: E402
+from arena_envs.reasoning_gym import make_reasoning_gym  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from arena_algorithms.ippo import IPPOConfig
 from arena_algorithms.ppo import PPOConfig
-
 from arena_core.config import compose_config
 
 MEASURED = {

@@ -7,8 +7,8 @@ import copy
 
 import pytest
 import torch
-from arena_algorithms.grpo import GRPO
 
+from arena_algorithms.grpo import GRPO
 from arena_core.distributed.cluster import Layout, RayCluster
 from arena_core.distributed.fsdp import fsdp_options
 from arena_core.distributed.trainer_group import TrainerGroup, TrainerRankDied, to_named, to_plain

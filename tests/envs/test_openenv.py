@@ -181,11 +181,10 @@ def test_a_crash_mid_episode_fails_those_episodes_and_the_app_is_started_again(
 def test_observations_are_masked_and_the_environment_ends_the_episode() -> None:
     """Token in, token out: the model's turns are trained (mask 1), the observations between
     them are context (mask 0); the episode ends when the environment says done."""
-    from arena_envs.openenv import make_openenv
-
     from arena_core.engines.base import SamplingParams
     from arena_core.engines.multi_turn import EpisodeRunner
     from arena_core.models.tokenizer import build_tiny_tokenizer
+    from arena_envs.openenv import make_openenv
     from tests.tools.conftest import ScriptedPolicy
 
     tok = build_tiny_tokenizer()

@@ -20,13 +20,12 @@ import pytest
 
 vf_pkg = pytest.importorskip("verifiers")
 
-from arena_envs.verifiers_env import make_verifiers  # noqa: E402
-
 from arena_core.cli.main import main as arena_main  # noqa: E402
 from arena_core.cli.run import main as arena_run  # noqa: E402
 from arena_core.errors import ConfigError  # noqa: E402
 from arena_core.run_parts.scoring import RewardScorer  # noqa: E402
 from arena_core.sandbox import RewardPool  # noqa: E402
+from arena_envs.verifiers_env import make_verifiers  # noqa: E402
 
 FIXTURES = Path(__file__).with_name("verifiers_fixtures")
 EXAMPLE = Path(__file__).parents[2] / "examples" / "verifiers" / "vf-arith"  # the preset's env

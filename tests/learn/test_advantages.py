@@ -8,9 +8,9 @@ import statistics
 
 import pytest
 import torch
+
 from arena_algorithms.grpo import GRPO
 from arena_algorithms.reinforce_pp import ReinforcePP
-
 from arena_core.learn.advantages import (
     batch_std_scale,
     kl_returns,

@@ -6,8 +6,8 @@ import math
 
 import pytest
 import torch
-from arena_algorithms.gspo import GSPO, GSPOConfig
 
+from arena_algorithms.gspo import GSPO, GSPOConfig
 from arena_core.learn.algorithm import TokenBatch
 from arena_core.learn.learner import Learner, completion_logprobs
 from arena_core.learn.losses import aggregate

@@ -6,9 +6,9 @@ import copy
 
 import pytest
 import torch
+
 from arena_algorithms.cispo import CISPO
 from arena_algorithms.grpo import GRPO
-
 from arena_core.learn.learner import Learner, completion_logprobs
 from arena_core.learn.packing import Sample, pack
 

@@ -7,8 +7,8 @@ import math
 
 import pytest
 import torch
-from arena_algorithms.grpo import GRPO
 
+from arena_algorithms.grpo import GRPO
 from arena_core.learn.algorithm import TokenBatch
 from arena_core.learn.learner import Correction, Learner, completion_logprobs, mismatch_metrics
 from arena_core.learn.packing import Sample, pack

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from arena_algorithms.grpo import GRPO
 
+from arena_algorithms.grpo import GRPO
 from arena_core.learn.learner import Learner, NonFiniteLossError
 from arena_core.learn.packing import Sample
 

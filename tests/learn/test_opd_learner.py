@@ -7,8 +7,8 @@ import copy
 
 import pytest
 import torch
-from arena_algorithms.opd import OPD
 
+from arena_algorithms.opd import OPD
 from arena_core.learn.learner import Learner, completion_logprobs
 from arena_core.learn.packing import Sample, pack
 

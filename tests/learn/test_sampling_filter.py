@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from arena_algorithms.grpo import GRPO
 
+from arena_algorithms.grpo import GRPO
 from arena_core.engines.base import SamplingParams
 from arena_core.engines.torch_backend import TorchBackend
 from arena_core.kernels import fused_linear_logprob, naive_linear_logprob

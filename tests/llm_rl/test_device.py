@@ -6,8 +6,8 @@ import json
 
 import pytest
 import torch
-from arena_algorithms.grpo import GRPO
 
+from arena_algorithms.grpo import GRPO
 from arena_core.device import autocast, device_plan, resolve_device
 from arena_core.engines.base import SamplingParams
 from arena_core.engines.torch_backend import TorchBackend

@@ -7,8 +7,8 @@ import random
 
 import pytest
 import torch
-from arena_algorithms.grpo import GRPO
 
+from arena_algorithms.grpo import GRPO
 from arena_core.engines.base import Completion, SamplingParams
 from arena_core.learn.losses import group_advantages
 from arena_core.llm_rl.groups import GroupCollector

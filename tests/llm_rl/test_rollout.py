@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from arena_algorithms.grpo import GRPO
-
 from arena_core.engines.base import Completion, SamplingParams
 from arena_core.llm_rl.groups import GroupCollector
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from arena_envs.dataset import DatasetEnvConfig, DatasetTask
 
 from arena_core.data import DatasetError, load_dataset
 from arena_core.validate import validate_dataset
+from arena_envs.dataset import DatasetEnvConfig, DatasetTask
 
 
 def chat(i: int) -> list[dict[str, str]]:

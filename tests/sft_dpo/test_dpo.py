@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from arena_algorithms.dpo import DPO
 
+from arena_algorithms.dpo import DPO
 from arena_core.cli.run import execute
 from arena_core.errors import ConfigError
 from arena_core.learn.learner import Learner

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from arena_algorithms.sft import SFT
 
+from arena_algorithms.sft import SFT
 from arena_core.cli.run import execute
 from arena_core.learn.learner import Learner
 from arena_core.models import load_policy

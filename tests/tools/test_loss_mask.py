@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 
 import torch
+
 from arena_algorithms.cispo import CISPO
 from arena_algorithms.grpo import GRPO
-
 from arena_core.learn.learner import Learner
 from arena_core.learn.packing import Sample, pack, pad_batches
 from tests.learn.conftest import tiny_qwen

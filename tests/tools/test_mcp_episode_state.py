@@ -18,10 +18,10 @@ from pathlib import Path
 
 import psutil
 import pytest
-from arena_envs.mcp import make_mcp
 
 from arena_core.engines.base import SamplingParams
 from arena_core.tasks import Example
+from arena_envs.mcp import make_mcp
 
 from .conftest import ScriptedPolicy, text_ids
 

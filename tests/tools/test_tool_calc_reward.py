@@ -3,10 +3,9 @@ digits, with accuracy still counting exact answers. Run in the real sandboxed re
 
 from __future__ import annotations
 
-from arena_envs.tool_calc import DIGITS_REWARD_FILE, REWARD_FILE, make_tool_calc
-
 from arena_core.run_parts.scoring import RewardScorer
 from arena_core.sandbox import RewardPool, check_reward_contract
+from arena_envs.tool_calc import DIGITS_REWARD_FILE, REWARD_FILE, make_tool_calc
 
 ANSWER = "347 + 589 = 936\n#### 936"
 CASES = ["<answer>936</answer>", "<answer>926</answer>", "<answer>12</answer>", "no answer"]
