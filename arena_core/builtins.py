@@ -117,4 +117,4 @@ def register_recipes(register: Register) -> None:
     register(
         "ippo", _ippo_recipe, description="Classic multi-agent RL: IPPO on PettingZoo parallel envs"
     )
-    register("offline", _sft_dpo_recipe, description="Offline training on datasets: SFT, DPO")
+    register("offline", _sft_dpo_recipe, description="SFT and DPO on datasets (no generation)")
