@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import COLUMNS, write_run
+from dashboard_runs import COLUMNS, write_run
 
 from arena_core.cli.main import build_parser
 from arena_core.errors import ArenaError

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import httpx
-from conftest import finished_run, write_run
+from dashboard_runs import finished_run, write_run
 
 import arena
 from arena_core.store.index import read_validation

@@ -10,9 +10,9 @@ import re
 import time
 from pathlib import Path
 
-from conftest import LIVE_STEPS, wait_for_run_dir, write_run
-from conftest import finished_run as _finished
 from dashboard_browser import dump_dom
+from dashboard_runs import LIVE_STEPS, wait_for_run_dir, write_run
+from dashboard_runs import finished_run as _finished
 
 STEP_JS = "document.getElementById('step').textContent"
 
