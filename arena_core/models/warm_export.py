@@ -1,8 +1,8 @@
 """Exporting the shipped warm start of `arena:tiny` from the run that makes it.
 
 `arena-run +experiment=quickstart_warmstart` fine-tunes `arena:tiny-init` with Arena's SFT; this
-command writes that run's final checkpoint as `arena_core/models/weights/tiny-arithmetic
-.safetensors` (what `arena:tiny` loads) and the `.json` record beside it:
+command writes that run's final checkpoint as `tiny-arithmetic.safetensors` (what `arena:tiny`
+loads) and the `.json` record beside it, in `arena_core/models/weights/`:
 
     arena-run +experiment=quickstart_warmstart paths.runs=/tmp/warm
     python -m arena_core.models.warm_export --runs /tmp/warm --from quickstart_warmstart

@@ -11,7 +11,7 @@ at once, without the warning a 200 try_again logs). A failed request resolves to
 `RequestFailedError`; bad input that can be seen at submission (an unknown model or loss,
 mismatched tensor lengths) is a 400 right away, which the SDK raises as `BadRequestError`.
 
-Every request that touches torch runs on one worker thread in arrival order (`engine.py`; the
+Every request that touches torch runs on one worker thread in arrival order (`service.py`; the
 SDK waits for each submission, so that is its order; `batching.py` merges twin samples). HTTP
 errors have FastAPI's shape, `{"detail": message}`, which the SDK puts in its exception.
 """

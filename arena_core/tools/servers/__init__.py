@@ -1,4 +1,4 @@
-"""MCP servers shipped with Arena, each started with `python -m arena_core.tools.servers.NAME`.
+"""MCP servers shipped with Arena, each started with `python -m arena_core.tools.servers.<name>`.
 
 - `calculator`: add, sub, mul, div (stateless; the embedded tool task's server);
 - `kv_store`: a key-value store over SQLite (stateful: one database per episode, whose path is
