@@ -31,6 +31,10 @@ class ConfigError(ArenaError):
         super().__init__("\n".join(lines))
 
 
+class ModelLoadError(ArenaError):
+    """The model could not be loaded or saved; the message says which and how to fix it."""
+
+
 class PluginError(ArenaError):
     """A plugin failed to load or registered something invalid."""
 

@@ -23,8 +23,9 @@ from arena_core.config.schema import CoreConfig
 from arena_core.interrupts import Interrupted
 from arena_core.session import RunFailed, RunSession
 from arena_core.store.best import save_reason
-from arena_core.store.checkpoints import best_checkpoint, latest_checkpoint
+from arena_core.store.checkpoints import latest_checkpoint
 from arena_core.store.curves import plot_reward_curve
+from arena_core.store.index import best_checkpoint_entry
 from arena_core.store.kinds import CLASSIC_RL, network_label
 
 
@@ -219,7 +220,7 @@ class GymRun:
             "train_seconds": self.totals.get("train_seconds", 0.0),
             **extra,
             "final_checkpoint": str(ckpt) if ckpt else None,
-            "best_checkpoint": best_checkpoint(self.dir),
+            "best_checkpoint": best_checkpoint_entry(self.dir),
             "evals": self.evals,
         }
         self.session.finish(summary)  # summary.json (+ signal), the loggers, the closing lines

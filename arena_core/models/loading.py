@@ -16,20 +16,17 @@ from typing import Any
 import torch
 from torch import nn
 
-from arena_core.errors import ArenaError
+from arena_core.errors import ArenaError, ModelLoadError
 from arena_core.hub import hub_reachable, hub_unreachable_message
 from arena_core.models.cache import resolve_model
+from arena_core.models.catalog import EMBEDDED, TINY_PREFIX
 from arena_core.models.lora_targets import module_names, resolve_targets
-from arena_core.models.tiny import EMBEDDED, TINY_PREFIX, build_tiny
+from arena_core.models.tiny import build_tiny
 
 # Tokenizer classes that mean "exactly the tokenizer.json that was saved": loaded as such, because
 # AutoTokenizer would substitute the model type's class (Qwen2Tokenizer for qwen2) and its pipeline.
 _VERBATIM_TOKENIZERS = ("TokenizersBackend", "PreTrainedTokenizerFast")
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-class ModelLoadError(ArenaError):
-    """The model could not be loaded or saved; the message says which and how to fix it."""
 
 
 @dataclass

@@ -18,8 +18,8 @@ from typing import Any
 
 from torch import nn
 
-from arena_core.errors import ArenaError
-from arena_core.models.loading import ModelLoadError, load_policy
+from arena_core.errors import ArenaError, ModelLoadError
+from arena_core.models.loading import load_policy
 
 
 class TeacherMismatchError(ModelLoadError):

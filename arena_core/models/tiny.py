@@ -22,17 +22,14 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
+from arena_core.errors import ModelLoadError
+from arena_core.models.catalog import EMBEDDED
 from arena_core.models.tokenizer import EOS, PAD, build_tiny_tokenizer
 
-TINY_PREFIX = "arena:"
 WEIGHTS_DIR = Path(__file__).parent / "weights"
 WARM_WEIGHTS = WEIGHTS_DIR / "tiny-arithmetic.safetensors"
 WARM_RECIPE = "arena-run +experiment=quickstart_warmstart"
 INIT_SEED = 1234
-EMBEDDED = {
-    "arena:tiny": "warm-started on the arithmetic environment (offline quickstart default)",
-    "arena:tiny-init": "seeded random initialisation of the same architecture",
-}
 
 
 def tiny_config(tokenizer: PreTrainedTokenizerFast | None = None) -> Qwen2Config:
@@ -58,8 +55,6 @@ def tiny_config(tokenizer: PreTrainedTokenizerFast | None = None) -> Qwen2Config
 
 def build_tiny(name: str = "arena:tiny") -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
     """The embedded model `name` in float32 with its tokenizer (deterministic)."""
-    from arena_core.models.loading import ModelLoadError
-
     if name not in EMBEDDED:
         known = ", ".join(EMBEDDED)
         raise ModelLoadError(f"unknown embedded model '{name}'. Embedded models: {known}.")
@@ -81,8 +76,6 @@ def build_tiny(name: str = "arena:tiny") -> tuple[Qwen2ForCausalLM, PreTrainedTo
 def load_warm_weights(model: Qwen2ForCausalLM, path: Path = WARM_WEIGHTS) -> None:
     """Load the shipped warm-start weights (stored in bfloat16 to stay small) as float32."""
     from safetensors.torch import load_file
-
-    from arena_core.models.loading import ModelLoadError
 
     if not path.is_file():
         raise ModelLoadError(

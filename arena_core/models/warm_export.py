@@ -31,7 +31,7 @@ def export_warm_weights(ref: str, out: Path = WARM_WEIGHTS, runs: str | Path = "
 
     from safetensors.torch import load_file, save_file
 
-    from arena_core.models.loading import ModelLoadError
+    from arena_core.errors import ModelLoadError
     from arena_core.store.index import select_checkpoint
 
     run_dir, ckpt = select_checkpoint(ref, runs)

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from arena_core.config.schema import CoreConfig
-from arena_core.store.checkpoints import best_checkpoint, latest_checkpoint
+from arena_core.store.checkpoints import latest_checkpoint
+from arena_core.store.index import best_checkpoint_entry
 
 if TYPE_CHECKING:
     from arena_core.population.members import Member
@@ -38,7 +39,7 @@ def population_summary(trainer: Any, status: str, elite: Member) -> dict[str, An
         "tokens/generated": t.get("tokens/generated", 0.0),
         "tokens/trained": t.get("tokens/trained", 0.0),
         "final_checkpoint": str(ckpt) if ckpt else None,
-        "best_checkpoint": best_checkpoint(trainer.run_dir),
+        "best_checkpoint": best_checkpoint_entry(trainer.run_dir),
         "evals": trainer.evals,
         "eval_samples_final": elite.scores.get("_samples", []),
         "population": {

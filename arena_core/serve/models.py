@@ -133,8 +133,7 @@ def model_source(target: str) -> str | None:
     embedded model (`tiny`, `arena:tiny`), a model Arena fetches by name (`arena models list`),
     a `.gguf` file, a Hugging Face directory or an exported adapter directory; None otherwise
     (then `target` is a run reference)."""
-    from arena_core.models.catalog import CATALOG
-    from arena_core.models.tiny import EMBEDDED
+    from arena_core.models.catalog import CATALOG, EMBEDDED
 
     if target in _EMBEDDED_SHORT:
         return _EMBEDDED_SHORT[target]

@@ -34,8 +34,9 @@ from arena_core.session.recipe import Recipe
 from arena_core.sft_dpo.data import Encoder, SftDpoData, task_category
 from arena_core.sft_dpo.eval import Evaluator
 from arena_core.store.best import save_reason
-from arena_core.store.checkpoints import best_checkpoint, latest_checkpoint
+from arena_core.store.checkpoints import latest_checkpoint
 from arena_core.store.curves import plot_reward_curve
+from arena_core.store.index import best_checkpoint_entry
 from arena_core.store.kinds import PREFERENCE, SFT
 from arena_core.threads import torch_threads
 
@@ -289,7 +290,7 @@ class _SftDpoRun:
                 if t.get("time/learn_s")
                 else 0.0,
                 "final_checkpoint": str(ckpt) if ckpt else None,
-                "best_checkpoint": best_checkpoint(self.run_dir),
+                "best_checkpoint": best_checkpoint_entry(self.run_dir),
                 "evals": self.evals,
             }
         )

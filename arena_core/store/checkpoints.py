@@ -352,24 +352,3 @@ def load_checkpoint(
     if "rng" in state and (ckpt / "rng.safetensors").is_file():
         set_rng_state(state["rng"], load_file(str(ckpt / "rng.safetensors")))
     return state
-
-
-def best_checkpoint(run_dir: Path, key: str | None = None) -> dict[str, Any] | None:
-    """The run's best checkpoint for its summary: {"path", "step", "metric", "mode", "value",
-    scores...}, or None when no checkpoint was evaluated. Ranked by
-    `arena_core.store.index.find_best` (the run's own score unless `key`), so the summary names
-    the checkpoint `arena deploy RUN:best` serves."""
-    from arena_core.store.index import checkpoint_ranking, find_best  # index reads this layout
-
-    best = find_best(run_dir, metric=key)
-    ranking = checkpoint_ranking([best], key) if best is not None else None
-    if best is None or ranking is None:
-        return None
-    return {
-        "path": str(best.dir),
-        "step": best.step,
-        "metric": ranking.metric,
-        "mode": ranking.mode,
-        "value": ranking.value(best.scores),
-        **best.scores,
-    }

@@ -373,7 +373,7 @@ def score_of(ckpt: CheckpointInfo, metric: str | None = DEFAULT_METRIC) -> tuple
 
 def find_best(run_dir: Path, *, metric: str | None = DEFAULT_METRIC) -> CheckpointInfo | None:
     """The best checkpoint, or None when there is none scored: the one ranking of the store
-    (`best_checkpoint` here and in `arena_core.store.checkpoints` both come here)."""
+    (`best_checkpoint` and `best_checkpoint_entry` both come here)."""
     return _best(list_checkpoints(run_dir, metric=metric), metric)
 
 
@@ -393,6 +393,24 @@ def best_checkpoint(run_dir: Path, *, metric: str | None = DEFAULT_METRIC) -> Ch
             "pick one with --metric, or name a step as RUN:STEP."
         )
     return best
+
+
+def best_checkpoint_entry(run_dir: Path, key: str | None = None) -> dict[str, Any] | None:
+    """The run summary's `best_checkpoint`: {"path", "step", "metric", "mode", "value",
+    scores...}, or None when no checkpoint was evaluated. Ranked by `find_best` (the run's own
+    score unless `key`), so the summary names the checkpoint `arena deploy RUN:best` serves."""
+    best = find_best(run_dir, metric=key)
+    ranking = checkpoint_ranking([best], key) if best is not None else None
+    if best is None or ranking is None:
+        return None
+    return {
+        "path": str(best.dir),
+        "step": best.step,
+        "metric": ranking.metric,
+        "mode": ranking.mode,
+        "value": ranking.value(best.scores),
+        **best.scores,
+    }
 
 
 def select_checkpoint(

@@ -29,9 +29,8 @@ from arena_core.engines.multi_lora import BASE
 from arena_core.engines.torch_backend import TorchBackend
 from arena_core.errors import ArenaError
 from arena_core.learn.learner import default_logprob_fn
-from arena_core.models.catalog import CATALOG
+from arena_core.models.catalog import CATALOG, EMBEDDED
 from arena_core.models.lora_targets import resolve_targets
-from arena_core.models.tiny import EMBEDDED
 from arena_core.population.adapters import AdapterBank
 from arena_core.tinker.capacity import Footprint, check, device_profile
 from arena_core.tinker.learner import head_logprob_fn, score

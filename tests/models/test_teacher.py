@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from arena_core.errors import ModelLoadError
 from arena_core.models import build_tiny_tokenizer, load_policy, save_policy
-from arena_core.models.loading import ModelLoadError
 from arena_core.models.teacher import TeacherMismatchError, load_teacher
 
 

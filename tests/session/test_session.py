@@ -21,7 +21,8 @@ import torch
 from arena_core.config.schema import CoreConfig
 from arena_core.errors import ConfigError
 from arena_core.session import RunInterrupted, RunSession
-from arena_core.store.checkpoints import best_checkpoint, read_index
+from arena_core.store.checkpoints import read_index
+from arena_core.store.index import best_checkpoint_entry
 
 
 class _Line(torch.nn.Linear):
@@ -115,7 +116,7 @@ def test_a_new_run_writes_its_files_and_its_summary(tmp_path: Path, capsys) -> N
     assert _summary(run_dir)["status"] == "finished"
     assert _steps_logged(run_dir) == [1, 2, 3, 4]
     assert session.metrics is None  # the loggers were closed by the scope
-    best = best_checkpoint(run_dir)
+    best = best_checkpoint_entry(run_dir)
     assert best is not None and best["step"] == 2  # the "best" slot: the better-scored save
 
 

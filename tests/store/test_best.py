@@ -200,7 +200,7 @@ def test_each_kind_of_run_ranks_by_its_own_score(tmp_path: Path, capsys, kind: s
     )
     assert main(["runs", "list", "--runs", str(tmp_path)]) == 0
     assert f"@{best_step}" in capsys.readouterr().out
-    summary = checkpoints.best_checkpoint(run)  # what summary.json records
+    summary = index.best_checkpoint_entry(run)  # what summary.json records
     assert summary["step"] == best_step and summary["metric"] == info.best_metric
 
 

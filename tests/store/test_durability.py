@@ -13,7 +13,8 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from arena_core.errors import ConfigError
 from arena_core.store import atomic, checkpoints
 from arena_core.store.atomic import atomic_write_json, file_mode
-from arena_core.store.checkpoints import best_checkpoint, save_checkpoint
+from arena_core.store.checkpoints import save_checkpoint
+from arena_core.store.index import best_checkpoint_entry
 from arena_core.store.rundir import config_changes, resolve_resume
 
 
@@ -87,9 +88,9 @@ def test_config_changes_ignore_what_a_resume_may_change() -> None:
 def test_best_checkpoint_is_the_highest_held_out_reward(tmp_path) -> None:
     model = _model()
     opt = torch.optim.AdamW(model.parameters())
-    assert best_checkpoint(tmp_path) is None
+    assert best_checkpoint_entry(tmp_path) is None
     for step, score in ((1, 0.2), (2, 0.9), (3, 0.5)):
         save_checkpoint(tmp_path, step, model, opt, {}, scores={"eval/reward_mean": score})
     save_checkpoint(tmp_path, 4, model, opt, {})  # not evaluated: never "best"
-    best = best_checkpoint(tmp_path)
+    best = best_checkpoint_entry(tmp_path)
     assert best["step"] == 2 and best["path"].endswith("step_000002")

@@ -11,7 +11,7 @@ import yaml
 
 from arena_core.cli.main import main
 from arena_core.errors import ArenaError
-from arena_core.store import checkpoints, index
+from arena_core.store import index
 
 
 def _run(
@@ -163,5 +163,5 @@ def test_classic_rl_runs_rank_by_held_out_return(tmp_path: Path) -> None:
     assert index.best_checkpoint(run).step == 10  # no eval/reward_mean: the return ranks
     assert index.score_of(index.best_checkpoint(run)) == ("eval/return_mean", 200.0)
     assert index.read_run(run).best_eval_reward == 200.0
-    # the run's summary (store.checkpoints.best_checkpoint) names the same one as deploy RUN:best
-    assert checkpoints.best_checkpoint(run)["step"] == 10
+    # the run's summary (store.index.best_checkpoint_entry) names the same one as deploy RUN:best
+    assert index.best_checkpoint_entry(run)["step"] == 10
