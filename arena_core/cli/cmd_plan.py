@@ -80,12 +80,13 @@ def run(args: argparse.Namespace) -> int:
             return 0
 
     from arena_core.cli.plan_summary import (
+        embedded_model_config,
         measured_prompt_tokens,
         sft_dpo_kind,
         sft_plan,
         sft_plan_lines,
     )
-    from arena_core.planner import NoPlanFits, plan_from_config
+    from arena_core.planner import NoPlanFits, plan_from_config, render_result
 
     cfg = compose(overrides)
     kind = sft_dpo_kind(cfg)
@@ -120,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_dict()))
     else:
-        result.render()
+        render_result(result)
     return 0
 
 
@@ -185,13 +186,3 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
             node = node.setdefault(part, {})
         node[parts[-1]] = yaml.safe_load(raw) if raw else None
     return cfg
-
-
-def embedded_model_config(cfg: dict[str, Any]) -> dict[str, Any] | None:
-    """The config of an embedded `arena:` model, which has no config.json to read."""
-    name = str((cfg.get("model") or {}).get("name_or_path", ""))
-    if not name.startswith("arena:"):
-        return None
-    from arena_core.models import tiny_config
-
-    return tiny_config().to_dict()

@@ -106,7 +106,7 @@ def serve(args: argparse.Namespace) -> int:
             log_level=args.log_level,
         )
         print(
-            f"Tinker API on {host.url} (state in {host.engine.store.root}; Ctrl-C stops)\n"
+            f"Tinker API on {host.url} (state in {host.service.store.root}; Ctrl-C stops)\n"
             f"  TINKER_BASE_URL={host.url} TINKER_API_KEY={host.api_key}",
             flush=True,
         )

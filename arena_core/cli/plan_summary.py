@@ -65,12 +65,21 @@ def measured_prompt_tokens(cfg: dict[str, Any]) -> int | None:
 SFT_SAMPLE_STEPS = 8  # steps of rows encoded to price an SFT step (as the run prices it)
 
 
+def embedded_model_config(cfg: dict[str, Any]) -> dict[str, Any] | None:
+    """The config of an embedded `arena:` model, which has no config.json to read."""
+    name = str((cfg.get("model") or {}).get("name_or_path", ""))
+    if not name.startswith("arena:"):
+        return None
+    from arena_core.models import tiny_config
+
+    return tiny_config().to_dict()
+
+
 def model_config_dict(cfg: dict[str, Any]) -> dict[str, Any] | None:
     """The model's config.json as a dict, read offline: the embedded model's, or the one in a
     local or already-pulled model directory; None for a hub id that is not on this machine."""
     import json
 
-    from arena_core.cli.cmd_plan import embedded_model_config
     from arena_core.models.cache import resolve_model
 
     embedded = embedded_model_config(cfg)
@@ -184,7 +193,6 @@ def run_plan(cfg: dict[str, Any]) -> Any | None:
     A config whose pinned fields cannot fit is still reported (the planner's message names what
     would fit), but the run goes on: on a CPU the plan decides nothing that could stop it.
     """
-    from arena_core.cli.cmd_plan import embedded_model_config
     from arena_core.errors import ArenaError
     from arena_core.planner import plan_from_config
 

@@ -2,10 +2,10 @@
 
 Public API::
 
-    from arena_core.planner import ModelSpec, Workload, make_plan, plan_from_config
+    from arena_core.planner import ModelSpec, Workload, get_profile, make_plan, render_result
     spec = ModelSpec.from_hf_config("path/to/model")          # config.json only
     result = make_plan(spec, get_profile("h100-80"), 8, Workload(64, 8, 512, 2048), lora_rank=16)
-    result.plan, result.alternatives, result.to_dict(), result.render()
+    result.plan, result.alternatives, result.to_dict(), render_result(result)
 
 Modules: hardware (profiles), model_spec, memory (bytes per device), cost (seconds per step),
 search (the fastest plan that fits), calibrate (fitted coefficients), render (tables),
@@ -24,6 +24,7 @@ from arena_core.planner.hardware import (
 from arena_core.planner.memory import SAFETY_MARGIN
 from arena_core.planner.model_spec import ModelSpec
 from arena_core.planner.plan import Candidate, NoPlanFits, Plan, PlanResult, Prediction, Workload
+from arena_core.planner.render import render_result
 from arena_core.planner.search import make_plan
 
 __all__ = [
@@ -43,5 +44,6 @@ __all__ = [
     "make_plan",
     "plan_from_config",
     "register_builtin_hardware",
+    "render_result",
     "workload_from_config",
 ]

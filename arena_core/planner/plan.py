@@ -296,15 +296,6 @@ class PlanResult:
             f"sync {_s(p.sync_s)}; {self.calibration_label})"
         )
 
-    def summary(self) -> str:
-        """Alias of summary_line()."""
-        return self.summary_line()
-
-    def render(self, console: Any = None) -> None:
-        from arena_core.planner.render import render_result
-
-        render_result(self, console)
-
 
 class NoPlanFits(ArenaError):
     """No plan fits in memory (or none fits the pinned fields); carries the nearest plan and,

@@ -1,7 +1,7 @@
-"""Answering a completion request: its prompt and grammar, submitting it to the engine, and
+"""Answering a completion request: its prompt and grammar, submitting it to the request batcher, and
 the response or the stream of chunks that carries the answer back (`app.py` routes requests here).
 
-Events come from the engine's worker thread through a `_Pipe` per request, handed over once per
+Events come from the batcher's worker thread through a `_Pipe` per request, handed over once per
 burst through the loop's `_Waker`; a non-streamed answer is collected whole, a streamed one goes
 out as SSE chunks: plain text through prebuilt chunk text (`chunks.py`), an answer with logprobs,
 token ids or tools through `_Extras`.
@@ -49,7 +49,7 @@ from arena_core.serve.responses import (
 
 
 async def chat_completion(
-    engine: RequestBatcher, model: ServedModel, req: ChatRequest, limits: Limits
+    batcher: RequestBatcher, model: ServedModel, req: ChatRequest, limits: Limits
 ) -> Any:
     """POST /v1/chat/completions for `model`: the prompt (tools through the template), the
     grammar when the answer is constrained, then the answer."""
@@ -60,7 +60,7 @@ async def chat_completion(
     if tools or req.response_format is not None:
         # off the event loop: the first grammar of a model builds its token table (~1 s for a
         # 49k vocabulary), which would stall every other stream meanwhile
-        grammar = await asyncio.to_thread(_constraints, engine, model, req, tools, choice)
+        grammar = await asyncio.to_thread(_constraints, batcher, model, req, tools, choice)
     try:
         if offered or any(m.tool_calls or m.role == "tool" for m in req.messages):
             prompt = render_chat(model.tokenizer, req.messages, [tool_def(t) for t in offered])
@@ -81,11 +81,11 @@ async def chat_completion(
         prompts=[prompt],
         parallel_tool_calls=req.parallel_tool_calls,
     )
-    return await _answer(engine, model, req, wants, max_tokens, limits, grammar)
+    return await _answer(batcher, model, req, wants, max_tokens, limits, grammar)
 
 
 def _constraints(
-    engine: RequestBatcher,
+    batcher: RequestBatcher,
     model: ServedModel,
     req: ChatRequest,
     tools: list[dict[str, Any]],
@@ -98,14 +98,14 @@ def _constraints(
     try:
         if tools:
             check_tools(model, tools)
-        return chat_grammar(engine, model, req, tools, choice)
+        return chat_grammar(batcher, model, req, tools, choice)
     except MissingExtraError as exc:
         param = "tools" if tools else "response_format"
         raise ApiError(400, f"this server cannot take {param}: {exc}", param=param) from None
 
 
 async def text_completion(
-    engine: RequestBatcher, model: ServedModel, req: CompletionRequest, limits: Limits
+    batcher: RequestBatcher, model: ServedModel, req: CompletionRequest, limits: Limits
 ) -> Any:
     """POST /v1/completions for `model`: prompts as text or token ids, then the answer."""
     given = req.prompts()
@@ -131,7 +131,7 @@ async def text_completion(
         token_ids=req.return_token_ids,
         prompts=prompts,
     )
-    return await _answer(engine, model, req, wants, max_tokens, limits, None)
+    return await _answer(batcher, model, req, wants, max_tokens, limits, None)
 
 
 def _vocab(model: ServedModel) -> int:
@@ -141,7 +141,7 @@ def _vocab(model: ServedModel) -> int:
 
 
 class _Waker:
-    """Wakes one event loop once per burst of engine events, for every request at once: a decode
+    """Wakes one event loop once per burst of batcher events, for every request at once: a decode
     step of 32 rows then costs one wake-up of the loop, not 32."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -170,7 +170,7 @@ _WAKERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Waker] = weakref.
 
 
 class _Pipe:
-    """Carries engine events from the worker thread into this request's event loop.
+    """Carries batcher events from the worker thread into this request's event loop.
 
     Events are buffered and handed over once per burst (not once per token), through the loop's
     `_Waker`, so a decode step costs the server one wake-up, whatever the number of streams.
@@ -238,7 +238,7 @@ async def _collect(job: Any, pipe: _Pipe, n_rows: int) -> tuple[list[str], list[
 
 
 async def _answer(
-    engine: RequestBatcher,
+    batcher: RequestBatcher,
     model: ServedModel,
     req: Any,
     wants: Wants,
@@ -248,7 +248,7 @@ async def _answer(
 ) -> Any:
     prompts = wants.prompts
     _check_limits(model, req, prompts, max_tokens, limits)
-    if wants.logprobs is not None and not engine.continuous.get(model.name):
+    if wants.logprobs is not None and not batcher.continuous.get(model.name):
         raise ApiError(
             400,
             "logprobs need the torch engine (its per-token hook); this model is served by "
@@ -271,7 +271,7 @@ async def _answer(
     )
     pipe = _Pipe()
     try:
-        job = engine.submit(model.name, gen, pipe)
+        job = batcher.submit(model.name, gen, pipe)
     except QueueFull as exc:
         raise ApiError(
             429,
@@ -344,7 +344,7 @@ def _choice(
 
 
 async def _events(pipe: _Pipe) -> AsyncIterator[list[tuple]]:
-    """Bursts of engine events until "done"; an "error" event becomes a 500."""
+    """Bursts of batcher events until "done"; an "error" event becomes a 500."""
     while True:
         burst = await pipe.queue.get()
         for i, event in enumerate(burst):
@@ -478,7 +478,7 @@ class _Extras:
 
 def _merged(burst: list[tuple]) -> list[tuple]:
     """The burst with each run of one choice's consecutive deltas joined into one: a client that
-    reads slower than the engine decodes gets fewer, larger chunks (less work on both sides)."""
+    reads slower than the model decodes gets fewer, larger chunks (less work on both sides)."""
     out: list[tuple] = []
     for event in burst:
         last = out[-1] if out else None

@@ -106,21 +106,21 @@ def install_error_handlers(app: FastAPI, who: str, log_name: str) -> None:
 
 
 def create_app(
-    engine: RequestBatcher, *, api_key: str | None = None, limits: Limits | None = None
+    batcher: RequestBatcher, *, api_key: str | None = None, limits: Limits | None = None
 ) -> FastAPI:
-    """The app over `engine`'s models (see the module docstring)."""
+    """The app over `batcher`'s models (see the module docstring)."""
     limits = limits or Limits()
-    models = list(engine.models.values())
+    models = list(batcher.models.values())
     app = FastAPI(title="Arena", version=__version__, docs_url=None, redoc_url=None)
-    app.state.engine = engine
+    app.state.batcher = batcher
     app.add_middleware(_Guard, api_key=api_key, max_bytes=limits.max_request_bytes)
 
     install_error_handlers(app, "arena serve", "the server log")
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        # no key needed, so nothing about what is served: only how busy the engine is
-        return {"status": "ok", **engine.stats()}
+        # no key needed, so nothing about what is served: only how busy the batcher is
+        return {"status": "ok", **batcher.stats()}
 
     @app.get("/v1/models")
     async def list_models() -> dict[str, Any]:
@@ -141,12 +141,12 @@ def create_app(
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:
         req = await parse_body(request, ChatRequest)
-        return await chat_completion(engine, _pick(engine, req.model, request), req, limits)
+        return await chat_completion(batcher, _pick(batcher, req.model, request), req, limits)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Any:
         req = await parse_body(request, CompletionRequest)
-        return await text_completion(engine, _pick(engine, req.model, request), req, limits)
+        return await text_completion(batcher, _pick(batcher, req.model, request), req, limits)
 
     openai_paths = _paths(app)
     for kind in sorted({m.kind for m in models} - {"llm"}):
@@ -177,16 +177,16 @@ async def parse_body(request: Request, schema: type[BaseModel]) -> Any:
         raise ApiError(400, message, param=param, code=code) from None
 
 
-def _pick(engine: RequestBatcher, name: str | None, request: Request) -> ServedModel:
-    llms = [m for m in engine.models.values() if m.kind == "llm"]
+def _pick(batcher: RequestBatcher, name: str | None, request: Request) -> ServedModel:
+    llms = [m for m in batcher.models.values() if m.kind == "llm"]
     if name is None and len(llms) == 1:
         return llms[0]
-    model = engine.models.get(name or "")
-    others = [m for m in engine.models.values() if m.kind != "llm"]
+    model = batcher.models.get(name or "")
+    others = [m for m in batcher.models.values() if m.kind != "llm"]
     if (model is not None and model.kind != "llm") or (name is None and not llms and others):
         raise _not_a_language_model(model or others[0], request)
     if model is None:
-        served = ", ".join(m.name for m in engine.models.values())
+        served = ", ".join(m.name for m in batcher.models.values())
         raise ApiError(
             404,
             f"model '{name}' is not served here; served models: {served}",

@@ -1,4 +1,4 @@
-"""Serving backends: the one interface the batching engine decodes through, chosen by name.
+"""Serving backends: the one interface the request batcher decodes through, chosen by name.
 
 `arena deploy --backend NAME` takes any generation backend of the plugin registry (the
 `register_backends` hook, the same names `backend.name=` trains with), so a third-party backend
@@ -6,7 +6,7 @@ that can train can also serve. Each opens a checkpoint's Hugging Face directory 
 `ServingBackend`: `generate(prompts, params, on_token=...)` runs one decode batch, `encode_chat`
 builds chat prompts, `close` releases the engine.
 
-- torch: Arena's KV-cached `TorchBackend`, decoded with continuous batching by the engine
+- torch: Arena's KV-cached `TorchBackend`, decoded with continuous batching by the batcher
   (`arena_core.serve.running`): tokens stream one by one, and LoRA checkpoints share one base
   (`shares_lora_base`).
 - vllm: Arena's `VLLMBackend` (an in-process AsyncLLM engine). Its rows are vLLM requests
@@ -42,7 +42,7 @@ TokenCallback = Callable[[int, int, bool], bool]
 
 
 class ServingBackend(Protocol):
-    """What the batching engine needs from a generation backend."""
+    """What the request batcher needs from a generation backend."""
 
     name: str
 

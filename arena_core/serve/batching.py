@@ -133,7 +133,7 @@ class RequestBatcher:
         self.prefills = 0  # prefill forwards of running batches (one per join, all joiners in it)
         self.max_rows_seen = 0
         self.join_every = 4  # decode steps between joins of a busy running batch
-        self._thread = threading.Thread(target=self._work, name="arena-serve-engine", daemon=True)
+        self._thread = threading.Thread(target=self._work, name="arena-serve-batcher", daemon=True)
         self._thread.start()
 
     # -- admission -------------------------------------------------------------------------------
@@ -262,7 +262,7 @@ class RequestBatcher:
             self._pending -= 1
         try:
             job.sink(("done",))
-        except Exception:  # noqa: BLE001 - a dead listener must not kill the engine
+        except Exception:  # noqa: BLE001 - a dead listener must not kill the batcher
             pass
 
     def _fail(self, jobs: list[Job], exc: Exception) -> None:
@@ -272,7 +272,7 @@ class RequestBatcher:
                 self._pending -= 1
             try:
                 job.sink(("error", f"generation failed: {type(exc).__name__}: {exc}"))
-            except Exception:  # noqa: BLE001 - a dead listener must not kill the engine
+            except Exception:  # noqa: BLE001 - a dead listener must not kill the batcher
                 pass
 
     def _step(self, jobs: list[Job]) -> None:

@@ -227,7 +227,7 @@ def check_tools(model: ServedModel, tools: list[dict[str, Any]]) -> None:
 
 
 def chat_grammar(
-    engine: RequestBatcher,
+    batcher: RequestBatcher,
     model: ServedModel,
     req: ChatRequest,
     tools: list[dict[str, Any]],
@@ -256,7 +256,9 @@ def chat_grammar(
         )
     # the torch engine masks each row itself; a backend with its own grammar engine (vLLM's)
     # takes the grammar as Lark text (`takes_grammar`); any other backend would ignore it
-    if not engine.continuous.get(model.name) and not getattr(model.backend, "takes_grammar", False):
+    if not batcher.continuous.get(model.name) and not getattr(
+        model.backend, "takes_grammar", False
+    ):
         raise ApiError(
             400,
             f"constrained decoding (response_format, tool_choice={choice!r}) needs the torch "

@@ -1,9 +1,9 @@
-"""Talking to a model: over HTTP to a running server, or in this process through the same engine.
+"""Talking to a model: over HTTP to a running server, or in this process through the same batcher.
 
 `HttpClient` and `LocalClient` have the same methods (`generate`, `stream`, `chat`, `chat_stream`),
 so `arena generate`, `arena chat` and the SDK's `Deployment` work the same against a deploy
 (`--url`) or directly on a checkpoint. Batches of prompts go out as one request, which the
-server's engine decodes together.
+server's request batcher decodes together.
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ class LocalClient:
         from arena_core.serve.models import load_models
 
         self.served = load_models(refs, runs, metric=metric)
-        self.engine = RequestBatcher(self.served)
+        self.batcher = RequestBatcher(self.served)
         self.model = self.served[0].name
 
     def models(self) -> list[str]:
@@ -132,7 +132,7 @@ class LocalClient:
 
     def generate(self, prompts: str | list[str], **params: Any) -> list[str]:
         prompts = [prompts] if isinstance(prompts, str) else list(prompts)
-        tok = self.engine.models[self.model].tokenizer
+        tok = self.batcher.models[self.model].tokenizer
         rows = [tok.encode(p, add_special_tokens=False) for p in prompts]
         texts = [""] * len(rows)
         for index, piece in self._run(rows, params):
@@ -140,7 +140,7 @@ class LocalClient:
         return texts
 
     def stream(self, prompt: str, **params: Any) -> Iterator[str]:
-        tok = self.engine.models[self.model].tokenizer
+        tok = self.batcher.models[self.model].tokenizer
         for _, piece in self._run([tok.encode(prompt, add_special_tokens=False)], params):
             yield piece
 
@@ -149,7 +149,7 @@ class LocalClient:
 
     def chat_stream(self, messages: Messages, **params: Any) -> Iterator[str]:
         try:
-            prompt = self.engine.models[self.model].backend.encode_chat(messages)
+            prompt = self.batcher.models[self.model].backend.encode_chat(messages)
         except Exception as exc:  # no template, or one that rejects these roles
             raise ArenaError(
                 f"cannot apply {self.model}'s chat template: {exc} (`arena generate --raw` "
@@ -159,7 +159,7 @@ class LocalClient:
             yield piece
 
     def close(self) -> None:
-        self.engine.close()
+        self.batcher.close()
 
     def _run(self, rows: list[list[int]], params: dict[str, Any]) -> Iterator[tuple[int, str]]:
         from arena_core.serve.batching import Request
@@ -178,7 +178,7 @@ class LocalClient:
             seed=p.get("seed"),
         )
         events: queue.Queue = queue.Queue()
-        job = self.engine.submit(self.model, request, events.put)
+        job = self.batcher.submit(self.model, request, events.put)
         try:
             while True:
                 event = events.get()

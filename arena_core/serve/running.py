@@ -1,9 +1,9 @@
 """The server's running batch on the torch engine: requests join between decode steps and leave
 when done (continuous batching, `arena_core.engines.continuous`).
 
-The engine thread calls `join` with the requests it admitted and `step` once per decode step;
+The batcher's worker thread calls `join` with the requests it admitted and `step` once per decode step;
 each step samples one token for every live row, hands it to its request (text, stop strings,
-`max_tokens`, a client that left: `engine.advance_choice`), and drops the rows that ended before
+`max_tokens`, a client that left: `batching.advance_choice`), and drops the rows that ended before
 the next forward. A request whose client disconnected therefore frees its rows within one step.
 """
 
@@ -30,7 +30,7 @@ class RunningBatch:
         self.jobs: list[Job] = []
         self.alone = False  # a seeded request runs alone: its samples depend on nothing else
         self.steps = 0
-        self.joined_at = 0  # the engine's step count when requests last joined
+        self.joined_at = 0  # the batch's step count when requests last joined
 
     @property
     def rows(self) -> int:

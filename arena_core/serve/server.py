@@ -88,7 +88,7 @@ class UvicornHost:
     server and the dashboard run, so both get the same start, stop and signal handling.
 
     Subclasses bind first (`_bind`), load what they serve, then call `_serve_app`; `_release`
-    frees what they hold (an engine) when the host stops."""
+    frees what they hold (a request batcher, its backends) when the host stops."""
 
     what = "the server"
 
@@ -119,7 +119,7 @@ class UvicornHost:
 
         On SIGTERM uvicorn stops accepting connections, lets the requests in flight finish for
         up to the grace period (`graceful_s`) and cancels the rest (a cancelled stream frees its
-        rows in the engine at the next decode step). It then re-raises the signal; SIGTERM's
+        rows in the batch at the next decode step). It then re-raises the signal; SIGTERM's
         default action would kill the process before `finally`, leaving a vLLM engine's
         processes behind, so SIGTERM becomes SystemExit(0) here, after everything is released."""
         previous = signal.signal(signal.SIGTERM, _exit_on_signal)
@@ -159,7 +159,7 @@ class UvicornHost:
 
 
 class Server(UvicornHost):
-    """A running server: `url`, `port`, `engine`; `close()` stops it (a thread) or Ctrl-C."""
+    """A running server: `url`, `port`, `batcher`; `close()` stops it (a thread) or Ctrl-C."""
 
     def __init__(self, refs: list[str], options: ServeOptions) -> None:
         require_extra("serve", "serving checkpoints (`arena deploy`, `arena.deploy`)")
@@ -183,14 +183,14 @@ class Server(UvicornHost):
             self.sock.close()
             raise
         limits = options.limits
-        self.engine = RequestBatcher(
+        self.batcher = RequestBatcher(
             self.models, max_batch_rows=limits.max_batch_rows, max_pending=limits.max_pending
         )
-        self.app = create_app(self.engine, api_key=self.api_key, limits=limits)
+        self.app = create_app(self.batcher, api_key=self.api_key, limits=limits)
         self._serve_app(self.app, options.log_level, graceful_s=options.grace_s)
 
     def _release(self) -> None:
-        self.engine.close()
+        self.batcher.close()
 
 
 class PolicyServer(UvicornHost):
@@ -217,14 +217,14 @@ class PolicyServer(UvicornHost):
         self.api_key = resolve_api_key(host, api_key)
         self._bind(host, port)
         self.models = [ServedModel(name, "llm", backend, tokenizer, source={"base": name})]
-        self.engine = RequestBatcher(
+        self.batcher = RequestBatcher(
             self.models, max_batch_rows=limits.max_batch_rows, max_pending=limits.max_pending
         )
-        self.app = create_app(self.engine, api_key=self.api_key, limits=limits)
+        self.app = create_app(self.batcher, api_key=self.api_key, limits=limits)
         self._serve_app(self.app, "warning", graceful_s=1.0)
 
     def _release(self) -> None:
-        self.engine.close(release_backends=False)  # the caller's model and backend stay
+        self.batcher.close(release_backends=False)  # the caller's model and backend stay
 
 
 def serve_policy(

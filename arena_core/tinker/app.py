@@ -72,13 +72,13 @@ def _dump(obj: Any) -> dict[str, Any]:
 
 
 class TinkerServer:
-    """The routes' state: sessions, futures, the engine and its worker thread."""
+    """The routes' state: sessions, futures, the service and its worker thread."""
 
-    def __init__(self, engine: TinkerService, api_key: str) -> None:
-        self.engine = engine
+    def __init__(self, service: TinkerService, api_key: str) -> None:
+        self.service = service
         self.api_key = api_key
         self.worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="arena-tinker")
-        self.samples = SampleBatcher(engine, self.worker)
+        self.samples = SampleBatcher(service, self.worker)
         self.sessions: dict[str, dict[str, Any]] = {}
         self.futures: OrderedDict[str, concurrent.futures.Future] = OrderedDict()
         self._ids = itertools.count(1)
@@ -181,16 +181,16 @@ async def _body(request: Request) -> Any:
         raise HTTPError(400, f"{request.url.path}: the body is not JSON") from None
 
 
-def _known_client(engine: TinkerService, model_id: str) -> None:
+def _known_client(service: TinkerService, model_id: str) -> None:
     try:
-        engine.client(model_id)
+        service.client(model_id)
     except TinkerError as exc:
         raise HTTPError(400, str(exc)) from None
 
 
 def _service_routes(app: FastAPI, server: TinkerServer) -> None:
     """The SDK's own plumbing: health, client config, telemetry, capabilities."""
-    engine = server.engine
+    service = server.service
 
     @app.get("/api/v1/healthz")
     async def healthz() -> dict:
@@ -213,13 +213,13 @@ def _service_routes(app: FastAPI, server: TinkerServer) -> None:
 
     @app.get("/api/v1/get_server_capabilities")
     async def capabilities() -> dict:
-        names = list(dict.fromkeys([*engine.hosts, *available_models()]))
+        names = list(dict.fromkeys([*service.hosts, *available_models()]))
         models = [
             types.SupportedModel(
                 model_name=n,
                 trainable=True,
                 sampleable=True,
-                max_context_length=engine.hosts[n].max_context if n in engine.hosts else None,
+                max_context_length=service.hosts[n].max_context if n in service.hosts else None,
             )
             for n in names
         ]
@@ -228,7 +228,7 @@ def _service_routes(app: FastAPI, server: TinkerServer) -> None:
 
 def _session_routes(app: FastAPI, server: TinkerServer) -> None:
     """Sessions: created, kept alive by heartbeats, finished by close()."""
-    engine = server.engine
+    service = server.service
 
     @app.post("/api/v1/create_session")
     async def create_session(request: Request) -> dict:
@@ -260,13 +260,13 @@ def _session_routes(app: FastAPI, server: TinkerServer) -> None:
         if session is not None and not session["finished"]:
             session["finished"] = payload.get("reason", {}).get("type", "success")
             # waited for, so the clients' memory is free once close() returns
-            await server.run(lambda: engine.finish_session(session_id))
+            await server.run(lambda: service.finish_session(session_id))
         return Response(status_code=200)
 
 
 def _training_routes(app: FastAPI, server: TinkerServer) -> None:
     """Training clients: create, get_info, forward(_backward), optim_step."""
-    engine = server.engine
+    service = server.service
 
     @app.post("/api/v1/create_model")
     async def create_model(request: Request) -> dict:
@@ -276,12 +276,12 @@ def _training_routes(app: FastAPI, server: TinkerServer) -> None:
         model_id = run_id(req.session_id, req.model_seq_id)
         lora = (req.lora_config or types.LoraConfig(rank=32)).model_dump()
         try:  # a client beyond what fits: a 400 at once
-            engine.check_capacity(req.base_model, lora)
+            service.check_capacity(req.base_model, lora)
         except CapacityError as exc:
             raise HTTPError(400, str(exc)) from None
 
         def create() -> dict:
-            engine.create_client(model_id, req.session_id, req.base_model, lora, req.user_metadata)
+            service.create_client(model_id, req.session_id, req.base_model, lora, req.user_metadata)
             return _dump(types.CreateModelResponse(model_id=model_id))
 
         return server.submit(create, model_id=model_id)
@@ -289,7 +289,7 @@ def _training_routes(app: FastAPI, server: TinkerServer) -> None:
     @app.post("/api/v1/get_info")
     async def get_info(request: Request) -> dict:
         req = _parse(types.GetInfoRequest, await _body(request), "get_info")
-        client = engine.clients.get(req.model_id)
+        client = service.clients.get(req.model_id)
         if client is None:
             raise HTTPError(404, f"no training client '{req.model_id}' on this server")
         arch = type(client.host.model.get_base_model()).__name__
@@ -316,11 +316,11 @@ def _training_routes(app: FastAPI, server: TinkerServer) -> None:
         try:
             req = decode_forward_backward(raw)
             spec = check_request(req.loss_fn, req.loss_fn_config, req.data)
-            engine.client(req.model_id)
+            service.client(req.model_id)
         except ArenaError as exc:
             raise HTTPError(400, str(exc)) from None
         return server.submit(
-            lambda: engine.forward_backward(req.model_id, req, spec), model_id=req.model_id
+            lambda: service.forward_backward(req.model_id, req, spec), model_id=req.model_id
         )
 
     @app.post("/api/v1/optim_step")
@@ -328,26 +328,26 @@ def _training_routes(app: FastAPI, server: TinkerServer) -> None:
         req = _parse(types.OptimStepRequest, await _body(request), "optim_step")
         if not isinstance(req.optim_params, types.AdamParams):
             raise HTTPError(400, "optim_step: this server runs AdamW only (AdamParams)")
-        _known_client(engine, req.model_id)
+        _known_client(service, req.model_id)
 
         def step() -> dict:
-            return {"metrics": engine.optim_step(req.model_id, req.optim_params)}
+            return {"metrics": service.optim_step(req.model_id, req.optim_params)}
 
         return server.submit(step, model_id=req.model_id)
 
 
 def _weights_routes(app: FastAPI, server: TinkerServer) -> None:
     """Save_state, save_weights_for_sampler, load_state and creating from a state."""
-    engine = server.engine
+    service = server.service
 
     @app.post("/api/v1/save_weights")
     async def save_weights(request: Request) -> dict:
         req = _parse(types.SaveWeightsRequest, await _body(request), "save_weights")
-        _known_client(engine, req.model_id)
-        name = req.path or f"step-{engine.clients[req.model_id].steps}"
+        _known_client(service, req.model_id)
+        name = req.path or f"step-{service.clients[req.model_id].steps}"
 
         def save() -> dict:
-            path = engine.save_state(req.model_id, name, overwrite=req.overwrite)
+            path = service.save_state(req.model_id, name, overwrite=req.overwrite)
             return {"path": path, "type": "save_weights"}
 
         return server.submit(save, model_id=req.model_id)
@@ -355,10 +355,10 @@ def _weights_routes(app: FastAPI, server: TinkerServer) -> None:
     @app.post("/api/v1/save_weights_for_sampler")
     async def save_for_sampler(request: Request) -> dict:
         req = _parse(types.SaveWeightsForSamplerRequest, await _body(request), "save_for_sampler")
-        _known_client(engine, req.model_id)
+        _known_client(service, req.model_id)
 
         def save() -> dict:
-            path, sampler_id = engine.save_for_sampler(req.model_id, req.path)
+            path, sampler_id = service.save_for_sampler(req.model_id, req.path)
             out = {"type": "save_weights_for_sampler"}
             return {**out, "path": path} if path else {**out, "sampling_session_id": sampler_id}
 
@@ -368,11 +368,11 @@ def _weights_routes(app: FastAPI, server: TinkerServer) -> None:
     async def load_weights(request: Request) -> dict:
         req = _parse(types.LoadWeightsRequest, await _body(request), "load_weights")
         if req.model_id is not None:
-            _known_client(engine, req.model_id)
+            _known_client(service, req.model_id)
             model_id = req.model_id
 
             def load() -> dict:
-                engine.load_into(model_id, req.path, optimizer=req.optimizer)
+                service.load_into(model_id, req.path, optimizer=req.optimizer)
                 return {"path": req.path, "model_id": model_id, "type": "load_weights"}
 
         else:
@@ -381,7 +381,7 @@ def _weights_routes(app: FastAPI, server: TinkerServer) -> None:
             model_id = run_id(req.session_id, req.model_seq_id)
 
             def load() -> dict:
-                engine.create_from_state(
+                service.create_from_state(
                     model_id,
                     req.session_id,
                     req.path,
@@ -396,14 +396,14 @@ def _weights_routes(app: FastAPI, server: TinkerServer) -> None:
 
 def _sampling_routes(app: FastAPI, server: TinkerServer) -> None:
     """Sampling sessions and samples (results are protobuf)."""
-    engine = server.engine
+    service = server.service
 
     @app.post("/api/v1/create_sampling_session")
     async def create_sampling_session(request: Request) -> dict:
         req = _parse(types.CreateSamplingSessionRequest, await _body(request), "sampling session")
         sampler_id = f"{req.session_id}:sampler:{req.sampling_session_seq_id}"
         await server.run(
-            lambda: engine.create_sampler(
+            lambda: service.create_sampler(
                 sampler_id, base_model=req.base_model, model_path=req.model_path
             )
         )
@@ -411,7 +411,7 @@ def _sampling_routes(app: FastAPI, server: TinkerServer) -> None:
 
     @app.get("/api/v1/samplers/{sampler_id}")
     async def get_sampler(sampler_id: str) -> dict:
-        sampler = engine.samplers.get(sampler_id)
+        sampler = service.samplers.get(sampler_id)
         if sampler is None:
             raise HTTPError(404, f"no sampler '{sampler_id}' on this server")
         return _dump(
@@ -434,7 +434,7 @@ def _sampling_routes(app: FastAPI, server: TinkerServer) -> None:
                 400, "target_prompt_logprobs and prompt_logprobs_last_n are not supported here"
             )
         try:
-            engine.sampler(req.sampling_session_id)
+            service.sampler(req.sampling_session_id)
         except TinkerError as exc:
             raise HTTPError(400, str(exc)) from None
 
@@ -461,17 +461,17 @@ def _future_routes(app: FastAPI, server: TinkerServer) -> None:
 
 def _rest_routes(app: FastAPI, server: TinkerServer) -> None:
     """RestClient's listing of training runs and checkpoints (`runs.py`)."""
-    engine = server.engine
+    service = server.service
 
     def training_run(run_id: str) -> types.TrainingRun:
-        run = run_record(engine, run_id)
+        run = run_record(service, run_id)
         if run is None:
             raise HTTPError(404, f"no training run '{run_id}' on this server")
         return run
 
     @app.get("/api/v1/training_runs")
     async def list_runs(limit: int = 20, offset: int = 0) -> dict:
-        ids = sorted(set(engine.store.runs()) | set(engine.clients))
+        ids = sorted(set(service.store.runs()) | set(service.clients))
         page = [training_run(i) for i in ids[offset : offset + limit]]
         cursor = types.Cursor(offset=offset, limit=limit, total_count=len(ids))
         return _dump(types.TrainingRunsResponse(training_runs=page, cursor=cursor))
@@ -482,13 +482,13 @@ def _rest_routes(app: FastAPI, server: TinkerServer) -> None:
 
     @app.get("/api/v1/training_runs/{run_id}/checkpoints")
     async def run_checkpoints(run_id: str) -> dict:
-        found = [checkpoint_record(m) for m in engine.store.checkpoints(run_id)]
+        found = [checkpoint_record(m) for m in service.store.checkpoints(run_id)]
         return _dump(types.CheckpointsListResponse(checkpoints=found))
 
     @app.get("/api/v1/checkpoints")
     async def all_checkpoints(limit: int = 100, offset: int = 0) -> dict:
         found = [
-            checkpoint_record(m) for r in engine.store.runs() for m in engine.store.checkpoints(r)
+            checkpoint_record(m) for r in service.store.runs() for m in service.store.checkpoints(r)
         ]
         cursor = types.Cursor(offset=offset, limit=limit, total_count=len(found))
         page = found[offset : offset + limit]

@@ -26,8 +26,8 @@ Pending = list[tuple[Any, concurrent.futures.Future]]
 class SampleBatcher:
     """Merges queued `asample` requests (see the module docstring) on the server's worker."""
 
-    def __init__(self, engine: TinkerService, worker: concurrent.futures.Executor) -> None:
-        self.engine = engine
+    def __init__(self, service: TinkerService, worker: concurrent.futures.Executor) -> None:
+        self.service = service
         self.worker = worker
         self._pending: dict[tuple, Pending] = {}
         self._lock = threading.Lock()
@@ -47,16 +47,16 @@ class SampleBatcher:
         return future
 
     def _alone(self, req: Any) -> bytes:
-        sequences, prompt_lps = self.engine.sample(req.sampling_session_id, [req])
+        sequences, prompt_lps = self.service.sample(req.sampling_session_id, [req])
         return encode_sample_response(sequences[0], prompt_lps)
 
     def _merged(self, key: tuple) -> None:
         with self._lock:
             batch = [(r, f) for r, f in self._pending.pop(key) if f.set_running_or_notify_cancel()]
         valid: Pending = []
-        for req, future in batch:  # a request the engine refuses fails alone
+        for req, future in batch:  # a request the service refuses fails alone
             try:
-                self.engine.check_sample(req)
+                self.service.check_sample(req)
             except Exception as exc:
                 future.set_exception(exc)
             else:
@@ -65,7 +65,7 @@ class SampleBatcher:
         if not batch:
             return
         reqs = [r for r, _ in batch]
-        _settle(batch, lambda: self.engine.sample(reqs[0].sampling_session_id, reqs)[0])
+        _settle(batch, lambda: self.service.sample(reqs[0].sampling_session_id, reqs)[0])
 
     def pending(self) -> int:
         with self._lock:

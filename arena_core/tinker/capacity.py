@@ -86,7 +86,7 @@ def clients_that_fit(hw: HardwareProfile, base: Footprint, *, others: float = 0.
 
 
 def check(
-    engine: TinkerService,
+    service: TinkerService,
     base_model: str,
     lora: dict[str, Any],
     *,
@@ -94,43 +94,43 @@ def check(
     samplers_kept: int,
 ) -> Footprint | None:
     """Refuse a client beyond what fits: `--max-clients` when given, else the memory model above
-    for the engine's device, every live base and client counted. Returns the new client's
+    for the service's device, every live base and client counted. Returns the new client's
     footprint (None while its base is not loaded yet: it is checked again once it is)."""
-    if engine.max_clients is not None and len(engine.clients) >= engine.max_clients:
+    if service.max_clients is not None and len(service.clients) >= service.max_clients:
         raise CapacityError(
-            f"this server holds {len(engine.clients)} training clients, its limit "
-            f"(--max-clients {engine.max_clients}): close a session (ServiceClient.close) "
+            f"this server holds {len(service.clients)} training clients, its limit "
+            f"(--max-clients {service.max_clients}): close a session (ServiceClient.close) "
             "to free its clients, or restart the server with a higher --max-clients"
         )
-    host = engine.hosts.get(base_model)
+    host = service.hosts.get(base_model)
     if host is None:
         return None
     rank = int(lora.get("rank", 32))
     fp = footprint(
         host.config,
-        engine.hw,
+        service.hw,
         rank=rank,
         roles=roles,
         tokens=TOKEN_BUDGET,
         samplers_kept=samplers_kept,
     )
-    if engine.max_clients is not None:
+    if service.max_clients is not None:
         return fp
-    others = sum(c.bytes for c in engine.clients.values()) + sum(
+    others = sum(c.bytes for c in service.clients.values()) + sum(
         footprint(
-            h.config, engine.hw, rank=1, roles=[], tokens=TOKEN_BUDGET, samplers_kept=0
+            h.config, service.hw, rank=1, roles=[], tokens=TOKEN_BUDGET, samplers_kept=0
         ).shared
-        for name, h in engine.hosts.items()
+        for name, h in service.hosts.items()
         if name != base_model
     )
-    if clients_that_fit(engine.hw, fp, others=others) < 1:
-        alone = clients_that_fit(engine.hw, fp)
+    if clients_that_fit(service.hw, fp, others=others) < 1:
+        alone = clients_that_fit(service.hw, fp)
         raise CapacityError(
             f"no memory for another rank-{rank} client of {base_model}: the planner's memory "
-            f"model of this device ({engine.hw.description or engine.hw.name}) fits {alone} such "
+            f"model of this device ({service.hw.description or service.hw.name}) fits {alone} such "
             f"clients (each {fp.per_client / 2**20:.0f} MiB: adapter, gradient, AdamW "
             f"moments, {samplers_kept} sampler snapshots; the base "
-            f"{fp.shared / 2**30:.1f} GiB), and {len(engine.clients)} clients are live. Close a "
+            f"{fp.shared / 2**30:.1f} GiB), and {len(service.clients)} clients are live. Close a "
             "session (ServiceClient.close) to free its clients, use a smaller rank, or set "
             "--max-clients to override the estimate"
         )

@@ -32,7 +32,7 @@ def resolve_key(api_key: str | None) -> str:
 
 
 class TinkerHost(UvicornHost):
-    """A running Tinker server: `url`, `api_key`, `engine`; `close()` stops it."""
+    """A running Tinker server: `url`, `api_key`, `service`; `close()` stops it."""
 
     what = "arena tinker serve"
 
@@ -57,12 +57,12 @@ class TinkerHost(UvicornHost):
 
         self.api_key = resolve_key(api_key)
         self._bind(host, port)
-        self.engine = TinkerService(
+        self.service = TinkerService(
             Store(state_dir), device=device, max_clients=max_clients, engine=engine
         )
-        self.server = TinkerServer(self.engine, self.api_key)
+        self.server = TinkerServer(self.service, self.api_key)
         self._serve_app(create_app(self.server), log_level, graceful_s=5.0)
 
     def _release(self) -> None:
         self.server.worker.shutdown(wait=False, cancel_futures=True)
-        self.engine.close()  # a vLLM engine's processes end here
+        self.service.close()  # a vLLM engine's processes end here

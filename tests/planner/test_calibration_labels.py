@@ -7,7 +7,7 @@ import io
 
 from rich.console import Console
 
-from arena_core.planner import BUILTIN_PROFILES, Workload, make_plan
+from arena_core.planner import BUILTIN_PROFILES, Workload, make_plan, render_result
 from arena_core.planner.calibrate import (
     SHIPPED,
     Calibration,
@@ -63,7 +63,7 @@ def test_the_plan_report_fits_80_columns() -> None:
         spec("qwen3-30b-a3b"), BUILTIN_PROFILES["h100-80"], 8, WORKLOAD, lora_rank=16
     )
     buf = io.StringIO()
-    result.render(Console(file=buf, width=80, force_terminal=False))
+    render_result(result, Console(file=buf, width=80, force_terminal=False))
     text = buf.getvalue()
     lines = text.splitlines()
     assert max(len(line) for line in lines) <= 80

@@ -47,7 +47,7 @@ def test_deployment_batches_prompts_and_streams(quick_run) -> None:
     with arena.deploy(best) as dep:
         assert dep.url.startswith("http://127.0.0.1:")
         texts = dep.generate(PROMPTS, max_tokens=16)
-        assert dep.server.engine.max_rows_seen == len(PROMPTS)  # one batch, not three calls
+        assert dep.server.batcher.max_rows_seen == len(PROMPTS)  # one batch, not three calls
         assert texts == _in_process(best.path, PROMPTS)
         streamed = list(dep.stream(PROMPTS[0], max_tokens=16))
         assert len(streamed) > 1 and "".join(streamed) == texts[0]
@@ -60,8 +60,8 @@ def test_deployment_batches_prompts_and_streams(quick_run) -> None:
 
 def test_concurrent_clients_share_decode_batches(quick_run) -> None:
     with arena.deploy(quick_run.best()) as dep:
-        engine = dep.server.engine
-        before = engine.batches
+        batcher = dep.server.batcher
+        before = batcher.batches
         results: dict[int, str] = {}
 
         def ask(i: int) -> None:
@@ -73,7 +73,7 @@ def test_concurrent_clients_share_decode_batches(quick_run) -> None:
         for t in threads:
             t.join(timeout=60)
         assert len(results) == 12
-        assert engine.batches - before < 12 and engine.max_rows_seen > 1
+        assert batcher.batches - before < 12 and batcher.max_rows_seen > 1
 
 
 def test_project_groups_runs_in_its_own_folder(lora_run, quick_run, runs_dir) -> None:
@@ -197,9 +197,9 @@ def test_other_algorithm_kinds_add_their_own_routes(tmp_path) -> None:
 
     info = get_plugins().add(ToyServing(), "toy-serving")
     assert info.ok, info.error
-    engine = RequestBatcher(load_models([f"walker={_policy_run(tmp_path, 'toy-policy')}:best"]))
+    batcher = RequestBatcher(load_models([f"walker={_policy_run(tmp_path, 'toy-policy')}:best"]))
     try:
-        http = TestClient(create_app(engine, api_key="k"))
+        http = TestClient(create_app(batcher, api_key="k"))
         auth = {"Authorization": "Bearer k"}
         r = http.post("/v1/act", json={"observation": [0, 1, 2]}, headers=auth)
         assert r.json() == {"model": "walker", "action": 3}
@@ -212,7 +212,7 @@ def test_other_algorithm_kinds_add_their_own_routes(tmp_path) -> None:
         assert "'walker' is a 'toy-policy' policy" in error["message"]
         assert "POST /v1/act" in error["message"]
     finally:
-        engine.close()
+        batcher.close()
         get_plugins().remove("toy-serving")
 
 

@@ -38,7 +38,7 @@ def test_a_request_joins_the_running_batch_and_leaves_before_a_longer_one(quick_
     """Continuous batching: B arrives while A decodes, shares A's decode steps (the engine sees
     2 rows at once) and finishes first, instead of waiting for A's batch to end."""
     with arena.deploy(quick_run.best()) as dep:
-        engine = dep.server.engine
+        batcher = dep.server.batcher
         client = OpenAI(base_url=f"{dep.url}/v1", api_key="none", max_retries=0, timeout=120)
         done: dict[str, float] = {}
         long_tokens: list[int] = []
@@ -59,8 +59,8 @@ def test_a_request_joins_the_running_batch_and_leaves_before_a_longer_one(quick_
 
         a = threading.Thread(target=long_request)
         a.start()
-        assert _wait(lambda: engine.stats()["running_rows"] == 1)
-        steps_before = engine.stats()["decode_steps"]
+        assert _wait(lambda: batcher.stats()["running_rows"] == 1)
+        steps_before = batcher.stats()["decode_steps"]
         short = client.chat.completions.create(
             model=dep.model, messages=CHAT, max_tokens=6, extra_body={"ignore_eos": True}
         )
@@ -69,14 +69,14 @@ def test_a_request_joins_the_running_batch_and_leaves_before_a_longer_one(quick_
         health = httpx.get(f"{dep.url}/health").json()
         a.join(timeout=120)
         assert long_tokens == [120] and done["short"] < done["long"]
-        assert engine.max_rows_seen == 2 and health["max_rows_seen"] == 2
+        assert batcher.max_rows_seen == 2 and health["max_rows_seen"] == 2
         # the short request took a handful of shared steps, not a batch of its own after A's
-        assert engine.stats()["decode_steps"] - steps_before <= 120
+        assert batcher.stats()["decode_steps"] - steps_before <= 120
 
 
 def test_concurrent_streams_share_decode_steps(quick_run) -> None:
     with arena.deploy(quick_run.best()) as dep:
-        engine = dep.server.engine
+        batcher = dep.server.batcher
         results: list[int] = []
 
         def ask(i: int) -> None:
@@ -91,7 +91,7 @@ def test_concurrent_streams_share_decode_steps(quick_run) -> None:
         for t in threads:
             t.join(timeout=120)
         assert len(results) == 6 and all(n >= 2 for n in results)
-        stats = engine.stats()
+        stats = batcher.stats()
         # 6 x 16 tokens in far fewer than 96 steps: several rows per step
         assert stats["max_rows_seen"] > 1 and stats["decode_steps"] < 6 * 16
         assert stats["running_rows"] == 0 and stats["pending"] == 0
@@ -99,7 +99,7 @@ def test_concurrent_streams_share_decode_steps(quick_run) -> None:
 
 def test_past_the_queue_the_answer_is_429_with_retry_after(quick_run) -> None:
     with arena.deploy(quick_run.best(), limits=Limits(max_pending=2)) as dep:
-        engine = dep.server.engine
+        batcher = dep.server.batcher
         opened = []
         try:
             for _ in range(2):  # two long streams hold the queue
@@ -109,7 +109,7 @@ def test_past_the_queue_the_answer_is_429_with_retry_after(quick_run) -> None:
                     stream=True,
                 )
                 opened.append((client, resp))
-            assert _wait(lambda: engine.stats()["pending"] == 2)
+            assert _wait(lambda: batcher.stats()["pending"] == 2)
             r = httpx.post(f"{dep.url}/v1/chat/completions", json=_stream_body(4), timeout=30)
             assert r.status_code == 429
             assert int(r.headers["Retry-After"]) >= 1
@@ -122,7 +122,7 @@ def test_past_the_queue_the_answer_is_429_with_retry_after(quick_run) -> None:
                 resp.close()
                 client.close()
         # the abandoned streams free the queue: a new request is answered
-        assert _wait(lambda: engine.stats()["pending"] == 0)
+        assert _wait(lambda: batcher.stats()["pending"] == 0)
         r = httpx.post(
             f"{dep.url}/v1/chat/completions", json={"messages": CHAT, "max_tokens": 4}, timeout=60
         )
@@ -131,34 +131,34 @@ def test_past_the_queue_the_answer_is_429_with_retry_after(quick_run) -> None:
 
 def test_a_client_that_disconnects_frees_its_rows(quick_run) -> None:
     with arena.deploy(quick_run.best()) as dep:
-        engine = dep.server.engine
+        batcher = dep.server.batcher
         with httpx.Client(base_url=dep.url, timeout=120) as client:
             with client.stream("POST", "/v1/chat/completions", json=_stream_body(400)) as resp:
                 lines = resp.iter_lines()
                 for _ in range(4):
                     next(lines)
-                assert engine.stats()["running_rows"] == 1
-        steps = engine.stats()["decode_steps"]
+                assert batcher.stats()["running_rows"] == 1
+        steps = batcher.stats()["decode_steps"]
         # the row leaves the batch a moment before its request is counted out: wait for both
         assert _wait(
-            lambda: engine.stats()["running_rows"] == 0 and engine.stats()["pending"] == 0,
+            lambda: batcher.stats()["running_rows"] == 0 and batcher.stats()["pending"] == 0,
             timeout=20,
         )
-        assert engine.stats()["decode_steps"] - steps < 400 - 4  # it did not decode to the end
+        assert batcher.stats()["decode_steps"] - steps < 400 - 4  # it did not decode to the end
 
 
 @pytest.fixture(scope="module")
-def engine(quick_run):
-    engine = RequestBatcher(load_models([f"{quick_run.path}:best"]), max_batch_rows=8)
-    yield engine
-    engine.close()
+def batcher(quick_run):
+    batcher = RequestBatcher(load_models([f"{quick_run.path}:best"]), max_batch_rows=8)
+    yield batcher
+    batcher.close()
 
 
-def test_a_cancelled_request_leaves_the_batch_at_the_next_step(engine) -> None:
+def test_a_cancelled_request_leaves_the_batch_at_the_next_step(batcher) -> None:
     """The engine's own view: the request is cancelled from inside a decode step (as a client's
     disconnect does), and its row decodes exactly one more token before it leaves."""
-    name = next(iter(engine.models))
-    prompt = engine.models[name].backend.encode_chat(CHAT)
+    name = next(iter(batcher.models))
+    prompt = batcher.models[name].backend.encode_chat(CHAT)
     events: dict[str, list] = {"keep": [], "quit": []}
     at_cancel: list[int] = []
     finished = threading.Event()
@@ -178,22 +178,22 @@ def test_a_cancelled_request_leaves_the_batch_at_the_next_step(engine) -> None:
 
     keep = Request(rows=[prompt], indexes=[0], max_tokens=40, ignore_eos=True)
     quit_ = Request(rows=[prompt], indexes=[0], max_tokens=40, ignore_eos=True)
-    jobs["keep"] = engine.submit(name, keep, sink("keep"))
-    jobs["quit"] = engine.submit(name, quit_, sink("quit"))
+    jobs["keep"] = batcher.submit(name, keep, sink("keep"))
+    jobs["quit"] = batcher.submit(name, quit_, sink("quit"))
     assert finished.wait(timeout=120)
     ends = [e for e in events["quit"] if e[0] == "finish"]
     assert at_cancel and ends[0][3] == at_cancel[0] + 1  # one more step, then it left
     assert [e for e in events["keep"] if e[0] == "finish"][0][3] == 40  # the other went on
-    assert engine.stats()["running_rows"] == 0 and engine.stats()["pending"] == 0
+    assert batcher.stats()["running_rows"] == 0 and batcher.stats()["pending"] == 0
 
 
-def test_requests_that_wait_together_join_in_one_prefill_and_decode_as_alone(engine) -> None:
+def test_requests_that_wait_together_join_in_one_prefill_and_decode_as_alone(batcher) -> None:
     """Four requests of different lengths admitted together cost one prefill forward (not one
     each), and each greedy answer is the one the engine gives the prompt on its own."""
     from arena_core.engines.base import SamplingParams
 
-    name = next(iter(engine.models))
-    backend = engine.models[name].backend
+    name = next(iter(batcher.models))
+    backend = batcher.models[name].backend
     questions = ["What is 12+30?", "Hi", "What is 7*6? Answer briefly.", "Name a colour."]
     prompts = [backend.encode_chat([{"role": "user", "content": q}]) for q in questions]
     alone = [
@@ -212,13 +212,13 @@ def test_requests_that_wait_together_join_in_one_prefill_and_decode_as_alone(eng
 
         return receive
 
-    before = engine.stats()
-    with engine._cond:  # the engine's admission lock: all four are waiting when it next looks
+    before = batcher.stats()
+    with batcher._cond:  # the engine's admission lock: all four are waiting when it next looks
         for i, prompt in enumerate(prompts):
             request = Request(rows=[prompt], indexes=[0], max_tokens=12, temperature=0.0)
-            engine.submit(name, request, sink(i))
+            batcher.submit(name, request, sink(i))
     assert all(event.wait(timeout=120) for event in done)
-    after = engine.stats()
+    after = batcher.stats()
     assert after["prefills"] - before["prefills"] == 1
     assert after["max_rows_seen"] >= len(prompts)
     assert texts == alone

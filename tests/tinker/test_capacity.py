@@ -23,18 +23,18 @@ def test_a_client_beyond_the_memory_model_is_refused(tmp_path: Path) -> None:
     with TinkerHost(port=0, api_key=API_KEY, state_dir=tmp_path).start() as host:
         service = tinker.ServiceClient(base_url=host.url, api_key=API_KEY)
         service.create_lora_training_client(base_model=BASE, rank=4).result()
-        engine = host.engine
+        tinker_service = host.service
         fp = footprint(
-            engine.hosts[BASE].config,
-            engine.hw,
+            tinker_service.hosts[BASE].config,
+            tinker_service.hw,
             rank=4,
             roles=["attention", "mlp", "unembed"],
             tokens=TOKEN_BUDGET,
             samplers_kept=4,
         )
         # a device with room for the base and one and a half clients of this shape
-        engine.hw = cpu_profile(memory_gb=(fp.shared + 1.5 * fp.per_client) / 0.9e9)
-        assert clients_that_fit(engine.hw, fp) == 1
+        tinker_service.hw = cpu_profile(memory_gb=(fp.shared + 1.5 * fp.per_client) / 0.9e9)
+        assert clients_that_fit(tinker_service.hw, fp) == 1
         with pytest.raises(tinker.BadRequestError, match="planner's memory model.*fits 1"):
             service.create_lora_training_client(base_model=BASE, rank=4).result()
         service.close("success").result()  # frees the first client: one fits again
@@ -43,7 +43,7 @@ def test_a_client_beyond_the_memory_model_is_refused(tmp_path: Path) -> None:
 
         again = tinker.ServiceClient(base_url=host.url, api_key=API_KEY)
         again.create_lora_training_client(base_model=BASE, rank=4).result()
-        engine.max_clients = 1  # an explicit --max-clients wins over the estimate
+        tinker_service.max_clients = 1  # an explicit --max-clients wins over the estimate
         with pytest.raises(tinker.BadRequestError, match="--max-clients 1"):
             again.create_lora_training_client(base_model=BASE, rank=4).result()
         again.close("success").result()

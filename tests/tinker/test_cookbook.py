@@ -27,7 +27,7 @@ def test_the_cookbook_supervised_loop_lowers_its_loss(
     from transformers import AutoTokenizer
 
     monkeypatch.setenv("TINKER_API_KEY", API_KEY)
-    tokenizer_dir = server.engine.store.tokenizer_dir(BASE)  # written when the base loaded
+    tokenizer_dir = server.service.store.tokenizer_dir(BASE)  # written when the base loaded
     tokenizer_utils.register_tokenizer(BASE, lambda: AutoTokenizer.from_pretrained(tokenizer_dir))
     data = Path(tinker_cookbook.__file__).parent / "example_data" / "conversations.jsonl"
     common = ChatDatasetBuilderCommonConfig(

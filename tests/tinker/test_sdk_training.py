@@ -53,8 +53,8 @@ def test_clients_on_one_base_do_not_disturb_each_other(service, server, sft_datu
     assert not np.allclose(_logprobs(a, data)[0], before_b[0])
     np.testing.assert_allclose(_logprobs(b, data)[0], before_b[0], atol=1e-6)
     # one base model in memory for every client of it
-    host = server.engine.hosts[BASE]
-    assert all(server.engine.clients[c.model_id].host is host for c in (a, b))
+    host = server.service.hosts[BASE]
+    assert all(server.service.clients[c.model_id].host is host for c in (a, b))
 
 
 def test_forward_backward_custom_runs(service, sft_datum) -> None:
@@ -135,11 +135,11 @@ def test_train_unembed_adapts_the_unembedding(service, server, tokenizer, sft_da
     without = service.create_lora_training_client(
         base_model=BASE, rank=4, seed=10, train_unembed=False
     ).result()
-    engine = server.engine
-    head = engine.hosts[BASE].model.get_output_embeddings()
-    adapter = engine.clients[with_head.model_id].adapter
+    service = server.service
+    head = service.hosts[BASE].model.get_output_embeddings()
+    adapter = service.clients[with_head.model_id].adapter
     assert adapter in head.lora_A
-    assert engine.clients[without.model_id].adapter not in head.lora_A
+    assert service.clients[without.model_id].adapter not in head.lora_A
     datum = sft_datum("4+4=", "8")
     for _ in range(3):
         with_head.forward_backward([datum], "cross_entropy").result()
@@ -234,21 +234,21 @@ def test_queued_sample_requests_are_generated_together(service, server, tokenize
     other = types.ModelInput.from_ints(tokenizer.encode("10+21="))
     params = types.SamplingParams(max_tokens=4, temperature=1.0)
     seeded = types.SamplingParams(max_tokens=4, temperature=1.0, seed=5)
-    engine, calls = server.engine, []
-    real_sample = engine.sample
+    service, calls = server.service, []
+    real_sample = service.sample
 
     def counting(sampler_id, reqs):
         calls.append(sum(int(r.num_samples) for r in reqs))
         return real_sample(sampler_id, reqs)
 
     gate = threading.Event()
-    engine.sample = counting
+    service.sample = counting
     try:
         server.server.worker.submit(gate.wait)  # hold the worker while the requests queue
         futures = [sampler.sample(p, 1, params) for p in [prompt, other] * 3]
         lone = sampler.sample(prompt, 2, seeded)
         # queued with them, a prompt past the context: it fails alone, the six still run
-        too_long = types.ModelInput.from_ints([5] * server.engine.hosts[BASE].max_context)
+        too_long = types.ModelInput.from_ints([5] * server.service.hosts[BASE].max_context)
         bad = sampler.sample(too_long, 1, params)
         deadline = time.monotonic() + 60  # the SDK sends from its own thread: wait for all seven
         while server.server.samples.pending() < 7 and time.monotonic() < deadline:
@@ -259,7 +259,7 @@ def test_queued_sample_requests_are_generated_together(service, server, tokenize
         with pytest.raises(Exception, match="exceeds"):
             bad.result()
     finally:
-        engine.sample = real_sample
+        service.sample = real_sample
         gate.set()
     assert sorted(calls) == [2, 6]  # the six together once, the seeded request alone
     for r in results:

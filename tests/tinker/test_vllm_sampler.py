@@ -119,7 +119,7 @@ def test_vllm_samples_through_the_trained_adapter(vllm_service, vllm_server, bas
     again = base_sampler.sample(types.ModelInput.from_ints(prompt), 1, greedy).result()
     assert again.sequences[0].tokens == seq.tokens
     # the engine that answered is vLLM's, and old snapshots' directories do not pile up
-    samplers = vllm_server.engine.hosts[base].engine
+    samplers = vllm_server.service.hosts[base].engine
     assert samplers.backend.name == "vllm"
     for _ in range(6):
         snap = training.save_weights_and_get_sampling_client().result()
