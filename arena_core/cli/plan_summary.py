@@ -31,17 +31,11 @@ def measured_prompt_tokens(cfg: dict[str, Any]) -> int | None:
     if not (name.startswith("arena:") or Path(name).is_dir()):
         return None
     try:
+        from arena_core.models.loading import load_tokenizer
         from arena_core.run_parts.build import build_task
         from arena_core.run_parts.prompts import PromptEncoder
 
-        if name.startswith("arena:"):
-            from arena_core.models.tokenizer import build_tiny_tokenizer
-
-            tokenizer = build_tiny_tokenizer()
-        else:
-            from arena_core.models.loading import load_tokenizer
-
-            tokenizer = load_tokenizer(name)
+        tokenizer = load_tokenizer(name)
         task = build_task(env)
         try:
             encode = PromptEncoder(task, tokenizer)
@@ -112,7 +106,7 @@ def sft_plan(cfg: dict[str, Any]) -> dict[str, Any]:
 
     from arena_core.errors import ConfigError
     from arena_core.learn.settings import DEFAULT_MICRO_BATCH_TOKENS
-    from arena_core.models.cache import resolve_model
+    from arena_core.models.loading import load_tokenizer
     from arena_core.planner.sft_price import sft_step_price
     from arena_core.run_parts.build import make_env
     from arena_core.sft_dpo.data import Encoder, SftDpoData
@@ -126,14 +120,7 @@ def sft_plan(cfg: dict[str, Any]) -> dict[str, Any]:
             f"model.name_or_path={name}: its config.json is not on this machine, so the SFT step "
             f"cannot be priced; `arena pull {name}` (or a local model directory) fixes it"
         )
-    if name.startswith("arena:"):
-        from arena_core.models.tokenizer import build_tiny_tokenizer
-
-        tokenizer = build_tiny_tokenizer()
-    else:
-        from arena_core.models.loading import load_tokenizer
-
-        tokenizer = load_tokenizer(resolve_model(name, fetch=False))
+    tokenizer = load_tokenizer(name)  # an embedded model's, or a local or pulled model's
     rows = int(algo.get("batch_size") or 1)
     budget = int(train.get("micro_batch_tokens") or DEFAULT_MICRO_BATCH_TOKENS)
     data = SftDpoData(make_env(cfg.get("env")), 0)

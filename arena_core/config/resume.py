@@ -1,8 +1,8 @@
 """`train.resume`: which run directory the setting names, and the config a resume runs with.
 
-It lives with the config, not with the run directories (`arena_core.store.rundir` re-exports
-`resolve_resume`), because composing a run's config checks it: a dry run refuses the resume that
-the run itself would refuse, and the config layer imports nothing above it.
+It lives with the config, not with the run directories, because composing a run's config checks
+it: a dry run refuses the resume that the run itself would refuse, and the config layer imports
+nothing above it.
 
 A resume is one command, `arena-run train.resume=RUN`: the run continues with its own saved
 config.yaml, and the only overrides it takes are settings that cannot change what it learns

@@ -14,17 +14,11 @@ from typing import Any
 
 import torch
 
+from arena_core.distributed.weight_sync import free_port
 from arena_core.learn.packing import Sample
 
 ROOT = "lm."  # parameter names inside the FSDP root (arena_core.distributed.fsdp.LogprobModule)
 PROCESS_GROUP_TIMEOUT_S = 600  # a collective waiting this long means a peer is gone
-
-
-def free_port() -> int:
-    """A TCP port free on this host now (for MASTER_PORT)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
-        return int(s.getsockname()[1])
 
 
 class TrainerRank:

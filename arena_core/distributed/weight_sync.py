@@ -176,6 +176,8 @@ class CollectiveChannel:
 
 
 def free_port() -> int:
+    """A TCP port free on this host now: where a rendezvous listens (the weight-sync channel's,
+    the trainer ranks' MASTER_PORT)."""
     import socket
 
     with socket.socket() as sock:

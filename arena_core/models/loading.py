@@ -22,6 +22,7 @@ from arena_core.models.cache import resolve_model
 from arena_core.models.catalog import EMBEDDED, TINY_PREFIX
 from arena_core.models.lora_targets import module_names, resolve_targets
 from arena_core.models.tiny import build_tiny
+from arena_core.models.tokenizer import build_tiny_tokenizer
 
 # Tokenizer classes that mean "exactly the tokenizer.json that was saved": loaded as such, because
 # AutoTokenizer would substitute the model type's class (Qwen2Tokenizer for qwen2) and its pipeline.
@@ -220,7 +221,8 @@ def _load_hf(name: str, *, dtype: torch.dtype, trust: bool) -> tuple[nn.Module, 
 
 
 def load_tokenizer(name_or_path: str, **kwargs: Any) -> Any:
-    """The tokenizer saved with a model, exactly as saved.
+    """The tokenizer saved with a model, exactly as saved; an embedded model's (`arena:tiny`) is
+    built, as the model is.
 
     A tokenizer saved as a plain `tokenizer.json` (TokenizersBackend, e.g. arena:tiny's) is loaded
     verbatim; others go through AutoTokenizer, which picks their recorded class. A model of
@@ -228,6 +230,12 @@ def load_tokenizer(name_or_path: str, **kwargs: Any) -> Any:
     """
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
+    if str(name_or_path).startswith(TINY_PREFIX):
+        if name_or_path not in EMBEDDED:
+            raise ModelLoadError(
+                f"unknown embedded model '{name_or_path}'. Embedded models: {', '.join(EMBEDDED)}."
+            )
+        return build_tiny_tokenizer()
     name_or_path = resolve_model(str(name_or_path), fetch=False)  # a cached catalog model
     cfg_file = Path(name_or_path) / "tokenizer_config.json"
     if cfg_file.is_file():

@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from arena_core.config.resume import resolve_resume
 from arena_core.config.schema import CoreConfig
 from arena_core.errors import ArenaError
 from arena_core.interrupts import Interrupted, signal_name, sigterm_interrupts
@@ -46,7 +47,7 @@ from arena_core.session.ending import (
 )
 from arena_core.store.atomic import atomic_write_json
 from arena_core.store.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
-from arena_core.store.rundir import new_run_dir, resolve_resume, write_config, write_validation
+from arena_core.store.rundir import new_run_dir, write_config, write_validation
 
 
 def runs_root(core: CoreConfig) -> Path:

@@ -71,15 +71,6 @@ def read_config(run_dir: Path) -> dict[str, Any]:
         return yaml.safe_load(fh) or {}
 
 
-def resolve_resume(resume: str, runs: str | Path) -> Path:
-    """`latest` -> the newest run under `runs` that has a checkpoint; else a run directory
-    (`arena_core.config.resume`, where composing a run's config checks it; imported here on use,
-    so reading run directories does not load Hydra)."""
-    from arena_core.config.resume import resolve_resume as resolve
-
-    return resolve(resume, runs)
-
-
 # Keys a resume may change without train.resume_allow_changes: they extend the run, change how it
 # is shown or how fast it goes, never what it learns from.
 RESUME_FREE_KEYS = frozenset(

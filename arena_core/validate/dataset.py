@@ -14,15 +14,11 @@ from typing import Any
 
 from arena_core import data
 from arena_core.data.chat import CHAT_COLUMN
-from arena_core.data.loading import canonicalize, columns_of, looks_local
+from arena_core.data.loading import DatasetError, canonicalize, columns_of, looks_local
 from arena_core.errors import ArenaError, did_you_mean
 from arena_core.validate.report import FAIL, PASS, WARN, Report
 
 EMPTY_FAIL_FRACTION = 0.5  # more than this share of empty values: the column is probably wrong
-
-
-class DatasetError(ArenaError):
-    """A dataset that cannot be read."""
 
 
 def required_columns(category: str) -> tuple[str, ...]:

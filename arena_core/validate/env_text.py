@@ -143,22 +143,18 @@ def check_messages(task: Any, examples: list[Example]) -> Result:
     return ok(f"{len(examples)} prompts are chat messages ending with the user's")
 
 
-def load_tokenizer(model: dict[str, Any]) -> Any:
+def local_tokenizer(model: dict[str, Any]) -> Any:
     """The run's tokenizer, from local files only (None when it would need a download)."""
-    name = str(model.get("name_or_path") or "")
-    if name.startswith("arena:"):
-        from arena_core.models.tokenizer import build_tiny_tokenizer
-
-        return build_tiny_tokenizer()
-    from arena_core.models.loading import load_tokenizer as load
+    from arena_core.errors import ModelLoadError
+    from arena_core.models.loading import load_tokenizer
 
     try:
-        return load(
-            name,
+        return load_tokenizer(
+            str(model.get("name_or_path") or ""),
             local_files_only=True,
             trust_remote_code=bool(model.get("trust_remote_code", False)),
         )
-    except (OSError, ValueError):
+    except (OSError, ValueError, ModelLoadError):
         return None
 
 
@@ -173,7 +169,7 @@ def check_chat_template(
     if not model:
         return Result("SKIP", "no model given: the chat template was not checked")
     name = model.get("name_or_path")
-    tokenizer = tokenizer if tokenizer is not None else load_tokenizer(model)
+    tokenizer = tokenizer if tokenizer is not None else local_tokenizer(model)
     if tokenizer is None:
         return Result(
             "SKIP",
@@ -301,7 +297,7 @@ def check_text_task(
     tokenizer = None
     if model and "messages" not in h.failed:
         with h.keepalive("chat_template"):
-            tokenizer = load_tokenizer(model)
+            tokenizer = local_tokenizer(model)
     h.run(
         "chat_template",
         lambda: check_chat_template(task, examples, model, max_prompt_tokens, tokenizer),

@@ -71,6 +71,16 @@ def test_autotokenizer_on_saved_tiny_gives_the_same_ids(tmp_path) -> None:
     assert load_tokenizer(str(tmp_path)).encode(TEXTS[3]) == policy.tokenizer.encode(TEXTS[3])
 
 
+def test_an_embedded_models_tokenizer_is_its_policys_and_a_typo_names_the_embedded_ones() -> None:
+    """`load_tokenizer("arena:tiny")` (what `arena plan` and validation encode prompts with) is
+    the tokenizer the run's policy gets; an unknown embedded name lists the known ones."""
+    policy = _tiny()
+    for text in TEXTS:
+        assert load_tokenizer("arena:tiny").encode(text) == policy.tokenizer.encode(text)
+    with pytest.raises(ArenaError, match="unknown embedded model 'arena:tinny'.*arena:tiny, "):
+        load_tokenizer("arena:tinny")
+
+
 def test_lora_adapter_trains_few_params_and_round_trips(tmp_path) -> None:
     policy = _tiny(r=4)
     assert policy.is_lora

@@ -10,12 +10,13 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from arena_core.config.resume import resolve_resume
 from arena_core.errors import ConfigError
 from arena_core.store import atomic, checkpoints
 from arena_core.store.atomic import atomic_write_json, file_mode
 from arena_core.store.checkpoints import save_checkpoint
 from arena_core.store.index import best_checkpoint_entry
-from arena_core.store.rundir import config_changes, resolve_resume
+from arena_core.store.rundir import config_changes
 
 
 def _model() -> Qwen2ForCausalLM:

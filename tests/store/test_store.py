@@ -11,6 +11,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
+from arena_core.config.resume import resolve_resume
 from arena_core.errors import ArenaError
 from arena_core.store.atomic import atomic_write_json, atomic_write_text
 from arena_core.store.checkpoints import (
@@ -21,7 +22,7 @@ from arena_core.store.checkpoints import (
 )
 from arena_core.store.curves import plot_reward_curve
 from arena_core.store.metrics import MetricsWriter, read_metrics
-from arena_core.store.rundir import new_run_dir, resolve_resume
+from arena_core.store.rundir import new_run_dir
 
 
 def _model(seed: int = 0) -> Qwen2ForCausalLM:
