@@ -44,7 +44,7 @@ from arena_core.engines.base import Completion, SamplingParams, count_generated
 from arena_core.engines.vllm_engine import (
     engine_args,
     import_vllm,
-    sampling_params,
+    vllm_sampling_params,
 )
 from arena_core.engines.vllm_weights import checkpoint_state, shm_dir
 from arena_core.errors import ArenaError
@@ -228,7 +228,9 @@ class VLLMBackend:
             raise ValueError("every prompt needs at least one token")
         rid = request_id or f"arena-{next(self._ids)}"
         lora = self._lora_request(adapter)
-        coro = self._submit(list(prompt), sampling_params(self._vllm, params, index), rid, lora)
+        coro = self._submit(
+            list(prompt), vllm_sampling_params(self._vllm, params, index), rid, lora
+        )
         return asyncio.run_coroutine_threadsafe(coro, self._loop)
 
     def generate(

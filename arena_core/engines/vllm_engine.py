@@ -139,7 +139,7 @@ def engine_args(vllm: Any, cfg: VLLMBackendConfig, model_dir: Path) -> Any:
     return vllm.AsyncEngineArgs(**kwargs)
 
 
-def sampling_params(vllm: Any, params: SamplingParams, index: int) -> Any:
+def vllm_sampling_params(vllm: Any, params: SamplingParams, index: int) -> Any:
     """vLLM's SamplingParams for request `index` of a batch: one sample, the sampled token's
     logprob, tokens streamed as made (each gets the policy version it was made under), and
     `params.grammar` as vLLM's structured output (its guidance backend, see `engine_args`)."""

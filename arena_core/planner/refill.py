@@ -54,15 +54,15 @@ def round_prices(
     """The plan's price of a generation round of n = 1..2P groups and of learning on k = 0..P
     kept groups (P = `prompts_per_step`), and the collector's round limits: what `reprice` needs,
     stored in plan.json as `refill`."""
-    from arena_core.planner.search import evaluate
+    from arena_core.planner.search import predict_plan
 
     p = wl.prompts_per_step
     generate = [
-        evaluate(model, hw, plan, replace(wl, prompts_per_step=n), coef).prediction.generate_s
+        predict_plan(model, hw, plan, replace(wl, prompts_per_step=n), coef).prediction.generate_s
         for n in range(1, 2 * p + 1)
     ]
     learn = [0.0] + [
-        evaluate(model, hw, plan, replace(wl, prompts_per_step=k), coef).prediction.learn_s
+        predict_plan(model, hw, plan, replace(wl, prompts_per_step=k), coef).prediction.learn_s
         for k in range(1, p + 1)
     ]
     return {

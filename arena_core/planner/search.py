@@ -146,7 +146,7 @@ def make_plan(
     )
 
 
-def evaluate(
+def predict_plan(
     model: ModelSpec,
     hardware: HardwareProfile,
     plan: Plan,

@@ -41,9 +41,9 @@ from arena_core.serve.responses import (
     ToolStream,
     Wants,
     chat_logprobs,
-    completion_logprobs,
     finish_reason,
     message,
+    text_completion_logprobs,
     tool_call_deltas,
 )
 
@@ -335,7 +335,7 @@ def _choice(
     else:
         out = text_choice(i, text, finish)
         if wants.logprobs is not None:
-            out["logprobs"] = completion_logprobs(words, state, 0, len(state.ids), 0)
+            out["logprobs"] = text_completion_logprobs(words, state, 0, len(state.ids), 0)
         if wants.token_ids:
             out["prompt_token_ids"] = rows[i]
     if wants.token_ids:
@@ -450,7 +450,7 @@ class _Extras:
             choice["logprobs"] = (
                 chat_logprobs(self.words, state, start, end)
                 if self.wants.chat
-                else completion_logprobs(self.words, state, start, end, self.offsets[index])
+                else text_completion_logprobs(self.words, state, start, end, self.offsets[index])
             )
         self.offsets[index] += len(text)
         if self.wants.token_ids:

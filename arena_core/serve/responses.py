@@ -68,7 +68,7 @@ def chat_logprobs(text: TokenText, choice: Any, start: int, end: int) -> dict[st
     return {"content": content, "refusal": None}
 
 
-def completion_logprobs(
+def text_completion_logprobs(
     text: TokenText, choice: Any, start: int, end: int, offset: int
 ) -> dict[str, Any]:
     """Completions' legacy `logprobs` for tokens [start, end); `offset`: the text before them."""

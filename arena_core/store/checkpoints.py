@@ -42,7 +42,7 @@ from arena_core.store.atomic import (
 from arena_core.store.best import best_of, infer_ranking
 from arena_core.store.space import (
     SLACK_BYTES,
-    check_space,
+    check_disk_space,
     disk_full,
     existing,
     free_bytes,
@@ -144,7 +144,7 @@ def save_checkpoint(
         + SLACK_BYTES
     )
     what = f"checkpoint {name}"
-    check_space(final, needed, what=what, previous=previous, run_dir=Path(run_dir))
+    check_disk_space(final, needed, what=what, previous=previous, run_dir=Path(run_dir))
     tmp = root / f".tmp-{name}-{os.getpid()}"
     try:
         tmp.mkdir()

@@ -1,7 +1,7 @@
 """Disk space for checkpoints: know the size before writing, and say so clearly when it runs out.
 
 A checkpoint that cannot be written must not cost the run its previous one. `save_checkpoint`
-asks `check_space` first (the size of what it writes is known from the model and the optimizer
+asks `check_disk_space` first (the size of what it writes is known from the model and the optimizer
 state, give or take the tokenizer and a few JSON files), and turns an ENOSPC/EDQUOT/EFBIG in the
 middle of a write (the estimate was short, or something else filled the disk meanwhile) into
 the same `DiskFull` error after removing its partial files: the error names the path, the space
@@ -62,7 +62,7 @@ def free_bytes(path: Path) -> int:
     return shutil.disk_usage(path).free
 
 
-def check_space(
+def check_disk_space(
     path: Path, needed: int, *, what: str, previous: Path | None, run_dir: Path
 ) -> None:
     """Raise DiskFull before writing `needed` bytes at `path` when they cannot fit."""

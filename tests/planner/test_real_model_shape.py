@@ -20,7 +20,7 @@ from arena_core.planner.calibrate import coefficients_for
 from arena_core.planner.hardware import cpu_profile
 from arena_core.planner.live import at_current_rates
 from arena_core.planner.plan import Workload
-from arena_core.planner.search import evaluate
+from arena_core.planner.search import predict_plan
 
 from .conftest import SMOLLM2_STEP, spec
 
@@ -50,7 +50,7 @@ def predict(m: ModelSpec, lora: int = 16):
     """The plan a SmolLM2 quickstart gets, priced with the shipped CPU coefficients."""
     coef = coefficients_for(HW).model_copy(update={"learn_layer_overhead_s": 0.0})
     best = make_plan(m, HW, 1, WL, lora_rank=lora, coefficients=coef)
-    return evaluate(m, HW, best.plan, WL, coef).prediction, best.plan
+    return predict_plan(m, HW, best.plan, WL, coef).prediction, best.plan
 
 
 def test_the_spec_counts_a_tiny_llama_of_smollm2_shape_exactly():
@@ -121,7 +121,7 @@ def test_a_busy_machine_slows_every_term_by_the_measured_ratio():
         HW, coef, {"matmul_tflops": HW.bf16_tflops / 2, "mem_bandwidth_gbs": 63.0 / 2}
     )
     assert slow_coef.source == coef.source
-    busy = evaluate(
+    busy = predict_plan(
         m, slow_hw, plan, WL, slow_coef.model_copy(update={"learn_layer_overhead_s": 0})
     )
     assert busy.prediction.learn_s / idle.learn_s == pytest.approx(2.0, rel=0.02)

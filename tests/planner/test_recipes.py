@@ -18,7 +18,7 @@ import pytest
 
 from arena_core.planner import BUILTIN_PROFILES, NoPlanFits, Workload, make_plan
 from arena_core.planner.cost import Coefficients
-from arena_core.planner.search import evaluate
+from arena_core.planner.search import predict_plan
 
 from .conftest import spec
 
@@ -117,14 +117,14 @@ def test_memory_savings_are_given_up_only_when_the_faster_setting_does_not_fit()
         seen.append(p)
         # every saving in the chosen plan is there because the plan without it does not fit
         # (or, rarely, because it is also faster)
-        best = evaluate(m, hw, p, wl, GPU)
+        best = predict_plan(m, hw, p, wl, GPU)
         for knob, off in (
             ("offload", "none"),
             ("activation_checkpointing", False),
             ("reshard_after_forward", False),
         ):
             if getattr(p, knob) != off:
-                alt = evaluate(m, hw, p.with_(**{knob: off}), wl, GPU)
+                alt = predict_plan(m, hw, p.with_(**{knob: off}), wl, GPU)
                 assert not alt.prediction.fits or alt.prediction.total_s >= best.prediction.total_s
     assert len(seen) >= 3
     levels = [("none", "optimizer", "full").index(p.offload) for p in seen]
