@@ -43,7 +43,7 @@ INSTALL_HINTS: dict[tuple[str, str], str] = {
 }
 
 
-def install_hint(kind: str, name: str) -> str:
+def plugin_install_hint(kind: str, name: str) -> str:
     """` Install it: ...` for a known plugin's name, else ""."""
     hint = INSTALL_HINTS.get((kind, name))
     return (
@@ -112,7 +112,7 @@ class Registry:
         installed = ", ".join(sorted(self.entries)) or "(none)"
         return (
             f"unknown {SINGULAR[self.kind]} '{name}'{did_you_mean(name, self.entries)} "
-            f"Installed: {installed}.{install_hint(self.kind, name)}"
+            f"Installed: {installed}.{plugin_install_hint(self.kind, name)}"
         )
 
     def names(self) -> list[str]:

@@ -222,14 +222,14 @@ def _construct(target: str, kwargs: dict[str, Any], kind: str) -> Any:
     if kind == "parallel":
         return _pettingzoo(target, kwargs)
     from arena_core.errors import did_you_mean
-    from arena_core.registry import install_hint
+    from arena_core.registry import plugin_install_hint
 
     names = list(gym.envs.registry) + registry.names()
     raise EnvBuildError(
         f"env.id={target}: not a Gymnasium id nor a registered Arena environment"
         f"{did_you_mean(target, names) or '.'} Give a Gymnasium id (CartPole-v1), an installed env "
         "(`arena plugins`), `package.module:Class`, or env.path=file.py:Class."
-        f"{install_hint('envs', target)}"
+        f"{plugin_install_hint('envs', target)}"
     )
 
 

@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 _STDERR_TAIL = 2000
 
 
-def import_object(path: str, key: str, cwd: str | None = None) -> Any:
+def import_user_object(path: str, key: str, cwd: str | None = None) -> Any:
     """`module:attr` imported (the working directory, or `cwd`, on sys.path as uvicorn does)."""
     module_name, sep, attr = path.partition(":")
     if not sep or not module_name or not attr:
@@ -69,7 +69,7 @@ def action_class(env_cls: type, given: str | None, cwd: str | None) -> type:
     from pydantic import BaseModel
 
     if given:
-        return import_object(given, "env.action", cwd)
+        return import_user_object(given, "env.action", cwd)
     with contextlib.suppress(Exception):
         hint = typing.get_type_hints(env_cls.step).get("action")
         if isinstance(hint, type) and issubclass(hint, BaseModel):
@@ -272,7 +272,7 @@ class OpenEnvSource:
         with self._lock:
             if self._classes is None:
                 assert self.environment is not None
-                env_cls = import_object(self.environment, "env.environment", self.app_dir)
+                env_cls = import_user_object(self.environment, "env.environment", self.app_dir)
                 if not isinstance(env_cls, type):
                     raise ConfigError(
                         f"env.environment={self.environment!r} is a {type(env_cls).__name__}, "

@@ -172,7 +172,7 @@ def parse_rows(
     return out
 
 
-def read_metrics(run_dir: Path) -> Metrics:
+def read_live_metrics(run_dir: Path) -> Metrics:
     """Every complete row of metrics.csv; an unfinished last line is left for the next read."""
     path = Path(run_dir) / METRICS_FILE
     result = Metrics()
@@ -226,7 +226,7 @@ def with_evals(m: Metrics, evals: list[dict[str, Any]]) -> Metrics:
 
 def run_metrics(info: index.RunInfo) -> Metrics:
     """What the run page plots: metrics.csv with the summary's held-out evaluations merged."""
-    return with_evals(read_metrics(info.path), list(info.summary.get("evals") or []))
+    return with_evals(read_live_metrics(info.path), list(info.summary.get("evals") or []))
 
 
 def select(m: Metrics, keys: list[str] | None, since: int | None, max_points: int) -> Metrics:
@@ -365,7 +365,7 @@ def plan(info: index.RunInfo, m: Metrics | None = None) -> dict[str, Any] | None
     if data is None:
         return {"problem": problems[0]} if problems else None
     predicted = (data.get("predicted") or {}).get("step_seconds") or {}
-    m = m if m is not None else read_metrics(info.path)
+    m = m if m is not None else read_live_metrics(info.path)
     measured_cols = {
         "generate": "time/generate_s",
         "learn": "time/learn_s",
@@ -402,7 +402,7 @@ def population(info: index.RunInfo) -> dict[str, Any]:
         events = [e for e in data.get("events") or [] if isinstance(e, dict)]
     except (OSError, ValueError, AttributeError, TypeError) as exc:
         return {"population": False, "message": f"{POPULATION_FILE} unreadable ({exc})"}
-    m = read_metrics(info.path)
+    m = read_live_metrics(info.path)
     fitness_key = str(data.get("fitness") or "reward/mean")
     curves: dict[str, list[list[float]]] = {}
     ids = m.series.get("member", [])
