@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from arena_core.cli.options import add_json_flag
+from arena_core.cli.options import MAPPING_HELP, add_json_flag, parse_column_mapping
 from arena_core.data import registry
 from arena_core.data.loading import CATEGORIES
 
@@ -33,7 +33,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add.add_argument(
         "--map",
         metavar="CANONICAL=COLUMN,...",
-        help="your column names by canonical name, e.g. question=problem,answer=solution",
+        help=MAPPING_HELP,
     )
     add.add_argument("--split", default="train", help="the split to validate (default train)")
     add.add_argument("--config", help="the hub dataset's subset (e.g. main for openai/gsm8k)")
@@ -57,7 +57,7 @@ def run_add(args: argparse.Namespace) -> int:
         args.name,
         args.source,
         args.category,
-        registry.parse_mapping(args.map),
+        parse_column_mapping(args.map, "--map"),
         split=args.split,
         config=args.config,
         force=args.force,

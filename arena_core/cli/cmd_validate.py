@@ -11,7 +11,12 @@ import argparse
 import json
 from typing import Any
 
-from arena_core.cli.options import ONE_JSON_OBJECT, add_json_flag
+from arena_core.cli.options import (
+    MAPPING_HELP,
+    ONE_JSON_OBJECT,
+    add_json_flag,
+    parse_column_mapping,
+)
 from arena_core.errors import ArenaError
 
 EPILOG = """examples:
@@ -46,7 +51,7 @@ def add_parser(subparsers: Any) -> None:
     dataset = sub.add_parser("dataset", help="a dataset file, folder or name")
     dataset.add_argument("source", metavar="NAME|PATH")
     dataset.add_argument("--category", default="reasoning", help="reasoning, preference or sft")
-    dataset.add_argument("--column-mapping", help='JSON, e.g. \'{"question": "problem"}\'')
+    dataset.add_argument("--column-mapping", metavar="MAPPING", help=MAPPING_HELP)
     add_json_flag(dataset, ONE_JSON_OBJECT)
 
     config = sub.add_parser("config", help="a run config: the checks arena-run makes")
@@ -78,7 +83,7 @@ def _add_reward_parser(sub: Any) -> None:
         "follow the name (--env gsm8k env.path=data.jsonl)",
     )
     reward.add_argument("--dataset", help="dataset name or path whose rows are scored (no --env)")
-    reward.add_argument("--column-mapping", help='JSON, e.g. \'{"question": "problem"}\'')
+    reward.add_argument("--column-mapping", metavar="MAPPING", help=MAPPING_HELP)
     reward.add_argument(
         "--samples", type=int, default=8, help="env or dataset rows to use (default 8)"
     )
@@ -143,24 +148,6 @@ def _add_env_parser(sub: Any) -> None:
     add_json_flag(env, ONE_JSON_OBJECT)
 
 
-def parse_mapping(text: str | None) -> dict[str, str] | None:
-    """--column-mapping: a JSON object of Arena column -> your column."""
-    if not text:
-        return None
-    try:
-        mapping = json.loads(text)
-    except ValueError as exc:
-        raise ArenaError(
-            f"--column-mapping is not valid JSON ({exc}): write it like "
-            '\'{"question": "problem", "answer": "solution"}\''
-        ) from None
-    if not isinstance(mapping, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in mapping.items()
-    ):
-        raise ArenaError('--column-mapping must map names to names: {"question": "problem"}')
-    return mapping
-
-
 def report_for(args: argparse.Namespace) -> Any:
     """The Report for the parsed arguments (the SDK functions, called with the CLI's options)."""
     if args.what == "reward":
@@ -172,7 +159,7 @@ def report_for(args: argparse.Namespace) -> Any:
         return validate_reward(
             args.reward,
             dataset=args.dataset,
-            column_mapping=parse_mapping(args.column_mapping),
+            column_mapping=parse_column_mapping(args.column_mapping, "--column-mapping"),
             env=args.env[0] if args.env else None,
             overrides=env_overrides or None,
             samples=args.samples,
@@ -217,7 +204,9 @@ def report_for(args: argparse.Namespace) -> Any:
         from arena_core.validate.dataset import validate_dataset
 
         return validate_dataset(
-            args.source, category=args.category, column_mapping=parse_mapping(args.column_mapping)
+            args.source,
+            category=args.category,
+            column_mapping=parse_column_mapping(args.column_mapping, "--column-mapping"),
         )
     from arena_core.validate.config import validate_run_config
 

@@ -4,6 +4,9 @@ written once so every command names, defaults and explains them the same way."""
 from __future__ import annotations
 
 import argparse
+import json
+
+from arena_core.errors import ArenaError
 
 RUNS_HELP = "the runs directory (paths.runs of the runs; default ./runs)"
 METRIC_HELP = (
@@ -12,6 +15,10 @@ METRIC_HELP = (
     "PPO/IPPO); a metric named *loss is minimised, any other maximised"
 )
 ONE_JSON_OBJECT = "print one JSON object"  # --json of the commands that print one report
+MAPPING_HELP = (
+    "your column names by canonical name: question=problem,answer=solution, or the same as "
+    'JSON, \'{"question": "problem", "answer": "solution"}\''
+)
 REF_HELP = (
     "RUN is a run directory, a run id (its directory name under --runs) or a run name "
     "(run_name=...); a name several runs share is refused with the list of them"
@@ -40,6 +47,34 @@ def add_run_argument(
 def add_json_flag(p: argparse.ArgumentParser, help: str = "print JSON") -> None:
     """--json: the command prints JSON instead of its table."""
     p.add_argument("--json", action="store_true", help=help)
+
+
+def parse_column_mapping(text: str | None, flag: str) -> dict[str, str] | None:
+    """A column mapping given on the command line (`flag` names it in errors), as
+    `question=problem,answer=solution` or as a JSON object; None for no text. Every command that
+    takes one reads both forms, so what works for `arena datasets add` works for `arena validate`."""
+    if not text:
+        return None
+    example = 'question=problem,answer=solution (or \'{"question": "problem"}\')'
+    if text.lstrip().startswith(("{", "[")):  # JSON
+        try:
+            mapping = json.loads(text)
+        except ValueError as exc:
+            raise ArenaError(
+                f"{flag} {text!r} is not valid JSON ({exc}): write {example}"
+            ) from None
+        if not isinstance(mapping, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in mapping.items()
+        ):
+            raise ArenaError(f"{flag} {text!r} must map names to names: write {example}")
+        return mapping
+    mapping = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise ArenaError(f"{flag} {text!r}: write CANONICAL=COLUMN pairs, e.g. {example}")
+        mapping[key.strip()] = value.strip()
+    return mapping
 
 
 def add_threads_option(p: argparse.ArgumentParser, help: str) -> None:

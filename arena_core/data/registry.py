@@ -73,22 +73,6 @@ def get_dataset(name: str) -> dict[str, Any]:
     )
 
 
-def parse_mapping(text: str | None) -> dict[str, str] | None:
-    """`question=COL,answer=COL` -> {"question": "COL", "answer": "COL"} (None for no text)."""
-    if not text:
-        return None
-    mapping = {}
-    for part in text.split(","):
-        key, sep, value = part.partition("=")
-        if not sep or not key.strip() or not value.strip():
-            raise DatasetError(
-                f"--map {text!r}: write CANONICAL=COLUMN pairs separated by commas, e.g. "
-                "question=problem,answer=solution"
-            )
-        mapping[key.strip()] = value.strip()
-    return mapping
-
-
 def add_dataset(
     name: str,
     source: str,

@@ -57,7 +57,15 @@ def test_add_list_show_rm_and_a_run_by_name(
     bad = ["datasets", "add", "other", str(data), "--category", "sft"]
     assert arena([*bad, "--map", "prompt=nope"]) == 1
     assert "no column 'nope'" in capsys.readouterr().err
+    assert arena([*bad, "--map", "prompt"]) == 1
+    assert "--map 'prompt': write CANONICAL=COLUMN pairs" in capsys.readouterr().err
     assert "other" not in json.loads((home / "datasets.json").read_text())["datasets"]
+    # the JSON form `arena validate --column-mapping` takes is read here too
+    as_json = json.dumps({"prompt": "instruction", "response": "output"})
+    assert arena([*bad, "--map", as_json]) == 0
+    capsys.readouterr()
+    registry = json.loads((home / "datasets.json").read_text())["datasets"]
+    assert registry["other"]["column_mapping"] == {"prompt": "instruction", "response": "output"}
 
     assert arena(["datasets", "rm", "demos"]) == 0
     assert data.is_file()  # the data stay

@@ -40,11 +40,16 @@ def test_reward_warn_exits_zero(fixtures, capsys):
     assert json.loads(capsys.readouterr().out)["verdict"] == "WARN"
 
 
-def test_reward_with_a_dataset_and_mapping(tmp_path, fixtures, capsys):
+@pytest.mark.parametrize(
+    "mapping",
+    [json.dumps({"question": "problem", "answer": "solution"}), "question=problem,answer=solution"],
+    ids=["json", "pairs"],
+)
+def test_reward_with_a_dataset_and_mapping(tmp_path, fixtures, capsys, mapping):
+    """--column-mapping reads both forms `arena datasets add --map` reads."""
     data = tmp_path / "d.jsonl"
     rows = [{"problem": f"What is {i} + {i}?", "solution": f"#### {2 * i}"} for i in range(1, 6)]
     data.write_text("\n".join(json.dumps(r) for r in rows))
-    mapping = json.dumps({"question": "problem", "answer": "solution"})
     path = str(fixtures / "hostile_rewards" / "good.py")
     code = run_cli("reward", path, "--dataset", str(data), "--column-mapping", mapping, "--json")
     report = json.loads(capsys.readouterr().out)
@@ -52,10 +57,18 @@ def test_reward_with_a_dataset_and_mapping(tmp_path, fixtures, capsys):
     assert report["info"]["rows"] == 5
 
 
-def test_bad_column_mapping_is_a_user_error(fixtures):
+@pytest.mark.parametrize(
+    ("mapping", "says"),
+    [
+        ("{question", "not valid JSON"),
+        ('["question"]', "map names to names"),
+        ("question", "CANONICAL=COLUMN"),
+    ],
+)
+def test_bad_column_mapping_is_a_user_error(fixtures, mapping, says):
     path = str(fixtures / "hostile_rewards" / "good.py")
-    with pytest.raises(ArenaError, match="not valid JSON"):
-        run_cli("reward", path, "--dataset", "x.jsonl", "--column-mapping", "{question")
+    with pytest.raises(ArenaError, match=f"--column-mapping .*{says}"):
+        run_cli("reward", path, "--dataset", "x.jsonl", "--column-mapping", mapping)
 
 
 def test_missing_reward_file(capsys):
