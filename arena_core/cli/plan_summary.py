@@ -294,7 +294,7 @@ def forecast_fixes(cfg: dict[str, Any], found: Forecast, limit_s: float) -> list
     return fixes
 
 
-def forecast_check(cfg: dict[str, Any], result: Any) -> tuple[str, str] | None:
+def forecast_verdict(cfg: dict[str, Any], result: Any) -> tuple[str, str] | None:
     """(status, detail) of the pre-flight's forecast check: WARN past the limit, naming what
     would make the run fit; PASS with the forecast otherwise; None without a plan."""
     found = forecast(cfg, result)

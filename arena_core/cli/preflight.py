@@ -86,10 +86,10 @@ def flat_check(cfg: dict[str, Any], report: Report) -> None:
 
 def forecast_check(cfg: dict[str, Any], report: Report, plan: Any) -> None:
     """`run.forecast`: the whole run's predicted time; WARN past the limit, naming what would
-    make the run fit (`arena_core.cli.plan_summary.forecast_check`)."""
-    from arena_core.cli.plan_summary import forecast_check as judge
+    make the run fit (`arena_core.cli.plan_summary.forecast_verdict`)."""
+    from arena_core.cli.plan_summary import forecast_verdict
 
-    found = judge(cfg, plan)
+    found = forecast_verdict(cfg, plan)
     if found is not None:
         report.add("run.forecast", *found)
 
@@ -97,14 +97,13 @@ def forecast_check(cfg: dict[str, Any], report: Report, plan: Any) -> None:
 def warn_forecast(cfg: dict[str, Any], report: Report | None, plan: Any) -> None:
     """After a run's plan: its forecast line, and the pre-flight's warning when it is too long
     (added to `report`, so validation.json keeps it)."""
-    from arena_core.cli.plan_summary import forecast
-    from arena_core.cli.plan_summary import forecast_check as judge
+    from arena_core.cli.plan_summary import forecast, forecast_verdict
 
     found = forecast(cfg, plan)
     if found is None or not found.steps:
         return
     print(found.line(), flush=True)
-    status, detail = judge(cfg, plan) or (PASS, "")
+    status, detail = forecast_verdict(cfg, plan) or (PASS, "")
     if report is not None:
         report.add("run.forecast", status, detail)
     if status == WARN:
