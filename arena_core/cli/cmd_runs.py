@@ -107,7 +107,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 def run_show(args: argparse.Namespace) -> int:
     run_dir = index.resolve_run(args.run, args.runs)
-    data = report.show(run_dir)
+    data = report.show_run(run_dir)
     if args.json:
         print(json.dumps(data, indent=2, default=str))
         return 0

@@ -44,10 +44,12 @@ def check_data_category(cfg: dict[str, Any]) -> None:
         return  # the config validation names the unknown algorithm
     wanted = algorithm_categories(registry.get(str(algo["name"])).obj)
     if wanted and category not in wanted:
-        raise ConfigError(mismatch(str(algo["name"]), wanted, env, str(category)))
+        raise ConfigError(category_mismatch(str(algo["name"]), wanted, env, str(category)))
 
 
-def mismatch(algo: str, wanted: tuple[str, ...], env: dict[str, Any], category: str) -> str:
+def category_mismatch(
+    algo: str, wanted: tuple[str, ...], env: dict[str, Any], category: str
+) -> str:
     """The category error, saying what the file actually holds when it can be read: a
     question/answer file read as the dataset env's default `sft` needs env.category=reasoning,
     not another algorithm."""

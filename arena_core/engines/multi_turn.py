@@ -45,7 +45,14 @@ from typing import Any
 from arena_core.engines.base import Completion, SamplingParams
 from arena_core.tasks import Example
 from arena_core.tools.concurrency import BoundedPool
-from arena_core.tools.parsing import INVALID_JSON, OK, OUTCOMES, ToolCall, build_parser, check_calls
+from arena_core.tools.parsing import (
+    INVALID_JSON,
+    OK,
+    OUTCOMES,
+    ToolCall,
+    check_calls,
+    tool_call_parser,
+)
 from arena_core.tools.protocol import (
     DEFAULT_MAX_TOOL_RESPONSE_TOKENS,
     DEFAULT_MAX_TURNS,
@@ -176,7 +183,7 @@ class EpisodeRunner:
             getattr(task, "max_tool_response_tokens", DEFAULT_MAX_TOOL_RESPONSE_TOKENS)
         )
         self.timeout_s = float(getattr(task, "tool_timeout_s", DEFAULT_TOOL_TIMEOUT_S))
-        self.parser = build_parser(str(getattr(task, "tool_parser", "hermes")))
+        self.parser = tool_call_parser(str(getattr(task, "tool_parser", "hermes")))
         # episodes whose sessions are opened, called and closed at once (a task that does not
         # declare it is not known to be thread-safe: one at a time)
         self.concurrency = max(1, int(getattr(task, "tool_concurrency", 1)))

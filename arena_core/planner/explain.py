@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from arena_core.planner.model_spec import human_params
-from arena_core.planner.pins import LAYOUT_PINS, matches, show
+from arena_core.planner.pins import LAYOUT_PINS, as_written, matches
 from arena_core.planner.plan import GB, Candidate, NoPlanFits
 
 if TYPE_CHECKING:
@@ -181,15 +181,15 @@ def no_fit(
             continue
         fixes.append(changed)
         suggestions.append(
-            f"{', '.join(f'plan.{k}={show(v)}' for k, v in changed.items())} (instead of "
-            f"{', '.join(show(pins[k]) for k in changed)}) fits: {best.plan.describe()}, "
+            f"{', '.join(f'plan.{k}={as_written(v)}' for k, v in changed.items())} (instead of "
+            f"{', '.join(as_written(pins[k]) for k in changed)}) fits: {best.plan.describe()}, "
             f"~{best.prediction.total_s:.3g} s per step"
         )
     suggestions.append(
         f"without pins the planner picks: {free.plan.describe()}, "
         f"~{free.prediction.total_s:.3g} s per step"
     )
-    pin_text = ", ".join(f"plan.{k}={show(v)}" for k, v in pins.items())
+    pin_text = ", ".join(f"plan.{k}={as_written(v)}" for k, v in pins.items())
     return NoPlanFits(
         f"the pinned {pin_text} cannot fit {what}. What would fit:", nearest, suggestions, fixes
     )

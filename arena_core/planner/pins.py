@@ -115,7 +115,7 @@ def matches(plan: Plan, pins: dict[str, Any]) -> bool:
     return True
 
 
-def show(value: Any) -> str:
+def as_written(value: Any) -> str:
     """A pin value as the user would write it."""
     if isinstance(value, bool):
         return str(value).lower()

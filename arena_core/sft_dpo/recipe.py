@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from arena_core.config.schema import CoreConfig
-from arena_core.data.category import mismatch
+from arena_core.data.category import category_mismatch
 from arena_core.errors import ConfigError
 from arena_core.learn.learner import MISMATCH_KEYS, Learner, NonFiniteLossError
 from arena_core.learn.settings import DEFAULT_MICRO_BATCH_TOKENS
@@ -58,7 +58,9 @@ class SftDpoRecipe(Recipe):
             algo_name = str((core.algo or {})["name"])
             if category not in algorithm.data_categories:
                 raise ConfigError(
-                    mismatch(algo_name, algorithm.data_categories, core.env or {}, category)
+                    category_mismatch(
+                        algo_name, algorithm.data_categories, core.env or {}, category
+                    )
                 )
             name = f"{algo_name}-{core.env['name']}"  # type: ignore[index]
             session = RunSession.open(core, inputs.cfg, name)

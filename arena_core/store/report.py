@@ -81,7 +81,7 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def show(run_dir: Path) -> dict[str, Any]:
+def show_run(run_dir: Path) -> dict[str, Any]:
     """`arena runs show`: the run's row, kind, config diff, plan and held-out figures."""
     info = read_run(run_dir)
     plan = read_plan(run_dir)

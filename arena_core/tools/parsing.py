@@ -142,7 +142,7 @@ def check_calls(calls: list[ToolCall], tools: list[dict[str, Any]]) -> list[Tool
     return out
 
 
-def build_parser(name: str) -> ToolCallParser:
+def tool_call_parser(name: str) -> ToolCallParser:
     """The parser registered as `name` (hermes is built in); unknown names list the installed."""
     if name == HermesParser.name:
         return HermesParser()

@@ -22,7 +22,7 @@ MAX_EPISODE_STEPS = 2000
 DETERMINISM_STEPS = 30
 
 
-def mismatch(space: Any, x: Any, what: str) -> str | None:
+def space_mismatch(space: Any, x: Any, what: str) -> str | None:
     """Why `x` is not an element of `space`, in words; None when it is one."""
     if isinstance(space, spaces.Box):
         if not isinstance(x, np.ndarray):
@@ -55,7 +55,7 @@ def mismatch(space: Any, x: Any, what: str) -> str | None:
         if set(x) != set(space.spaces):
             return f"{what} keys {sorted(x)}, expected {sorted(space.spaces)}"
         for key, sub in space.spaces.items():
-            why = mismatch(sub, x[key], f"{what}[{key!r}]")
+            why = space_mismatch(sub, x[key], f"{what}[{key!r}]")
             if why:
                 return why
     if space.contains(x):
@@ -82,7 +82,7 @@ def check_space(env: Any, attr: str) -> Result:
             )
         if 0 in space.shape:
             raise Fail(f"{attr} {space} has an empty shape {space.shape}")
-    why = mismatch(space, space.sample(), f"{attr}.sample()")
+    why = space_mismatch(space, space.sample(), f"{attr}.sample()")
     if why:
         raise Fail(f"{space}: its own sample() is not in it ({why})")
     return ok(f"{space}" + (f" ({'; '.join(notes)})" if notes else ""))
@@ -128,7 +128,7 @@ def _seeded_reset(env: Any, seed: int) -> tuple[Any, dict]:
 
 def check_reset(env: Any, seed: int) -> Result:
     obs, _ = _seeded_reset(env, seed)
-    why = mismatch(env.observation_space, obs, "observation")
+    why = space_mismatch(env.observation_space, obs, "observation")
     if why:
         raise Fail(f"{defined_at(env, 'reset')}: {why}")
     return ok("(observation, info) with the observation in observation_space")
@@ -215,7 +215,7 @@ def _step_problem(env: Any, result: Any) -> str | None:
             "(Gymnasium >= 0.26 split done into terminated and truncated)"
         )
     obs, reward, terminated, truncated, info = result
-    why = mismatch(env.observation_space, obs, "observation")
+    why = space_mismatch(env.observation_space, obs, "observation")
     if why:
         return f": {why}"
     if isinstance(reward, bool) or not isinstance(reward, int | float | np.integer | np.floating):

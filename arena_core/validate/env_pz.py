@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from arena_core.validate.env_checks import Fail, Harness, Result, ok, warn
-from arena_core.validate.env_gym import _same, mismatch
+from arena_core.validate.env_gym import _same, space_mismatch
 
 MAX_ITER = 1000
 SEED_STEPS = 50
@@ -39,7 +39,7 @@ def _sample(env: Any, agent: Any, obs: Any, info: Any) -> Any:
 
 
 def _check_obs(env: Any, agent: Any, obs: Any, where: str) -> None:
-    why = mismatch(env.observation_space(agent), obs, f"observation of {agent!r}")
+    why = space_mismatch(env.observation_space(agent), obs, f"observation of {agent!r}")
     if why:
         raise Fail(f"{where}: {why}")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from arena_core.errors import UnknownNameError
-from arena_core.tools.parsing import HermesParser, build_parser, check_calls
+from arena_core.tools.parsing import HermesParser, check_calls, tool_call_parser
 from arena_core.tools.python_session import PythonToolSession
 
 from .conftest import add, echo
@@ -55,6 +55,6 @@ def test_no_call_and_several_calls() -> None:
 
 
 def test_parsers_come_from_the_registry() -> None:
-    assert isinstance(build_parser("hermes"), HermesParser)
+    assert isinstance(tool_call_parser("hermes"), HermesParser)
     with pytest.raises(UnknownNameError, match="did you mean 'hermes'"):
-        build_parser("hermess")
+        tool_call_parser("hermess")
