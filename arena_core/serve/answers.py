@@ -19,9 +19,9 @@ from typing import Any
 from fastapi.responses import StreamingResponse
 
 from arena_core.serve.batching import QueueFull, RequestBatcher
-from arena_core.serve.batching import Request as GenRequest
 from arena_core.serve.chat import chat_grammar, check_tools, read_tool_calls, render_chat, tool_def
 from arena_core.serve.chunks import ChunkTemplate
+from arena_core.serve.jobs import Request as GenRequest
 from arena_core.serve.models import ServedModel
 from arena_core.serve.protocol import (
     ApiError,

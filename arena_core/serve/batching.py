@@ -16,95 +16,26 @@ Requests are bounded: at most `max_pending` are admitted (waiting or running); p
 raises QueueFull, which the server turns into 429 with Retry-After. `stats()` says what runs now
 (the server's /health shows it).
 
-Streaming text: each row's tokens are decoded as a whole and only the part that can no longer
-change is emitted, holding back an incomplete UTF-8 character and any tail that could be the start
-of a stop string; the stop string itself is never returned (the OpenAI behaviour).
+A request in flight (what was asked, each choice's state, the events its client receives) is
+`arena_core.serve.jobs`.
 """
 
 from __future__ import annotations
 
-import itertools
 import sys
 import threading
 import traceback
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
 from arena_core.engines.base import SamplingParams
+from arena_core.serve.jobs import Choice, Event, Job, Request, advance_choice
 from arena_core.serve.models import ServedModel
 from arena_core.serve.running import RunningBatch
-
-# Events a job's sink receives (from the worker thread):
-#   ("delta", index, text, start, end)      new text of choice `index`, and its sampled tokens
-#                                           `choice.ids[start:end]` (logprobs alike) sent with it
-#   ("finish", index, reason, n_tokens)     choice `index` ended: "stop" or "length"
-#   ("done",)                               every choice ended
-#   ("error", message)                      generation failed; no more events follow
-Event = tuple[Any, ...]
 
 
 class QueueFull(Exception):
     """More requests than `max_pending` are waiting or running."""
-
-
-@dataclass
-class Request:
-    """What to sample for one request; `rows[i]` is the prompt of choice `indexes[i]`."""
-
-    rows: list[list[int]]
-    indexes: list[int]
-    max_tokens: int
-    temperature: float = 1.0
-    top_p: float = 1.0
-    stop: list[str] = field(default_factory=list)
-    seed: int | None = None
-    ignore_eos: bool = False  # decode to max_tokens past EOS (vLLM's option; the torch engine)
-    top_k: int = 0
-    logprobs: int | None = None  # None: none; k: each sampled token's logprob and k alternatives
-    grammar: Any = None  # a compiled grammar (arena_core.serve.grammar): each row decodes under it
-
-
-class _Choice:
-    """One row's decoding state: tokens so far, text emitted so far, whether it ended."""
-
-    def __init__(self, index: int) -> None:
-        self.index = index
-        self.tokens: list[int] = []  # the tokens of the text (EOS excluded)
-        self.ids: list[int] = []  # every sampled token, EOS included (what token_ids returns)
-        self.logprobs: list[float] = []  # the sampled tokens' logprobs, aligned with `ids`
-        self.top: list[list[tuple[int, float]]] = []  # their alternatives, when asked for
-        self.sent = 0  # `ids[:sent]` went out with a delta
-        self.emitted = 0
-        self.finished = False
-        self.eos = False  # ended by the EOS token (not part of the text, but a generated token)
-        self.matcher: Any = None  # the row's grammar state when the request is constrained
-
-
-class Job:
-    """A submitted request: the worker fills it through `sink`; `cancel()` stops its rows."""
-
-    _ids = itertools.count()
-
-    def __init__(self, model: ServedModel, request: Request, sink: Callable[[Event], None]) -> None:
-        self.id = next(Job._ids)
-        self.model, self.request, self.sink = model, request, sink
-        self.choices = [_Choice(i) for i in request.indexes]
-        self.cancelled = False
-        self.completion_tokens = 0
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-    def batch_key(self) -> tuple[Any, ...]:
-        r = self.request
-        # a seeded request decodes alone: its samples must not depend on who else was waiting;
-        # so does a constrained one on a backend without continuous batching (its grammar goes
-        # to the backend in the call's SamplingParams, shared by every row)
-        alone = self.id if r.seed is not None or r.grammar is not None else None
-        rule = (r.temperature if r.temperature > 0 else 0.0, r.top_p, r.top_k)
-        return (self.model.name, *rule, alone)
 
 
 class RequestBatcher:
@@ -325,7 +256,7 @@ class RequestBatcher:
         first = batch[0]
         model, req = first.model, first.request
         prompts: list[list[int]] = []
-        owners: list[tuple[Job, _Choice]] = []
+        owners: list[tuple[Job, Choice]] = []
         for job in batch:
             for prompt, choice in zip(job.request.rows, job.choices, strict=True):
                 prompts.append(prompt)
@@ -364,49 +295,3 @@ class RequestBatcher:
         for job, choice in owners:  # rows the backend ended itself (its max_new_tokens)
             if not choice.finished:
                 advance_choice(job, choice, tokenizer, True, reason="length")
-
-
-def advance_choice(
-    job: Job, choice: _Choice, tokenizer: Any, end: bool, reason: str = "stop"
-) -> None:
-    """Emit what is final of `choice`'s text; finish it on a stop string, EOS, its limit, or a
-    cancelled job (its client left)."""
-    req = job.request
-    text = tokenizer.decode(choice.tokens, skip_special_tokens=True)
-    cut = _first_stop(text, req.stop)
-    if cut is not None:
-        text, end, reason = text[:cut], True, "stop"
-    elif len(choice.tokens) >= req.max_tokens:
-        end, reason = True, "length"
-    elif job.cancelled:
-        end, reason = True, "length"
-    safe = len(text) if end else _safe_length(text, req.stop)
-    if safe > choice.emitted or (end and len(choice.ids) > choice.sent):
-        start, choice.sent = choice.sent, len(choice.ids)
-        job.sink(("delta", choice.index, text[choice.emitted : safe], start, choice.sent))
-        choice.emitted = max(safe, choice.emitted)
-    if end:
-        choice.finished = True
-        n_tokens = len(choice.tokens) + int(choice.eos)
-        job.completion_tokens += n_tokens
-        job.sink(("finish", choice.index, reason, n_tokens))
-
-
-def _first_stop(text: str, stops: list[str]) -> int | None:
-    hits = [text.find(s) for s in stops if s and s in text]
-    return min(hits) if hits else None
-
-
-def _safe_length(text: str, stops: list[str]) -> int:
-    """How much of `text` can be sent: not a partial UTF-8 character, nor a tail that a stop
-    string could still start with."""
-    end = len(text)
-    while end and text[end - 1] == "\ufffd":
-        end -= 1
-    hold = 0
-    for s in stops:
-        for k in range(min(len(s) - 1, end), 0, -1):
-            if text[end - k : end] == s[:k]:
-                hold = max(hold, k)
-                break
-    return end - hold

@@ -162,7 +162,7 @@ class LocalClient:
         self.batcher.close()
 
     def _run(self, rows: list[list[int]], params: dict[str, Any]) -> Iterator[tuple[int, str]]:
-        from arena_core.serve.batching import Request
+        from arena_core.serve.jobs import Request
 
         if any(not r for r in rows):
             raise ArenaError("a prompt is empty (no tokens)")

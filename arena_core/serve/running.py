@@ -1,24 +1,22 @@
 """The server's running batch on the torch engine: requests join between decode steps and leave
 when done (continuous batching, `arena_core.engines.continuous`).
 
-The batcher's worker thread calls `join` with the requests it admitted and `step` once per decode step;
-each step samples one token for every live row, hands it to its request (text, stop strings,
-`max_tokens`, a client that left: `batching.advance_choice`), and drops the rows that ended before
-the next forward. A request whose client disconnected therefore frees its rows within one step.
+The batcher's worker thread calls `join` with the requests it admitted and `step` once per decode
+step; each step samples one token for every live row, hands it to its request (text, stop
+strings, `max_tokens`, a client that left: `jobs.advance_choice`), and drops the rows that ended
+before the next forward. A request whose client disconnected therefore frees its rows within one step.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from arena_core.engines.base import SamplingParams
 from arena_core.engines.continuous import ContinuousBatch
+from arena_core.serve.jobs import Job, advance_choice
 from arena_core.serve.models import ServedModel
-
-if TYPE_CHECKING:
-    from arena_core.serve.batching import Job
 
 
 class RunningBatch:
@@ -71,8 +69,6 @@ class RunningBatch:
 
     def step(self) -> list[Job]:
         """One decode step for every live row; returns the jobs that ended in it."""
-        from arena_core.serve.batching import advance_choice
-
         tokenizer, eos_ids = self.model.tokenizer, self.batch.backend.eos_ids
         owners = self.batch.owners
         with self.model.active():

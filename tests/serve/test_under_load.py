@@ -14,7 +14,8 @@ import pytest
 from openai import OpenAI
 
 import arena
-from arena_core.serve.batching import Request, RequestBatcher
+from arena_core.serve.batching import RequestBatcher
+from arena_core.serve.jobs import Request
 from arena_core.serve.models import load_models
 from arena_core.serve.protocol import Limits
 
