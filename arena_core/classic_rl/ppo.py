@@ -27,19 +27,32 @@ from typing import Any
 import numpy as np
 import torch
 
+from arena_core.classic_rl.envs import EnvSource
 from arena_core.classic_rl.eval import EVAL_SEED_OFFSET, evaluate
+from arena_core.classic_rl.file_env import FileVec
 from arena_core.classic_rl.gae import RewardScaler, gae
 from arena_core.classic_rl.loop import ClassicLoop, ClassicRecipe
 from arena_core.classic_rl.nets import ActorCritic, make_optimizer
 from arena_core.classic_rl.run import GymRun
 from arena_core.classic_rl.spaces import network_spec
 from arena_core.classic_rl.update import annealed_lr, ppo_update
-from arena_core.classic_rl.vec import make_vec
+from arena_core.classic_rl.vec import AsyncVec, SyncVec
 from arena_core.config.schema import CoreConfig
 from arena_core.run_parts.build import build_algorithm
 from arena_core.session import seed_everything
 from arena_core.session.recipe import RunInputs
 from arena_core.store.kinds import network_label
+
+
+def make_vec(source: EnvSource, num_envs: int, sandbox: dict[str, Any] | None = None) -> Any:
+    """PPO's `num_envs` environments: a user's file in sandbox workers (FileVec, JSON only);
+    otherwise in this process (SyncVec), or one child per env with `env.vector=async` (AsyncVec,
+    trusted code only)."""
+    if source.sandboxed:
+        return FileVec(source, num_envs, sandbox or {})
+    if source.vector == "async":
+        return AsyncVec(source, num_envs)
+    return SyncVec(source, num_envs)
 
 
 class PPORecipe(ClassicRecipe):

@@ -195,15 +195,3 @@ class AsyncVec:
 
     def close(self) -> None:
         self.vec.close()
-
-
-def make_vec(source: EnvSource, num_envs: int, sandbox: dict[str, Any] | None = None) -> Any:
-    """A user's file: sandbox workers (file_env.FileVec, JSON only). Otherwise in-process
-    (SyncVec), or one child per env with `env.vector=async` (AsyncVec, trusted code only)."""
-    if source.sandboxed:
-        from arena_core.classic_rl.file_env import FileVec
-
-        return FileVec(source, num_envs, sandbox or {})
-    if source.vector == "async":
-        return AsyncVec(source, num_envs)
-    return SyncVec(source, num_envs)

@@ -228,7 +228,7 @@ def test_a_file_env_steps_in_sandbox_workers(
     """env.path=file.py:Class: the user's code runs in the sandbox's workers (memory-capped),
     never in the trainer, and training through them works."""
     from arena_core.classic_rl.envs import source_from_config
-    from arena_core.classic_rl.vec import make_vec
+    from arena_core.classic_rl.ppo import make_vec
 
     env = {"name": "gym", "path": f"{_file_env(tmp_path)}:MyEnv", "memory_mb": 2048}
     vec = make_vec(source_from_config(env), 2)
