@@ -87,7 +87,7 @@ class EnvConformance:
         FAIL fails the test with the validator's words, SKIP skips, WARN warns."""
         import warnings
 
-        from arena_core.validate.env_checks import Fail
+        from arena_core.validate.env_harness import Fail
 
         try:
             result = fn(*args)

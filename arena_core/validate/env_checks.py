@@ -8,103 +8,16 @@ Checks never use bare asserts: each failure is a Fail with a message that says w
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import importlib.util
 import inspect
 import itertools
 import os
-import threading
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
-from arena_core.errors import ArenaError
-from arena_core.sandbox._child import describe_exception, import_user_file, module_name
-
-PASS, WARN, FAIL, SKIP = "PASS", "WARN", "FAIL", "SKIP"
-
-
-class Fail(Exception):
-    """A failed check; the message is the report's detail."""
-
-
-@dataclass
-class Result:
-    status: str
-    detail: str
-    value: Any = None
-
-
-def ok(detail: str, value: Any = None) -> Result:
-    return Result(PASS, detail, value)
-
-
-def warn(detail: str, value: Any = None) -> Result:
-    return Result(WARN, detail, value)
-
-
-class Harness:
-    """Runs named checks, emits phase and result events, and skips checks whose inputs failed."""
-
-    def __init__(self, emit: Callable[[dict[str, Any]], None]) -> None:
-        self.emit = emit
-        self.failed: set[str] = set()
-        self.info: dict[str, Any] = {}
-        self._last_beat = time.monotonic()
-
-    def record(self, name: str, status: str, detail: str = "", **data: Any) -> None:
-        if status == FAIL:
-            self.failed.add(name)
-        self.emit({"check": name, "status": status, "detail": detail, "data": data})
-
-    def beat(self, name: str) -> None:
-        """A heartbeat during a long phase: the parent's timeout restarts at each event, so a
-        slow but progressing episode is not mistaken for a hang (at most ~5 events a second)."""
-        now = time.monotonic()
-        if now - self._last_beat > 0.2:
-            self._last_beat = now
-            self.emit({"phase": name})
-
-    @contextlib.contextmanager
-    def keepalive(self, name: str) -> Iterator[None]:
-        """Heartbeats from a thread while Arena's own slow work runs (loading a tokenizer on a
-        busy machine), so the per-operation timeout keeps catching hangs in user code only."""
-        done = threading.Event()
-
-        def beat() -> None:
-            while not done.wait(1.0):
-                self.emit({"phase": name})
-
-        thread = threading.Thread(target=beat, daemon=True)
-        thread.start()
-        try:
-            yield
-        finally:
-            done.set()
-            thread.join()
-
-    def run(self, name: str, fn: Callable[[], Result], requires: tuple[str, ...] = ()) -> Any:
-        blocked = [r for r in requires if r in self.failed]
-        if blocked:
-            self.record(name, SKIP, f"not run: {blocked[0]} failed")
-            self.failed.add(name)
-            return None
-        self.emit({"phase": name})
-        try:
-            result = fn()
-        except Fail as exc:
-            self.record(name, FAIL, str(exc))
-            return None
-        except ArenaError as exc:  # Arena's own words (an unknown env id, a bad env.kwargs)
-            self.record(name, FAIL, str(exc))
-            return None
-        except Exception as exc:  # noqa: BLE001 - the environment's own error is the finding
-            self.record(name, FAIL, f"raised {describe_exception(exc, None)['detail']}")
-            return None
-        self.record(name, result.status, result.detail)
-        return result.value
+from arena_core.sandbox._child import import_user_file, module_name
+from arena_core.validate.env_harness import SKIP, WARN, Fail, Harness, Result, ok
 
 
 def _import_file(path: str) -> Any:

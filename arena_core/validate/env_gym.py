@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from arena_core.validate.env_checks import Fail, Harness, Result, ok, warn
+from arena_core.validate.env_harness import Fail, Harness, Result, ok, warn
 
 MAX_EPISODE_STEPS = 2000
 DETERMINISM_STEPS = 30

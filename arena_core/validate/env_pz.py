@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from arena_core.validate.env_checks import Fail, Harness, Result, ok, warn
 from arena_core.validate.env_gym import _same, space_mismatch
+from arena_core.validate.env_harness import Fail, Harness, Result, ok, warn
 
 MAX_ITER = 1000
 SEED_STEPS = 50

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from arena_core.tasks import Example, contract_problems, gold_completion, problem_key
-from arena_core.validate.env_checks import Fail, Harness, Result, ok, warn
+from arena_core.validate.env_harness import Fail, Harness, Result, ok, warn
 
 TRAIN_SAMPLE = 64  # examples compared for determinism
 LEAK_SAMPLE = 2000  # training examples per seed compared with the held-out set

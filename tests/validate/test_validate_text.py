@@ -172,7 +172,7 @@ def test_the_trainer_refuses_what_the_validator_refuses(register_arena_plugin) -
     from arena_core.errors import ConfigError
     from arena_core.hookspecs import hookimpl
     from arena_core.run_parts.build import build_task
-    from arena_core.validate.env_checks import Fail
+    from arena_core.validate.env_harness import Fail
     from arena_core.validate.env_text import check_contract
 
     class Plugin:
