@@ -25,8 +25,7 @@ from arena_core.distributed.trainer_group import TrainerRankDied, learner_for
 from arena_core.engines.base import GenerationFailed
 from arena_core.learn.learner import Learner, NonFiniteLossError
 from arena_core.llm_rl.batch_source import AsyncSource, SyncSource, generator_policy
-from arena_core.llm_rl.collecting import build_collector
-from arena_core.llm_rl.groups import StepBatch
+from arena_core.llm_rl.groups import StepBatch, build_collector
 from arena_core.llm_rl.mismatch_guard import GuardHook
 from arena_core.llm_rl.run_warnings import count_step, run_warnings
 from arena_core.llm_rl.step_row import rate, step_row

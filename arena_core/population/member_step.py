@@ -23,7 +23,7 @@ import torch
 from arena_core.config.schema import CoreConfig
 from arena_core.learn.learner import Learner
 from arena_core.llm_rl.batch_source import SyncSource
-from arena_core.llm_rl.collecting import build_collector
+from arena_core.llm_rl.groups import build_collector
 from arena_core.population.members import Member, MemberStore
 from arena_core.run_parts.build import build_algorithm
 from arena_core.run_parts.prompts import PromptEncoder

@@ -53,7 +53,7 @@ def check_base_samples(core: Any, report: Report, *, prompts: int) -> None:
     """Sample `prompts` groups of `algo.group_size` from the run's starting model and add
     `reward.base_samples` to `report`: WARN when every group's rewards are all equal."""
     from arena_core.learn.algorithm import keeps_flat_groups
-    from arena_core.llm_rl.collecting import sampling_params
+    from arena_core.llm_rl.groups import sampling_params
     from arena_core.run_parts.build import build_algorithm
     from arena_core.run_parts.parts import open_run_parts
     from arena_core.run_parts.prompts import PromptEncoder
