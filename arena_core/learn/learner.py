@@ -210,6 +210,31 @@ def completion_logprobs(
     return logprob_fn(hidden, head.weight, mb.targets)
 
 
+@dataclass
+class _StepTargets:
+    """A step's loss tokens, flattened in sample order (`Learner._targets`)."""
+
+    n_tokens: int
+    weights: Tensor  # each token's weight in the step's loss (`token_weights`)
+    behaviour: Tensor  # the sampler's logprobs
+    advantages: Tensor
+    seq_ids: Tensor  # the sample each token belongs to
+    mbs: list[MicroBatch]
+    refs: list[Tensor] | None  # the reference's logprobs per micro-batch (beta > 0)
+    teachers: list[Tensor] | None  # the teacher's (on-policy distillation)
+    old: Tensor  # the learner's own logprobs before the update (filled by the first pass)
+    is_weight: Tensor  # the mismatch correction's weights (NaN: a token of another rank)
+
+
+@dataclass
+class _PassSums:
+    """What every pass adds to the step's metrics: the algorithm's per-token diagnostics summed
+    with the loss's weights, and the correction's weights."""
+
+    weighted: dict[str, float] = dataclasses.field(default_factory=dict)
+    is_weight: float = 0.0
+
+
 class Learner:
     """Owns the optimizer and turns `Sample`s into one policy update per `step()`."""
 
@@ -333,15 +358,50 @@ class Learner:
         return [tensors_to(mb, self.device) for mb in split(samples, self.micro_batch_tokens)]
 
     def step(self, samples: list[Sample]) -> dict[str, float]:
-        """One policy update (num_iterations optimizer steps) from `samples`; returns metrics."""
+        """One policy update (num_iterations optimizer steps) from `samples`; returns metrics.
+
+        The step's per-token inputs are gathered once (`_targets`); each pass is then the loss
+        over every micro-batch, its gradient accumulated (`_loss`), and the update (`_update`)."""
         t0 = time.perf_counter()
+        targets = self._targets(samples)
+        if targets is None:  # nothing to learn from: no loss was computed
+            return {"tokens/trained": 0.0, "time/learn_s": 0.0}
+        self.model.train()
+        sums = _PassSums()
+        first: dict[str, float] = {}  # the first pass's loss and gradient norm
+        passes = self.algorithm.num_iterations
+        for it in range(passes):
+            loss = self._loss(targets, first_pass=it == 0, sums=sums)
+            grad_norm = self._update(loss, it, passes)
+            if it == 0:
+                first = {"loss": loss, "grad_norm": grad_norm}
+        self.optimizer.zero_grad(set_to_none=True)
+        n_tok = targets.n_tokens
+        wsum = float(targets.weights.sum()) * passes  # diagnostics average over every pass
+        return {  # no "kl" unless the algorithm computed one (beta > 0)
+            **{name: value / wsum for name, value in sums.weighted.items()},
+            **first,
+            "is_weight/mean": sums.is_weight / (n_tok * passes),
+            **mismatch_metrics(
+                targets.old, targets.behaviour, targets.is_weight, self.correction, n_tok
+            ),
+            "tokens/trained": float(passes * sum(mb.n_tokens for mb in targets.mbs)),
+            "tokens/loss": float(n_tok),
+            "micro_batches": float(len(targets.mbs)),
+            "time/learn_s": time.perf_counter() - t0,
+        }
+
+    def _targets(self, samples: list[Sample]) -> _StepTargets | None:
+        """Every loss token of the step, flattened in sample order: its weight in the loss, the
+        sampler's (behaviour) logprob, its advantage and its sequence; the micro-batches; the
+        reference's and the teacher's logprobs when the algorithm uses them. None when the
+        samples hold no loss token."""
         lengths = [s.n_targets for s in samples]  # loss tokens (tool tokens are context)
         n_tok = sum(lengths)
-        if n_tok == 0:  # nothing to learn from: no loss was computed
-            return {"tokens/trained": 0.0, "time/learn_s": 0.0}
+        if n_tok == 0:
+            return None
         dev = self.device
         weights = token_weights(lengths, self.algorithm.loss_agg_mode, norm_len=self.norm_len)
-        weights = weights.to(dev)
         behaviour = torch.tensor(
             [x for s in samples for x in s.target_logp()], dtype=torch.float32, device=dev
         )
@@ -349,66 +409,70 @@ class Learner:
             raise ValueError("every completion token needs a behaviour logprob")
         seq_ids = torch.repeat_interleave(torch.arange(len(samples)), torch.tensor(lengths))
         adv = torch.tensor([s.advantage for s in samples], dtype=torch.float32)[seq_ids].to(dev)
-        seq_ids = seq_ids.to(dev)
         mbs = self.micro_batches(samples)
         refs = self._ref_logprobs(mbs) if self.algorithm.beta > 0 else None
         if isinstance(self.algorithm, TokenAdvantages):  # REINFORCE++: per-token advantages
             adv = self._token_advantages(self.algorithm, adv, lengths, behaviour, mbs, refs)
-        teachers = self._teacher_logprobs(self.teacher, mbs) if self.teacher else None
-        old = torch.zeros(n_tok, device=dev)
-        is_w = torch.full((n_tok,), float("nan"), device=dev)  # NaN: not in this rank's share
-        self.model.train()
-        weighted: dict[str, float] = {}  # per-token diagnostics, summed with the loss's weights
-        is_sum = 0.0
-        first: dict[str, float] = {}  # the first pass's loss and gradient norm
-        passes = self.algorithm.num_iterations
-        for it in range(passes):
-            self.optimizer.zero_grad(set_to_none=True)
-            total_loss = 0.0
-            for k, mb in enumerate(mbs):
-                idx = mb.flat_index
-                logp = self._logprobs(self.model, mb)
-                if it == 0:
-                    old[idx] = logp.detach().float()
-                    is_w[idx] = self.correction.weight(old[idx], behaviour[idx], seq_ids[idx])
-                batch = TokenBatch(
-                    logp=logp,
-                    old_logp=old[idx],
-                    behaviour_logp=behaviour[idx],
-                    is_weight=is_w[idx],
-                    advantages=adv[idx],
-                    ref_logp=refs[k] if refs is not None else None,
-                    seq_ids=seq_ids[idx],
-                    teacher_logp=teachers[k] if teachers is not None else None,
-                )
-                per_token, stats = self.algorithm.token_loss(batch)
-                w = weights[idx]
-                loss = (w * per_token).sum()
-                loss.backward()
-                total_loss += float(loss.detach())
-                for name, value in stats.items():
-                    weighted[name] = weighted.get(name, 0.0) + float((w * value.float()).sum())
-                is_sum += float(batch.is_weight.sum())
-            grad_norm = self._clip()
-            if not (math.isfinite(total_loss) and math.isfinite(grad_norm)):
-                self.optimizer.zero_grad(set_to_none=True)  # never apply a poisoned update
-                raise NonFiniteLossError(_nonfinite_message(total_loss, grad_norm, it, passes))
-            self.optimizer.step()
-            check_weights(self.params, self.optimizer.param_groups[0]["lr"])
-            if it == 0:
-                first = {"loss": total_loss, "grad_norm": grad_norm}
+        return _StepTargets(
+            n_tokens=n_tok,
+            weights=weights.to(dev),
+            behaviour=behaviour,
+            advantages=adv,
+            seq_ids=seq_ids.to(dev),
+            mbs=mbs,
+            refs=refs,
+            teachers=self._teacher_logprobs(self.teacher, mbs) if self.teacher else None,
+            old=torch.zeros(n_tok, device=dev),
+            is_weight=torch.full((n_tok,), float("nan"), device=dev),  # NaN: another rank's
+        )
+
+    def _loss(self, targets: _StepTargets, *, first_pass: bool, sums: _PassSums) -> float:
+        """One pass's loss: each micro-batch's logprobs under the current weights, the
+        algorithm's per-token loss weighted for the whole step, backward (gradients accumulate
+        over micro-batches). The first pass also records `old`, the learner's own logprobs
+        before any update, and the mismatch correction's weights from them."""
         self.optimizer.zero_grad(set_to_none=True)
-        wsum = float(weights.sum()) * passes  # diagnostics average over every pass
-        return {  # no "kl" unless the algorithm computed one (beta > 0)
-            **{name: value / wsum for name, value in weighted.items()},
-            **first,
-            "is_weight/mean": is_sum / (n_tok * passes),
-            **mismatch_metrics(old, behaviour, is_w, self.correction, n_tok),
-            "tokens/trained": float(passes * sum(mb.n_tokens for mb in mbs)),
-            "tokens/loss": float(n_tok),
-            "micro_batches": float(len(mbs)),
-            "time/learn_s": time.perf_counter() - t0,
-        }
+        total = 0.0
+        for k, mb in enumerate(targets.mbs):
+            idx = mb.flat_index
+            logp = self._logprobs(self.model, mb)
+            if first_pass:
+                targets.old[idx] = logp.detach().float()
+                targets.is_weight[idx] = self.correction.weight(
+                    targets.old[idx], targets.behaviour[idx], targets.seq_ids[idx]
+                )
+            batch = TokenBatch(
+                logp=logp,
+                old_logp=targets.old[idx],
+                behaviour_logp=targets.behaviour[idx],
+                is_weight=targets.is_weight[idx],
+                advantages=targets.advantages[idx],
+                ref_logp=targets.refs[k] if targets.refs is not None else None,
+                seq_ids=targets.seq_ids[idx],
+                teacher_logp=targets.teachers[k] if targets.teachers is not None else None,
+            )
+            per_token, stats = self.algorithm.token_loss(batch)
+            w = targets.weights[idx]
+            loss = (w * per_token).sum()
+            loss.backward()
+            total += float(loss.detach())
+            for name, value in stats.items():
+                sums.weighted[name] = sums.weighted.get(name, 0.0) + float(
+                    (w * value.float()).sum()
+                )
+            sums.is_weight += float(batch.is_weight.sum())
+        return total
+
+    def _update(self, loss: float, it: int, passes: int) -> float:
+        """Clip the accumulated gradient and step the optimizer; a non-finite loss or gradient
+        norm is refused before it touches the weights. Returns the gradient norm."""
+        grad_norm = self._clip()
+        if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+            self.optimizer.zero_grad(set_to_none=True)  # never apply a poisoned update
+            raise NonFiniteLossError(_nonfinite_message(loss, grad_norm, it, passes))
+        self.optimizer.step()
+        check_weights(self.params, self.optimizer.param_groups[0]["lr"])
+        return grad_norm
 
     def _clip(self) -> float:
         max_norm = self.algorithm.max_grad_norm
