@@ -1,4 +1,5 @@
-"""The import graph of arena_core ratchets: no new folder cycle, no new import that climbs a layer.
+"""The import graph of arena_core ratchets: no new folder cycle, no new import that climbs a layer,
+no new module that imports back the module importing it.
 Size is left to review: a line cap turned into a target that files were split to meet.
 
 The graph is drawn from the source alone, as `house_check.py` draws it: every `import` in
@@ -64,6 +65,15 @@ ALLOWED_CYCLES: list[frozenset[str]] = []
 # Imports that climb a layer today. MUST ONLY SHRINK: delete an entry once its cause is gone.
 ALLOWED_CLIMBS: set[tuple[str, str]] = set()
 
+# Module-level import cycles (`serve.batching` <-> `serve.running`, lazy imports included), left
+# today. MUST ONLY SHRINK. A module that imports back the one importing it is one concept split in
+# two, or a piece in the wrong module: a reader cannot read either first. The planner's is left:
+# `hardware.cpu_profile` reads this machine's calibration (`calibrate`), whose coefficients are
+# `cost`'s, which prices on `hardware` profiles and `memory`'s sizes.
+ALLOWED_MODULE_CYCLES: list[frozenset[str]] = [
+    frozenset({"planner.calibrate", "planner.cost", "planner.hardware", "planner.memory"}),
+]
+
 
 def room_of(module: str, root: str) -> str | None:
     """`arena_core.run_parts.build` -> `pipeline`; the root package itself is no room."""
@@ -97,6 +107,52 @@ def import_graph(base: Path) -> dict[tuple[str, str], list[str]]:
             for target in targets:
                 other = room_of(target, root)
                 if other in known and other != me:
+                    where = f"{path.relative_to(base.parent)}:{node.lineno}"
+                    sites = arrows.setdefault((me, other), [])
+                    if where not in sites:
+                        sites.append(where)
+    return arrows
+
+
+def module_graph(base: Path) -> dict[tuple[str, str], list[str]]:
+    """(module, module it imports) -> `file:line`, for the modules of `base` (`llm_rl.groups`;
+    a package is its `__init__`): lazy imports included, `if TYPE_CHECKING:` ones left out (they
+    never run). `from pkg import mod` imports the module `pkg.mod`."""
+    root = base.name
+    modules: dict[str, Path] = {}
+    for path in sorted(base.rglob("*.py")):
+        parts = path.relative_to(base).with_suffix("").parts
+        parts = parts[:-1] if parts[-1] == "__init__" else parts
+        if parts:
+            modules[".".join(parts)] = path
+    arrows: dict[tuple[str, str], list[str]] = {}
+    for me, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        typing_only = {
+            id(inner)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+            for inner in ast.walk(node)
+        }
+        package = [root, *me.split(".")][: None if path.name == "__init__.py" else -1]
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    anchor = package[: len(package) - (node.level - 1)]
+                    source = ".".join(anchor + ([node.module] if node.module else []))
+                else:
+                    source = node.module or ""
+                for alias in node.names:
+                    sub = f"{source}.{alias.name}"
+                    targets.append(sub if sub.removeprefix(root + ".") in modules else source)
+            for target in targets:
+                other = target.removeprefix(root + ".")
+                if target.startswith(root + ".") and other in modules and other != me:
                     where = f"{path.relative_to(base.parent)}:{node.lineno}"
                     sites = arrows.setdefault((me, other), [])
                     if where not in sites:
@@ -203,6 +259,16 @@ def test_no_new_folder_cycle() -> None:
     assert problems == [], "\n".join(problems)
 
 
+def test_no_new_module_cycle() -> None:
+    """Modules, not only rooms: a module never imports, even lazily, a module that imports it."""
+    arrows = module_graph(CORE)
+    problems = cycle_problems(cycles(arrows), ALLOWED_MODULE_CYCLES)
+    for group in cycles(arrows):
+        ties = [f"{a} -> {b} ({where[0]})" for (a, b), where in arrows.items() if {a, b} <= group]
+        problems = [p + f"; {'; '.join(ties)}" if str(sorted(group)) in p else p for p in problems]
+    assert problems == [], "\n".join(problems)
+
+
 def test_no_new_import_climbs_a_layer() -> None:
     problems = climb_problems(climbs(import_graph(CORE), LAYERS), ALLOWED_CLIMBS)
     assert problems == [], "\n".join(problems)
@@ -261,3 +327,19 @@ def test_the_checks_pass_a_layered_tree_and_flag_a_stale_allowance(tmp_path: Pat
     stale = cycle_problems([], [frozenset({"config", "llm_rl"})])
     assert "shrank" in stale[0]
     assert "no longer climbs" in climb_problems({}, {("config", "llm_rl")})[0]
+
+
+def test_the_module_check_counts_lazy_imports_and_not_typing_only_ones(tmp_path: Path) -> None:
+    """Two modules of one room that import each other, one of them inside a function: a cycle.
+    The same back-import under `if TYPE_CHECKING:` never runs: no cycle."""
+    files = {
+        "serve/__init__.py": "",
+        "serve/batching.py": "from arena_core.serve.running import RunningBatch\n",
+        "serve/running.py": "def step():\n    from arena_core.serve import batching\n",
+    }
+    found = cycles(module_graph(_package(tmp_path, files)))
+    assert found == [frozenset({"serve.batching", "serve.running"})]
+    typing_only = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+    typing_only += "    from arena_core.serve import batching\n"
+    files["serve/running.py"] = typing_only
+    assert cycles(module_graph(_package(tmp_path / "again", files))) == []
