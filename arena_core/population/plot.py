@@ -12,12 +12,18 @@ from pathlib import Path
 from typing import Any
 
 from arena_core.store.atomic import atomic_write_bytes
+from arena_core.store.curves import draw_best_effort
 
 POPULATION_PNG = "population.png"
 
 
-def plot_population(run_dir: Path, lineage: dict[str, Any], *, title: str = "") -> Path:
-    """Draw `lineage` (lineage.json's dict) into `<run_dir>/population.png` atomically."""
+def plot_population(run_dir: Path, lineage: dict[str, Any], *, title: str = "") -> Path | None:
+    """Draw `lineage` (lineage.json's dict) into `<run_dir>/population.png` atomically; None
+    when it could not be drawn (a warning: `draw_best_effort`)."""
+    return draw_best_effort(POPULATION_PNG, lambda: _draw(run_dir, lineage, title))
+
+
+def _draw(run_dir: Path, lineage: dict[str, Any], title: str) -> Path:
     import io
 
     import matplotlib

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -217,9 +218,31 @@ def plot_reward_curve(
     title: str | None = None,
     max_reward: float | None = None,
 ) -> Path | None:
-    """Write `reward_curve.png` (see `reward_curve_figure`) atomically; returns its path."""
-    fig = reward_curve_figure(run_dir, records, kind=kind, title=title, max_reward=max_reward)
-    return None if fig is None else _save(fig, Path(run_dir) / CURVE_FILE)
+    """Write `reward_curve.png` (see `reward_curve_figure`) atomically; returns its path, or
+    None when there is nothing to draw or it could not be drawn (`draw_best_effort`)."""
+
+    def draw() -> Path | None:
+        fig = reward_curve_figure(run_dir, records, kind=kind, title=title, max_reward=max_reward)
+        return None if fig is None else _save(fig, Path(run_dir) / CURVE_FILE)
+
+    return draw_best_effort(CURVE_FILE, draw)
+
+
+def draw_best_effort(name: str, draw: Callable[[], Path | None]) -> Path | None:
+    """Draw a run's figure, which every save redraws from what the checkpoint and metrics.csv
+    already hold: one that cannot be drawn is a warning, never a failed save. (A Ctrl-C or
+    SIGTERM that lands while matplotlib is first imported leaves it half-imported, and the
+    interrupted run's last save draws again: that save must still write its summary.)"""
+    try:
+        return draw()
+    except Exception as exc:  # noqa: BLE001 - a derived file: the save around it must not fail
+        print(
+            f"{name} not drawn ({type(exc).__name__}: {exc}); the checkpoint and metrics are "
+            "saved, and the next save draws it again",
+            file=sys.stderr,
+            flush=True,
+        )
+        return None
 
 
 def png_panels(png: Path) -> list[str]:

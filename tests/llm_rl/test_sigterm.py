@@ -138,7 +138,10 @@ def test_sigterm_stops_a_population_like_ctrl_c(tmp_runs: Path, capsys) -> None:
             time.sleep(0.1)
         os.kill(os.getpid(), signal.SIGTERM)
 
-    overrides = [*POPULATION, "train.max_steps=1000", f"paths.runs={tmp_runs}"]
+    # steps to spare for the signal, not so many that a lost one runs for minutes: the members
+    # save every step, so only the last two checkpoints are kept
+    overrides = [*POPULATION, "train.max_steps=300", "train.keep_checkpoints=2"]
+    overrides.append(f"paths.runs={tmp_runs}")
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     with pytest.raises(RunInterrupted) as info:

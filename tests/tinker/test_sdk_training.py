@@ -135,11 +135,11 @@ def test_train_unembed_adapts_the_unembedding(service, server, tokenizer, sft_da
     without = service.create_lora_training_client(
         base_model=BASE, rank=4, seed=10, train_unembed=False
     ).result()
-    service = server.service
-    head = service.hosts[BASE].model.get_output_embeddings()
-    adapter = service.clients[with_head.model_id].adapter
+    tinker_service = server.service
+    head = tinker_service.hosts[BASE].model.get_output_embeddings()
+    adapter = tinker_service.clients[with_head.model_id].adapter
     assert adapter in head.lora_A
-    assert service.clients[without.model_id].adapter not in head.lora_A
+    assert tinker_service.clients[without.model_id].adapter not in head.lora_A
     datum = sft_datum("4+4=", "8")
     for _ in range(3):
         with_head.forward_backward([datum], "cross_entropy").result()
@@ -234,15 +234,15 @@ def test_queued_sample_requests_are_generated_together(service, server, tokenize
     other = types.ModelInput.from_ints(tokenizer.encode("10+21="))
     params = types.SamplingParams(max_tokens=4, temperature=1.0)
     seeded = types.SamplingParams(max_tokens=4, temperature=1.0, seed=5)
-    service, calls = server.service, []
-    real_sample = service.sample
+    tinker_service, calls = server.service, []
+    real_sample = tinker_service.sample
 
     def counting(sampler_id, reqs):
         calls.append(sum(int(r.num_samples) for r in reqs))
         return real_sample(sampler_id, reqs)
 
     gate = threading.Event()
-    service.sample = counting
+    tinker_service.sample = counting
     try:
         server.server.worker.submit(gate.wait)  # hold the worker while the requests queue
         futures = [sampler.sample(p, 1, params) for p in [prompt, other] * 3]
@@ -259,7 +259,7 @@ def test_queued_sample_requests_are_generated_together(service, server, tokenize
         with pytest.raises(Exception, match="exceeds"):
             bad.result()
     finally:
-        service.sample = real_sample
+        tinker_service.sample = real_sample
         gate.set()
     assert sorted(calls) == [2, 6]  # the six together once, the seeded request alone
     for r in results:
