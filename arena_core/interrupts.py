@@ -33,6 +33,7 @@ class Terminated(KeyboardInterrupt):
 
 
 _received: int | None = None  # the signal that interrupted the run, once one did
+_depth = 0  # how many `sigterm_interrupts` are open: the outermost owns the handler
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
@@ -58,23 +59,27 @@ def sigterm_interrupts() -> Iterator[None]:
     """While inside, SIGTERM raises `Terminated` (see the module docstring); the previous
     handler is restored on leaving. Off the main thread (where Python cannot take signals) and
     when already inside, it does nothing."""
-    global _received
-    if not _in_main_thread() or signal.getsignal(signal.SIGTERM) is _on_sigterm:
+    global _received, _depth
+    if not _in_main_thread() or _depth:
         yield
         return
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
-    _received = None
+    if previous is _on_sigterm or previous is None:  # a handler left behind is not restored
+        previous = signal.SIG_DFL
+    _received = None  # owned by this run alone, whatever an earlier one left
+    _depth += 1
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+        _depth -= 1
+        signal.signal(signal.SIGTERM, previous)
         _received = None  # a later Ctrl-C outside this run is Ctrl-C again (exit 130)
 
 
 @contextlib.contextmanager
 def keep_sigterm() -> Iterator[None]:
     """Around code that replaces SIGTERM's handler (`ray.init`): the run's handler stays."""
-    ours = _in_main_thread() and signal.getsignal(signal.SIGTERM) is _on_sigterm
+    ours = _in_main_thread() and _depth > 0
     try:
         yield
     finally:

@@ -205,6 +205,25 @@ def test_a_second_sigterm_does_not_cut_the_save_short() -> None:
     assert signal.getsignal(signal.SIGTERM) is before
 
 
+def test_a_handler_left_behind_does_not_make_the_next_run_ignore_sigterm() -> None:
+    """The run's handler and its "already stopping" note, as something that outlived an earlier
+    run could leave them in this process (a notebook, a test worker): the next run owns both
+    afresh, so its first SIGTERM interrupts instead of being taken for a repeat."""
+    from arena_core import interrupts
+
+    before = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, interrupts._on_sigterm)
+    interrupts._received = int(signal.SIGTERM)
+    try:
+        with interrupts.sigterm_interrupts(), pytest.raises(interrupts.Terminated):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler raises in this thread before the sleep ends
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # not the one left behind
+    finally:
+        signal.signal(signal.SIGTERM, before)
+        interrupts._received = None
+
+
 def test_sigterm_reaches_a_run_with_ray_actors(tmp_path: Path, pid_alive) -> None:
     """`ray.init` installs its own SIGTERM handler (sys.exit, which skips the loops' saving): the
     run's stays, so SIGTERM interrupts as Ctrl-C does and every actor stops with the run."""
