@@ -81,6 +81,22 @@ def room_of(module: str, root: str) -> str | None:
     return parts[1] if parts[0] == root and len(parts) > 1 else None
 
 
+def imported(node: ast.AST, package: list[str]) -> list[tuple[str, str]]:
+    """(the module a statement imports from, each name it imports there as a dotted path) for an
+    import `node` in `package` (relative imports resolved); [] for any other node. `import a.b`
+    gives ("a.b", "a.b")."""
+    if isinstance(node, ast.Import):
+        return [(alias.name, alias.name) for alias in node.names]
+    if not isinstance(node, ast.ImportFrom):
+        return []
+    if node.level:
+        anchor = package[: len(package) - (node.level - 1)]
+        source = ".".join(anchor + ([node.module] if node.module else []))
+    else:
+        source = node.module or ""
+    return [(source, f"{source}.{alias.name}") for alias in node.names]
+
+
 def import_graph(base: Path) -> dict[tuple[str, str], list[str]]:
     """(room, room it imports) -> `file:line` of each import, lazy ones included."""
     root, known = base.name, rooms(base)
@@ -93,17 +109,8 @@ def import_graph(base: Path) -> dict[tuple[str, str], list[str]]:
         package = [root, *parts[:-1]]  # a module's package; an __init__'s own
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
-            targets: list[str] = []
-            if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    anchor = package[: len(package) - (node.level - 1)]
-                    source = ".".join(anchor + ([node.module] if node.module else []))
-                else:
-                    source = node.module or ""
-                # `from arena_core import errors` imports the room `errors`
-                targets = [source] + [f"{source}.{alias.name}" for alias in node.names]
+            # `from arena_core import errors` imports the room `errors`
+            targets = [t for pair in imported(node, package) for t in pair]
             for target in targets:
                 other = room_of(target, root)
                 if other in known and other != me:
@@ -138,18 +145,10 @@ def module_graph(base: Path) -> dict[tuple[str, str], list[str]]:
         for node in ast.walk(tree):
             if id(node) in typing_only:
                 continue
-            targets: list[str] = []
-            if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    anchor = package[: len(package) - (node.level - 1)]
-                    source = ".".join(anchor + ([node.module] if node.module else []))
-                else:
-                    source = node.module or ""
-                for alias in node.names:
-                    sub = f"{source}.{alias.name}"
-                    targets.append(sub if sub.removeprefix(root + ".") in modules else source)
+            targets = [
+                name if name.removeprefix(root + ".") in modules else source
+                for source, name in imported(node, package)
+            ]
             for target in targets:
                 other = target.removeprefix(root + ".")
                 if target.startswith(root + ".") and other in modules and other != me:
