@@ -8,11 +8,12 @@ Public API::
     result.plan, result.alternatives, result.to_dict(), render_result(result)
 
 Modules: hardware (profiles), model_spec, memory (bytes per device), cost (seconds per step),
-search (the fastest plan that fits), calibrate (fitted coefficients), render (tables),
+search (the fastest plan that fits), coefficients (the cost model's, stored or
+shipped or default), calibrate (fitting them on this machine), render (tables),
 from_config (a resolved run config in, a PlanResult out).
 """
 
-from arena_core.planner.cost import Coefficients
+from arena_core.planner.coefficients import Coefficients
 from arena_core.planner.from_config import plan_from_config, workload_from_config
 from arena_core.planner.hardware import (
     BUILTIN_PROFILES,

@@ -17,7 +17,8 @@ machine shared with other work, two spinning OpenMP threads can run a tiny decod
 one. Calibrate with the thread count the runs use; the count is recorded in ``measured.cores``.
 
 Results are stored per hardware profile in ``$ARENA_CACHE_DIR/calibration/<profile>.json``
-(default ``~/.cache/arena``), written atomically (temp file + rename), and read at plan time.
+(default ``~/.cache/arena``), written atomically (temp file + rename), and read at plan time
+(``coefficients.py``: the stored, shipped and default coefficients).
 
 Out of the box (no ``--calibrate`` yet) the CPU profile uses the calibration shipped in
 ``calibrations/cpu.json``: fitted on the development machine (2 AVX-512 cores, one torch thread),
@@ -39,10 +40,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
-
 from arena_core.errors import ArenaError
-from arena_core.planner.cost import Coefficients
+from arena_core.planner.coefficients import Calibration, Coefficients, save_calibration
 from arena_core.planner.hardware import HardwareProfile
 from arena_core.planner.microbench import (
     measure_bandwidth,
@@ -53,72 +52,6 @@ from arena_core.planner.microbench import (
     spec_of,
     tiny_qwen2,
 )
-from arena_core.store.atomic import atomic_write_text
-
-
-class Calibration(BaseModel):
-    """What one calibration run measured and the coefficients fitted from it."""
-
-    profile: str
-    created: str
-    coefficients: Coefficients
-    measured: dict[str, float]
-    raw: dict[str, Any] = {}
-    environment: dict[str, str] = {}
-
-
-SHIPPED_DIR = Path(__file__).resolve().parent / "calibrations"
-SHIPPED = "shipped"  # Coefficients.source of a shipped calibration
-
-
-def shipped_calibration(profile: str) -> Calibration | None:
-    """The calibration that ships with Arena for `profile` (only ``cpu``), or None."""
-    try:
-        return Calibration.model_validate_json((SHIPPED_DIR / f"{profile}.json").read_text())
-    except (OSError, ValidationError, ValueError):
-        return None
-
-
-def effective_calibration(profile: str) -> Calibration | None:
-    """This machine's stored calibration, else the shipped one, else None."""
-    return load_calibration(profile) or shipped_calibration(profile)
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("ARENA_CACHE_DIR") or Path.home() / ".cache" / "arena")
-
-
-def calibration_path(profile: str) -> Path:
-    return cache_dir() / "calibration" / f"{profile}.json"
-
-
-def load_calibration(profile: str) -> Calibration | None:
-    """The stored calibration of a profile, or None (a corrupt file is ignored, not fatal)."""
-    path = calibration_path(profile)
-    try:
-        return Calibration.model_validate_json(path.read_text())
-    except (OSError, ValidationError, ValueError):
-        return None
-
-
-def coefficients_for(hw: HardwareProfile) -> Coefficients:
-    """Coefficients fitted on this machine when it was calibrated, else the shipped calibration
-    (CPU), else the documented defaults (``source`` says which: a path, "shipped", "defaults")."""
-    cal = load_calibration(hw.name)
-    if cal is not None:
-        return cal.coefficients.model_copy(update={"source": str(calibration_path(hw.name))})
-    cal = shipped_calibration(hw.name)
-    if cal is not None:
-        return cal.coefficients.model_copy(update={"source": SHIPPED})
-    return Coefficients.defaults_for(hw)
-
-
-def save_calibration(cal: Calibration) -> Path:
-    """Write atomically: a reader sees the old file or the new one, never half of one."""
-    path = calibration_path(cal.profile)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, cal.model_dump_json(indent=2))
-    return path
 
 
 # -- fitting ---------------------------------------------------------------------------------------

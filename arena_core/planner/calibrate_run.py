@@ -19,8 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from arena_core.errors import ArenaError
-from arena_core.planner.calibrate import Calibration, coefficients_for, save_calibration
-from arena_core.planner.cost import Coefficients
+from arena_core.planner.coefficients import (
+    Calibration,
+    Coefficients,
+    coefficients_for,
+    save_calibration,
+)
 
 LEARN_EFFICIENCIES = ("learn_efficiency", "optimizer_bw_efficiency")
 LEARN_OVERHEADS = (

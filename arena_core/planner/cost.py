@@ -26,62 +26,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict
-
+from arena_core.planner.coefficients import Coefficients
 from arena_core.planner.hardware import HardwareProfile
 from arena_core.planner.memory import ModelSizes, kv_bytes_per_token
 from arena_core.planner.model_spec import ModelSpec
 from arena_core.planner.plan import Plan, Workload
 
 HOST_ADAM_PARAMS_PER_S = 2e9  # CPU Adam per node (ZeRO-Offload reports ~1-5e9 params/s)
-
-
-class Coefficients(BaseModel):
-    """Efficiencies and overheads of one hardware profile (defaults, or fitted by calibration)."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    learn_efficiency: float = 0.40  # MFU at large micro-batches (FSDP bf16, H100: ~40%)
-    learn_half_tokens: float = 1024.0
-    learn_layer_overhead_s: float = 2e-5  # per layer per micro-batch (launches not hidden)
-    reshard_layer_overhead_s: float = 2e-5  # the extra all-gather's sync per layer per micro-batch
-    expert_chunk_overhead_s: float = 3e-5  # per expert chunk per MoE layer per pass
-    prefill_efficiency: float = 0.50
-    decode_bw_efficiency: float = 0.75
-    decode_flops_efficiency: float = 0.50
-    decode_half_batch: float = 16.0
-    decode_step_overhead_s: float = 3e-3  # scheduler + sampling per step (vLLM with CUDA graphs)
-    decode_layer_overhead_s: float = 0.0
-    collective_efficiency: float = 0.70
-    optimizer_bw_efficiency: float = 0.60
-    sync_fixed_s: float = 0.5
-    lora_sync_fixed_s: float = 0.2
-    activation_factor: float = 1.0
-    learn_microbatch_overhead_s: float = 0.0  # per forward+backward call
-    prefix_sharing: bool = True  # engines prefill a prompt once per group (vLLM prefix cache)
-    source: str = "defaults"  # "defaults" or the calibration file they were read from
-
-    @classmethod
-    def defaults_for(cls, hw: HardwareProfile) -> Coefficients:
-        if hw.kind == "cpu":
-            # Uncalibrated CPU guesses (HF generate and eager torch: Python per layer dominates
-            # small models). `arena plan --calibrate` replaces them with fitted values.
-            return cls(
-                learn_efficiency=0.5,
-                learn_half_tokens=256,
-                learn_layer_overhead_s=3e-4,
-                reshard_layer_overhead_s=0,
-                prefill_efficiency=0.4,
-                decode_bw_efficiency=0.5,
-                decode_flops_efficiency=0.3,
-                decode_half_batch=4,
-                decode_step_overhead_s=2e-3,
-                decode_layer_overhead_s=2.5e-4,
-                sync_fixed_s=0.0,
-                lora_sync_fixed_s=0.0,
-                prefix_sharing=False,
-            )
-        return cls()
 
 
 @dataclass(frozen=True)

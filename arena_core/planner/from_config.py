@@ -196,7 +196,7 @@ def _refill_prices(
 ) -> dict[str, Any]:
     """What a refill round costs (`arena_core.planner.refill`): the run re-prices its step with
     these once it has seen how many of its groups are flat."""
-    from arena_core.planner.calibrate import coefficients_for
+    from arena_core.planner.coefficients import coefficients_for
     from arena_core.planner.refill import round_prices
 
     return round_prices(
@@ -221,7 +221,7 @@ def _coefficients_now(
     if hw.kind != "cpu" or hw.name != "cpu" or count != 1 or not live.probe_enabled():
         return None, None, ""
     from arena_core.planner import machine_rates
-    from arena_core.planner.calibrate import coefficients_for, load_calibration
+    from arena_core.planner.coefficients import coefficients_for, load_calibration
 
     coef = coefficients_for(hw)
     machine_note = ""

@@ -29,6 +29,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from arena_core.errors import ArenaError
+from arena_core.planner.coefficients import effective_calibration
 
 
 class HardwareProfile(BaseModel):
@@ -210,8 +211,6 @@ def _ram_gb() -> float:
 def _calibrated_rates(profile: str) -> dict[str, float]:
     """Measured rates of this machine's calibration, else of the shipped one: the shipped
     efficiencies were fitted against its own measured peak, so the two go together."""
-    from arena_core.planner.calibrate import effective_calibration
-
     cal = effective_calibration(profile)
     return dict(cal.measured) if cal is not None else {}
 

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from arena_core.errors import ConfigError
-from arena_core.planner.cost import Coefficients
+from arena_core.planner.coefficients import Coefficients
 from arena_core.planner.hardware import HardwareProfile
 
 PROBE_ENV = "ARENA_PLAN_PROBE"

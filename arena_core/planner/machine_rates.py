@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from arena_core.planner.cost import Coefficients
+from arena_core.planner.coefficients import Coefficients
 from arena_core.planner.hardware import HardwareProfile
 
 FILE = "cpu-machine-rates.json"
@@ -57,7 +57,7 @@ def _cpu_model() -> str:
 
 
 def rates_path() -> Path:
-    from arena_core.planner.calibrate import cache_dir
+    from arena_core.planner.coefficients import cache_dir
 
     return cache_dir() / "calibration" / FILE
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from arena_core.errors import ConfigError
 from arena_core.planner import cost, explain, memory
-from arena_core.planner.cost import Coefficients
+from arena_core.planner.coefficients import Coefficients
 from arena_core.planner.hardware import HardwareProfile
 from arena_core.planner.memory import ModelSizes
 from arena_core.planner.model_spec import ModelSpec
@@ -91,7 +91,7 @@ class Ctx:
         """The problem of `count` devices of `hardware`, priced with `coefficients` (None: the
         hardware's calibration)."""
         if coefficients is None:
-            from arena_core.planner.calibrate import coefficients_for
+            from arena_core.planner.coefficients import coefficients_for
 
             coefficients = coefficients_for(hardware)
         sizes, usable = ModelSizes.of(model), memory.usable_bytes(hardware)

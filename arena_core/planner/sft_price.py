@@ -49,7 +49,7 @@ def sft_step_price(
     """plan.json's `predicted.step_seconds` (learn and total) of an SFT run of `cfg` (a resolved
     config dict), with the CPU share it was priced at and a note; None when there are no rows
     or the run is not on the local CPU (a GPU's SFT step is not priced yet)."""
-    from arena_core.planner.calibrate import coefficients_for
+    from arena_core.planner.coefficients import coefficients_for
     from arena_core.planner.cost import learn_seconds
     from arena_core.planner.from_config import _coefficients_now, hardware_from_config, lookup
     from arena_core.planner.memory import ModelSizes

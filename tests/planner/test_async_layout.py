@@ -7,9 +7,9 @@ import json
 
 from arena_core.cli.main import main
 from arena_core.planner import Workload, get_profile, make_plan
-from arena_core.planner.calibrate import coefficients_for
 from arena_core.planner.calibrate_run import fit_to_run
-from arena_core.planner.cost import Coefficients, combine
+from arena_core.planner.coefficients import Coefficients, coefficients_for
+from arena_core.planner.cost import combine
 from arena_core.planner.plan import Plan
 
 from .conftest import spec

@@ -8,15 +8,15 @@ import pytest
 
 from arena_core.cli import cmd_plan
 from arena_core.planner import BUILTIN_PROFILES, plan_from_config
-from arena_core.planner.calibrate import (
+from arena_core.planner.calibrate import fit_nonnegative
+from arena_core.planner.coefficients import (
     Calibration,
+    Coefficients,
     calibration_path,
     coefficients_for,
-    fit_nonnegative,
     load_calibration,
     save_calibration,
 )
-from arena_core.planner.cost import Coefficients
 
 from .conftest import CONFIGS
 

@@ -8,14 +8,14 @@ import io
 from rich.console import Console
 
 from arena_core.planner import BUILTIN_PROFILES, Workload, make_plan, render_result
-from arena_core.planner.calibrate import (
+from arena_core.planner.coefficients import (
     SHIPPED,
     Calibration,
+    Coefficients,
     coefficients_for,
     save_calibration,
     shipped_calibration,
 )
-from arena_core.planner.cost import Coefficients
 from arena_core.planner.hardware import cpu_profile
 
 from .conftest import spec

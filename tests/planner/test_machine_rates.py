@@ -13,7 +13,7 @@ import json
 import pytest
 
 from arena_core.planner import machine_rates, plan_from_config
-from arena_core.planner.calibrate import calibration_path, save_calibration, shipped_calibration
+from arena_core.planner.coefficients import calibration_path, save_calibration, shipped_calibration
 
 from .conftest import SMOLLM2_STEP as CFG
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from arena_core.planner import ModelSpec, make_plan
-from arena_core.planner.calibrate import coefficients_for
+from arena_core.planner.coefficients import coefficients_for
 from arena_core.planner.hardware import cpu_profile
 from arena_core.planner.live import at_current_rates
 from arena_core.planner.plan import Workload

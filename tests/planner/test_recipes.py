@@ -17,7 +17,7 @@ import time
 import pytest
 
 from arena_core.planner import BUILTIN_PROFILES, NoPlanFits, Workload, make_plan
-from arena_core.planner.cost import Coefficients
+from arena_core.planner.coefficients import Coefficients
 from arena_core.planner.search import predict_plan
 
 from .conftest import spec
