@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from arena_core.errors import ArenaError
 from arena_core.store import index, report
 
 _PLAIN = re.compile(r"^[\w./:@-]+$")
@@ -50,6 +51,9 @@ class Checkpoint:
         from arena_core.models.export import export_checkpoint
 
         return export_checkpoint(self.run.path, self.info, out, fmt=format)
+
+    def serving_ref(self) -> str:
+        return self.ref
 
     def deploy(self, **kwargs: Any) -> Any:
         from arena._deploy import deploy
@@ -105,6 +109,14 @@ class Run:
     def latest(self) -> Checkpoint:
         return Checkpoint(self, index.select_checkpoint(str(self.path))[1])
 
+    def serving_ref(self) -> str:
+        """What `arena.deploy(run)` serves: the best checkpoint, else (no held-out scores) the
+        latest."""
+        try:
+            return self.best().ref
+        except ArenaError:
+            return self.latest().ref
+
     def metrics(self, keys: Sequence[str] | None = None) -> Any:
         """metrics.csv as a pyarrow Table (`.to_pandas()` for a DataFrame)."""
         import pyarrow as pa
@@ -114,7 +126,7 @@ class Run:
 
     def show(self) -> dict[str, Any]:
         """`arena runs show`: config diff against defaults, plan and figures."""
-        return report.show(self.path)
+        return report.show_run(self.path)
 
     def delete(self) -> None:
         index.delete_run(self.path)

@@ -40,6 +40,11 @@ def test_sdk_runs_checkpoints_and_metrics(quick_run, runs_dir) -> None:
     assert table.column_names == ["step", "reward/mean", "loss"]
     assert table.column("step").to_pylist() == [1.0, 2.0]
     assert arena.validate_reward is not None and callable(arena.validate_env)
+    shown = run.show()  # what `arena runs show` prints, as a dict
+    assert shown["run"]["status"] == "finished" and shown["config_diff"]["train.max_steps"] == (
+        100,
+        2,
+    )  # (default, set)
 
 
 def test_deployment_batches_prompts_and_streams(quick_run) -> None:
@@ -59,7 +64,7 @@ def test_deployment_batches_prompts_and_streams(quick_run) -> None:
 
 
 def test_concurrent_clients_share_decode_batches(quick_run) -> None:
-    with arena.deploy(quick_run.best()) as dep:
+    with arena.deploy(quick_run) as dep:  # a Run: its best checkpoint
         batcher = dep.server.batcher
         before = batcher.batches
         results: dict[int, str] = {}
