@@ -4,12 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
-from arena_core.errors import ArenaError
 from arena_core.serve.client import HttpClient, Messages
 from arena_core.serve.protocol import Limits
 from arena_core.serve.server import ServeOptions, Server
+
+
+@runtime_checkable
+class Servable(Protocol):
+    """What `deploy` takes besides a `RUN[:STEP|best]` string: a `Checkpoint`, or a `Run`."""
+
+    def serving_ref(self) -> str:
+        """The `RUN:STEP` ref `arena deploy` serves for this object."""
+        ...
 
 
 class Deployment:
@@ -84,13 +92,4 @@ def deploy(
 
 
 def _ref(target: Any) -> str:
-    from arena._runs import Checkpoint, Run
-
-    if isinstance(target, Checkpoint):
-        return target.ref
-    if isinstance(target, Run):
-        try:
-            return target.best().ref
-        except ArenaError:  # no held-out scores: its latest checkpoint
-            return target.latest().ref
-    return str(target)
+    return target.serving_ref() if isinstance(target, Servable) else str(target)

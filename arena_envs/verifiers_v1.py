@@ -25,7 +25,7 @@ machinery (`Env.serving`, `Env.run_episode`) with three choices of its own:
   server does not serve; the chat-completions path with `return_token_ids` is prime-rl's
   classic one and the one the classic environments use here.
 - the episode's trainable trace becomes one training sequence through the classic path's
-  interleave (`verifiers_env.interleave`): sampled tokens with the server's logprobs, the env's
+  interleave (`verifiers_turns.interleave`): sampled tokens with the server's logprobs, the env's
   turns and the template's glue masked. Its rewards are the ones verifiers recorded: the task's
   `@vf.reward` methods (scored when the interaction closes) and what the env's `run`/`finalize`
   recorded; the sandboxed reward file reads them.
@@ -48,7 +48,7 @@ from typing import Any
 
 from arena_core.engines.base import Completion
 from arena_core.errors import ConfigError
-from arena_envs.verifiers_env import interleave, plain
+from arena_envs.verifiers_turns import interleave, plain
 
 HARNESS_ID = "arena-local-null"  # verifiers imports it as the module `arena_local_null`
 SESSION_HEADER = "X-Session-ID"  # verifiers' eval client: the trace id, on every model call
