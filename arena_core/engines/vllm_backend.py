@@ -44,6 +44,7 @@ from arena_core.engines.base import Completion, SamplingParams, count_generated
 from arena_core.engines.vllm_engine import (
     engine_args,
     import_vllm,
+    use_ipc_dir,
     vllm_sampling_params,
 )
 from arena_core.engines.vllm_weights import checkpoint_state, shm_dir
@@ -114,6 +115,7 @@ class VLLMBackend:
 
         if self.config.cpu_reserved_cores is not None:
             os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(self.config.cpu_reserved_cores)
+        use_ipc_dir()  # vLLM's socket files in a folder removed at exit, not loose in /tmp
         try:
             return AsyncLLM.from_engine_args(engine_args(self._vllm, self.config, model_dir))
         except Exception as exc:

@@ -7,7 +7,11 @@ it. vLLM is imported lazily: importing this module never needs it.
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +28,56 @@ INSTALL_HINT = (
     "`pip uninstall -y torchvision torchaudio torchcodec`; see docs/vllm.md)"
 )
 _WORKER_EXTENSION = "arena_core.engines.vllm_worker.ArenaWorkerExtension"
+IPC_PREFIX = "arena-ipc-"  # + the pid of the process whose vLLM engines bound the sockets in it
+_SOCKET_PATH_MAX = 107  # a Unix socket's path, in bytes (sockaddr_un.sun_path less its NUL)
+_UUID_CHARS = 36  # vLLM names each socket file by a uuid4
+
+
+def use_ipc_dir() -> Path:
+    """Point vLLM's IPC sockets (`VLLM_RPC_BASE_PATH`) at this process's folder, removed at exit.
+
+    Why: vLLM binds its ZMQ sockets as files named by a fresh uuid directly in the temp folder and
+    never removes them: 7 files per engine start, so a run that restarts its engine at every
+    weight sync (`backend.weight_sync=restart`) leaves thousands in /tmp. Here they land in one
+    folder per process, removed when it exits; the folders of processes that died without
+    exiting (SIGKILL, a Ray actor killed) are removed by the next process that starts an engine.
+    A socket's path is at most 107 bytes, so the folder's name is short, and where TMPDIR is too
+    long even for it the sockets go where vLLM puts them. The folder is per process, not per
+    engine: vLLM may cache its environment for the life of the process (an in-process engine
+    core), so the path must stay valid until exit. A path the user set stands; one inherited from
+    a parent Arena process is replaced (the parent may exit first and take its folder with it).
+    """
+    current = os.environ.get("VLLM_RPC_BASE_PATH")
+    if current and not Path(current).name.startswith(IPC_PREFIX):
+        return Path(current)
+    mine = Path(tempfile.gettempdir()) / f"{IPC_PREFIX}{os.getpid()}"
+    if len(os.fsencode(mine)) + 1 + _UUID_CHARS > _SOCKET_PATH_MAX:  # a long TMPDIR: vLLM's own default
+        os.environ.pop("VLLM_RPC_BASE_PATH", None)
+        return Path(tempfile.gettempdir())
+    _make_ipc_dir(mine)
+    os.environ["VLLM_RPC_BASE_PATH"] = str(mine)
+    return mine
+
+
+def _make_ipc_dir(mine: Path) -> None:
+    root = mine.parent
+    if not mine.is_dir():
+        for old in root.glob(f"{IPC_PREFIX}*"):
+            pid = old.name.removeprefix(IPC_PREFIX)
+            if pid.isdigit() and not _alive(int(pid)):
+                shutil.rmtree(old, ignore_errors=True)
+        mine.mkdir(mode=0o700, exist_ok=True)
+        atexit.register(shutil.rmtree, mine, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive, and not ours to clean
+        return True
+    return True
 
 
 def _engine_dtype(wanted: str, model_dir: Path) -> str:

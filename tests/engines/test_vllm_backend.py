@@ -10,8 +10,13 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import os
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,6 +24,7 @@ import torch
 
 from arena_core.engines.base import GenerationBackend, SamplingParams
 from arena_core.engines.vllm_backend import VLLMBackend, VLLMBackendConfig, register_vllm_backend
+from arena_core.engines.vllm_engine import IPC_PREFIX, use_ipc_dir
 from arena_core.engines.vllm_weights import checkpoint_state, merged_peft_state
 from arena_core.errors import ArenaError
 
@@ -144,6 +150,54 @@ def test_missing_vllm_says_how_to_install(monkeypatch: pytest.MonkeyPatch, tmp_p
     monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` raise ImportError
     with pytest.raises(ArenaError, match=r"pip install 'arena-rl\[vllm\]'"):
         VLLMBackend(tmp_path)
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A temp folder with a short path: a socket's path is at most 107 bytes."""
+    path = Path(tempfile.mkdtemp(prefix="arena-t-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_ipc_sockets_go_to_a_folder_of_this_process(
+    monkeypatch: pytest.MonkeyPatch, short_tmp: Path
+) -> None:
+    """vLLM's socket files land in one folder per process; a dead process's folder is swept."""
+    tmp_path = short_tmp
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv("VLLM_RPC_BASE_PATH", raising=False)
+    dead = tmp_path / f"{IPC_PREFIX}{_dead_pid()}"
+    dead.mkdir()
+    (dead / "0b52812c-8135-4946-b345-da9c5b23e7b3").touch()  # a socket left by a SIGKILL
+    alive = tmp_path / f"{IPC_PREFIX}1"  # pid 1 never exits
+    alive.mkdir()
+    mine = use_ipc_dir()
+    assert mine == tmp_path / f"{IPC_PREFIX}{os.getpid()}" and mine.is_dir()
+    assert os.environ["VLLM_RPC_BASE_PATH"] == str(mine)
+    assert not dead.exists() and alive.is_dir()
+    # inherited from a parent Arena process: replaced; the user's own: kept
+    monkeypatch.setenv("VLLM_RPC_BASE_PATH", str(tmp_path / f"{IPC_PREFIX}999999999"))
+    assert use_ipc_dir() == mine
+    monkeypatch.setenv("VLLM_RPC_BASE_PATH", str(tmp_path / "mine"))
+    assert use_ipc_dir() == tmp_path / "mine"
+
+
+def test_a_temp_folder_too_long_for_a_socket_leaves_vllms_default(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    long = tmp_path / ("x" * 80)
+    long.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(long))
+    monkeypatch.setenv("VLLM_RPC_BASE_PATH", str(tmp_path / f"{IPC_PREFIX}999999999"))
+    assert use_ipc_dir() == long and "VLLM_RPC_BASE_PATH" not in os.environ
+    assert list(long.iterdir()) == []
 
 
 def test_checkpoint_state_dedupes_tied_and_rejects_lora_only() -> None:
@@ -369,3 +423,43 @@ def test_tiny_update_is_checked_without_false_alarms(engine: VLLMBackend, tiny) 
     check = engine.last_sync_check
     assert check is not None and not check["bad"] and not check["stale"], check
     assert engine.last_sync_method == "inplace"
+
+
+_LIFE = """
+import os, sys, tempfile
+sys.path[:0] = sys.argv[2:]
+from test_vllm_backend import _tiny_model
+from arena_core.engines.vllm_backend import VLLMBackend
+
+if __name__ == "__main__":
+    model, tok = _tiny_model()
+    model.save_pretrained(sys.argv[1]); tok.save_pretrained(sys.argv[1])
+    b = VLLMBackend(sys.argv[1], dtype="float32", max_model_len=256, kv_cache_gib=0.25,
+                    cpu_reserved_cores=0)
+    folder = os.environ.get("VLLM_RPC_BASE_PATH", tempfile.gettempdir())
+    print("ipc", folder, len(os.listdir(folder)))
+    b.close()
+"""
+
+
+@needs_vllm
+def test_an_engine_leaves_no_socket_file_behind(tmp_path: Path, short_tmp: Path) -> None:
+    """vLLM alone leaves 7 socket files in the temp folder per engine start, forever."""
+    temp = short_tmp
+    script = tmp_path / "life.py"
+    script.write_text(_LIFE)
+    env = {**os.environ, "TMPDIR": str(temp)}
+    env.pop("VLLM_RPC_BASE_PATH", None)
+    here = str(Path(__file__).parent)
+    root = str(Path(__file__).parents[2])
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "model"), here, root],
+        env=env, capture_output=True, text=True, timeout=400,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    left = sorted(p.name for p in temp.iterdir() if not p.name.startswith("torchinductor_"))
+    assert left == [], "left in the temp folder (torch's compile cache aside)"
+    line = next(x for x in done.stdout.splitlines() if x.startswith("ipc "))
+    _, folder, count = line.split()
+    assert Path(folder).parent == temp and Path(folder).name.startswith(IPC_PREFIX)
+    assert int(count) > 0  # the engine's sockets were in the process's folder while it ran
