@@ -5,6 +5,7 @@ is one the page lists (and every arrow it lists is still there)."""
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 from pathlib import Path
@@ -139,3 +140,25 @@ def test_the_upward_arrows_are_exactly_the_listed_ones() -> None:
 def test_the_diagram_is_the_layer_tests_table() -> None:
     """One layer order: the page's diagram and tests/core/test_layers.py's LAYERS agree."""
     assert _layers() == _RULES.LAYERS
+
+
+def _defined(path: Path) -> set[str]:
+    """`func` and `Class.method` names defined in a module."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+        names |= {f"{cls.name}.{m.name}" for m in cls.body if isinstance(m, ast.FunctionDef)}
+    return names
+
+
+def test_the_reading_guide_names_functions_that_exist() -> None:
+    """Each line of "Reading one GRPO step" is `file function`: the function is in the file (a
+    rename or a move that forgets the guide fails here)."""
+    block = _section("Reading one GRPO step").split("```\n", 1)[1].split("```", 1)[0]
+    missing = []
+    for line in block.splitlines():
+        where, name = line.split()[:2]
+        path = ROOT / where if where.startswith("arena_algorithms/") else CORE / where
+        if not path.is_file() or name not in _defined(path):
+            missing.append(f"{where} {name}")
+    assert len(block.splitlines()) >= 10 and missing == []
