@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from arena_core.errors import PluginError, UnknownNameError, did_you_mean
 
@@ -51,13 +51,22 @@ def plugin_install_hint(kind: str, name: str) -> str:
     )
 
 
+@runtime_checkable
+class NamesItsRecipe(Protocol):
+    """An algorithm class that trains with a recipe of its own (SFT/DPO: "offline", PPO: "ppo")
+    rather than the LLM RL loop's ("llm"): `recipe = "ppo"` on the class."""
+
+    recipe: ClassVar[str]
+
+
 def algorithm_recipe(algorithm: Any) -> str:
-    """The recipe a registered algorithm class trains with: its `recipe` attribute, else "llm".
+    """The recipe a registered algorithm class trains with: its `recipe`, else "llm".
 
     Here, at the bottom of the core, so that any layer can ask "is this an LLM-loop algorithm?"
     (the dataset-category and population checks do) without importing the recipes.
     """
-    return str(getattr(algorithm, "recipe", None) or DEFAULT_RECIPE)
+    named = algorithm.recipe if isinstance(algorithm, NamesItsRecipe) else None
+    return str(named or DEFAULT_RECIPE)  # `recipe = None` (or "") is the LLM loop too
 
 
 @dataclass(frozen=True)
