@@ -13,7 +13,7 @@ after the grace period still ends the process). The exit status is 128 + the sig
 a shell reports it: 130 after Ctrl-C, 143 after SIGTERM (`interrupt_exit_code`).
 
 `ray.init` installs its own SIGTERM handler (`sys.exit`), which would skip the loops' handling;
-`keep_sigterm()` around it puts the run's handler back.
+`keep_sigterm()` around it puts back the handler it found (the run's, or the process's own).
 """
 
 from __future__ import annotations
@@ -78,13 +78,15 @@ def sigterm_interrupts() -> Iterator[None]:
 
 @contextlib.contextmanager
 def keep_sigterm() -> Iterator[None]:
-    """Around code that replaces SIGTERM's handler (`ray.init`): the run's handler stays."""
-    ours = _in_main_thread() and _depth > 0
+    """Around code that replaces SIGTERM's handler (`ray.init`): the handler in force stays,
+    the run's inside a run, and otherwise the process's own (a caller of the library, a
+    notebook), which a Ray started and stopped for one run must not leave replaced."""
+    kept = signal.getsignal(signal.SIGTERM) if _in_main_thread() else None
     try:
         yield
     finally:
-        if ours:
-            signal.signal(signal.SIGTERM, _on_sigterm)
+        if kept is not None:
+            signal.signal(signal.SIGTERM, kept)
 
 
 def interrupt_exit_code() -> int:

@@ -113,6 +113,18 @@ def pid_alive_fixture():
     return _pid_alive
 
 
+@pytest.fixture(autouse=True)
+def _sigterm_handler_restored() -> Iterator[None]:
+    """Each test leaves the worker's SIGTERM handler as it found it: a fake Ray node's handler
+    (`ray.cluster_utils`, sys.exit) left behind would turn a later test's SIGTERM into an exit."""
+    import signal
+
+    before = signal.getsignal(signal.SIGTERM)
+    yield
+    if before is not None:
+        signal.signal(signal.SIGTERM, before)
+
+
 @pytest.fixture(scope="module")
 def ray_resources() -> dict[str, float]:
     """What `ray_cluster` starts Ray with; a module overrides this fixture for other resources
@@ -124,11 +136,15 @@ def ray_resources() -> dict[str, float]:
 def ray_cluster(ray_resources: dict[str, float]) -> Iterator[object]:
     """A local Ray (the `ray` module) for one test module, shut down after it: module scope, not
     session, because some modules start their own Ray (a run's, a faked two-node cluster) and
-    must find none running. Skips the module when Ray is not installed."""
+    must find none running. Skips the module when Ray is not installed. The worker's SIGTERM
+    handler stays its own (ray.init would leave Ray's, sys.exit, to the next tests)."""
+    from arena_core.interrupts import keep_sigterm
+
     ray = pytest.importorskip("ray")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     # address="local": never join a cluster another xdist worker's test started on this machine
-    ray.init(address="local", **ray_resources, include_dashboard=False, log_to_driver=False)
+    with keep_sigterm():
+        ray.init(address="local", **ray_resources, include_dashboard=False, log_to_driver=False)
     try:
         yield ray
     finally:

@@ -248,3 +248,21 @@ def test_sigterm_reaches_a_run_with_ray_actors(tmp_path: Path, pid_alive) -> Non
             time.sleep(10)  # interrupted before this ends
     assert not ray.is_initialized()
     assert not pid_alive(pid)
+
+
+def test_a_ray_started_outside_a_run_leaves_the_sigterm_handler_as_it_was(tmp_path: Path) -> None:
+    """A library caller's own handler (or SIG_DFL) is still in force after a cluster started
+    and stopped its Ray: `ray.init` would have left its own (sys.exit) behind."""
+    pytest.importorskip("ray")
+    from arena_core.distributed.cluster import Layout, RayCluster
+
+    def mine(signum, frame) -> None:  # noqa: ANN001 - a signal handler's signature
+        pass
+
+    before = signal.signal(signal.SIGTERM, mine)
+    try:
+        with RayCluster(Layout(trainer_devices=1, engines=1, colocate="none"), run_dir=tmp_path):
+            assert signal.getsignal(signal.SIGTERM) is mine
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, before)
