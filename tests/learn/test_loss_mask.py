@@ -1,4 +1,5 @@
-"""Tool tokens are context for the learner: no loss, no logprob, no importance ratio."""
+"""Tool tokens (a multi-turn episode's tool results) are context for the learner: no loss, no
+logprob, no importance ratio (`Sample.loss_mask`)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The batched multi-LoRA forward (stacked adapters, two bmm per layer) against peft's own per-row
 forward: adapters of different ranks and target modules, rows in any order (rows leaving the
-batch are in test_multi_lora.py), and adapter weights changed in place between decode steps."""
+batch: tests/population/test_multi_lora.py), and adapter weights changed in place between decode
+steps."""
 
 from __future__ import annotations
 
