@@ -51,7 +51,7 @@ def use_ipc_dir() -> Path:
     if current and not Path(current).name.startswith(IPC_PREFIX):
         return Path(current)
     mine = Path(tempfile.gettempdir()) / f"{IPC_PREFIX}{os.getpid()}"
-    if len(os.fsencode(mine)) + 1 + _UUID_CHARS > _SOCKET_PATH_MAX:  # a long TMPDIR: vLLM's own default
+    if len(os.fsencode(mine)) + 1 + _UUID_CHARS > _SOCKET_PATH_MAX:  # a long TMPDIR
         os.environ.pop("VLLM_RPC_BASE_PATH", None)
         return Path(tempfile.gettempdir())
     _make_ipc_dir(mine)
