@@ -44,6 +44,7 @@ from arena_core.engines.base import Completion, SamplingParams, count_generated
 from arena_core.engines.vllm_engine import (
     engine_args,
     import_vllm,
+    reserved_cores,
     use_ipc_dir,
     vllm_sampling_params,
 )
@@ -113,11 +114,10 @@ class VLLMBackend:
     async def _start(self, model_dir: Path) -> Any:
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        if self.config.cpu_reserved_cores is not None:
-            os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(self.config.cpu_reserved_cores)
         use_ipc_dir()  # vLLM's socket files in a folder removed at exit, not loose in /tmp
         try:
-            return AsyncLLM.from_engine_args(engine_args(self._vllm, self.config, model_dir))
+            with reserved_cores(self.config.cpu_reserved_cores):
+                return AsyncLLM.from_engine_args(engine_args(self._vllm, self.config, model_dir))
         except Exception as exc:
             raise ArenaError(
                 f"vLLM could not start an engine on {model_dir}: {exc}. vLLM's log above says "

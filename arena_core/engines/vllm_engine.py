@@ -8,10 +8,12 @@ it. vLLM is imported lazily: importing this module never needs it.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +30,33 @@ INSTALL_HINT = (
     "`pip uninstall -y torchvision torchaudio torchcodec`; see docs/vllm.md)"
 )
 _WORKER_EXTENSION = "arena_core.engines.vllm_worker.ArenaWorkerExtension"
+RESERVED_CPU = "VLLM_CPU_NUM_OF_RESERVED_CPU"  # cores vLLM keeps for its frontend on a CPU
 IPC_PREFIX = "arena-ipc-"  # + the pid of the process whose vLLM engines bound the sockets in it
 _SOCKET_PATH_MAX = 107  # a Unix socket's path, in bytes (sockaddr_un.sun_path less its NUL)
 _UUID_CHARS = 36  # vLLM names each socket file by a uuid4
+
+
+@contextlib.contextmanager
+def reserved_cores(cores: int | None) -> Iterator[None]:
+    """`VLLM_CPU_NUM_OF_RESERVED_CPU` = `cores` while an engine starts, then as it was.
+
+    vLLM reads it where the engine's processes start, which inherit it then; set for good, one
+    engine's `backend.cpu_reserved_cores=0` would carry over to the next engine of the process
+    (a restart, another model served) that asked for vLLM's default. None: left as it is (a
+    value the user exported stands).
+    """
+    if cores is None:
+        yield
+        return
+    before = os.environ.get(RESERVED_CPU)
+    os.environ[RESERVED_CPU] = str(cores)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(RESERVED_CPU, None)
+        else:
+            os.environ[RESERVED_CPU] = before
 
 
 def use_ipc_dir() -> Path:

@@ -24,7 +24,7 @@ import torch
 
 from arena_core.engines.base import GenerationBackend, SamplingParams
 from arena_core.engines.vllm_backend import VLLMBackend, VLLMBackendConfig, register_vllm_backend
-from arena_core.engines.vllm_engine import IPC_PREFIX, use_ipc_dir
+from arena_core.engines.vllm_engine import IPC_PREFIX, RESERVED_CPU, reserved_cores, use_ipc_dir
 from arena_core.engines.vllm_weights import checkpoint_state, merged_peft_state
 from arena_core.errors import ArenaError
 
@@ -187,6 +187,24 @@ def test_ipc_sockets_go_to_a_folder_of_this_process(
     assert use_ipc_dir() == mine
     monkeypatch.setenv("VLLM_RPC_BASE_PATH", str(tmp_path / "mine"))
     assert use_ipc_dir() == tmp_path / "mine"
+
+
+def test_reserved_cores_are_set_while_an_engine_starts_then_as_they_were(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One engine's `cpu_reserved_cores=0` does not carry over to the next engine that asks for
+    vLLM's default; a value the user exported stands."""
+    monkeypatch.delenv(RESERVED_CPU, raising=False)
+    with reserved_cores(0):
+        assert os.environ[RESERVED_CPU] == "0"
+    assert RESERVED_CPU not in os.environ
+    monkeypatch.setenv(RESERVED_CPU, "2")
+    with reserved_cores(None):
+        assert os.environ[RESERVED_CPU] == "2"
+    with pytest.raises(RuntimeError), reserved_cores(0):
+        assert os.environ[RESERVED_CPU] == "0"
+        raise RuntimeError("the engine failed to start")
+    assert os.environ[RESERVED_CPU] == "2"
 
 
 def test_a_temp_folder_too_long_for_a_socket_leaves_vllms_default(
@@ -438,6 +456,7 @@ if __name__ == "__main__":
                     cpu_reserved_cores=0)
     folder = os.environ.get("VLLM_RPC_BASE_PATH", tempfile.gettempdir())
     print("ipc", folder, len(os.listdir(folder)))
+    print("reserved", os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU"))
     b.close()
 """
 
@@ -450,6 +469,7 @@ def test_an_engine_leaves_no_socket_file_behind(tmp_path: Path, short_tmp: Path)
     script.write_text(_LIFE)
     env = {**os.environ, "TMPDIR": str(temp)}
     env.pop("VLLM_RPC_BASE_PATH", None)
+    env.pop("VLLM_CPU_NUM_OF_RESERVED_CPU", None)
     here = str(Path(__file__).parent)
     root = str(Path(__file__).parents[2])
     done = subprocess.run(
@@ -463,3 +483,5 @@ def test_an_engine_leaves_no_socket_file_behind(tmp_path: Path, short_tmp: Path)
     _, folder, count = line.split()
     assert Path(folder).parent == temp and Path(folder).name.startswith(IPC_PREFIX)
     assert int(count) > 0  # the engine's sockets were in the process's folder while it ran
+    # cpu_reserved_cores=0 reached the engine's processes and did not stay in the process
+    assert "reserved None" in done.stdout.splitlines()
