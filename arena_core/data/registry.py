@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -21,16 +20,15 @@ from typing import Any
 from arena_core.data.loading import CATEGORIES, DatasetError, load_dataset, looks_local
 from arena_core.errors import ArenaError, did_you_mean
 from arena_core.store.atomic import atomic_write_text
+from arena_core.store.home import arena_home
 
-HOME_ENV = "ARENA_CACHE_DIR"
 REGISTRY_FILE = "datasets.json"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
 def registry_path() -> Path:
     """`$ARENA_CACHE_DIR/datasets.json` (default `~/.cache/arena/datasets.json`)."""
-    base = os.environ.get(HOME_ENV) or str(Path.home() / ".cache" / "arena")
-    return Path(base).expanduser() / REGISTRY_FILE
+    return arena_home() / REGISTRY_FILE
 
 
 def _read() -> dict[str, dict[str, Any]]:

@@ -29,6 +29,8 @@ import tempfile
 import threading
 from pathlib import Path
 
+from arena_core.store.home import arena_home
+
 log = logging.getLogger(__name__)
 
 CSRC = Path(__file__).with_name("csrc")
@@ -60,7 +62,7 @@ def _build(cc: str, source: Path) -> Path:
     key = hashlib.sha256(
         "\n".join([source.read_text(), *headers, " ".join(FLAGS), version, _cpu_name()]).encode()
     ).hexdigest()[:16]
-    root = Path(os.environ.get("ARENA_CACHE_DIR") or Path.home() / ".cache" / "arena") / "kernels"
+    root = arena_home() / "kernels"
     target = root / f"{source.stem}-{key}.so"
     if target.is_file():
         return target

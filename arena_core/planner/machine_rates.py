@@ -57,9 +57,9 @@ def _cpu_model() -> str:
 
 
 def rates_path() -> Path:
-    from arena_core.planner.coefficients import cache_dir
+    from arena_core.store.home import arena_home
 
-    return cache_dir() / "calibration" / FILE
+    return arena_home() / "calibration" / FILE
 
 
 def probe() -> dict[str, float]:
