@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import functools
 import importlib
-import importlib.util
 import os
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -270,14 +268,11 @@ def load_file_env(target: str, kwargs: dict[str, Any], wrappers: tuple) -> Any:
     path = os.path.abspath(path)
     if not os.path.isfile(path):
         raise EnvBuildError(f"env.path: file {path} not found")
-    name = "arena_env_" + "".join(c if c.isalnum() else "_" for c in os.path.basename(path))
-    sys.path.insert(0, os.path.dirname(path))
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
+    from arena_core.sandbox._child import import_user_file, module_name
+
+    module = import_user_file(path, module_name("arena_env_", os.path.basename(path)))
+    if module is None:
         raise EnvBuildError(f"env.path: {path} is not a Python file")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
     cls = getattr(module, attr, None)
     if cls is None:
         raise EnvBuildError(f"env.path: {path} has no attribute {attr!r}")

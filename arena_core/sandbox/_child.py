@@ -177,8 +177,15 @@ def import_user_file(path: str, name: str) -> types.ModuleType | None:
     """Import the user's file `path` as module `name`, its folder first on sys.path (so its own
     sibling imports work) and registered in sys.modules (dataclasses and pickle look a class's
     module up there). None when `path` is not a Python file; what its code raises propagates, for
-    the caller to describe (`describe_exception`)."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    the caller to describe (`describe_exception`).
+
+    Every place that imports a user's reward or environment file uses this one function: a
+    validator that imported the file another way would refuse a reward that trains (one that
+    imports a helper module beside it)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if folder in sys.path:  # an in-process caller (the conformance suite) imports many files
+        sys.path.remove(folder)
+    sys.path.insert(0, folder)
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         return None

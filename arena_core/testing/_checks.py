@@ -5,7 +5,6 @@ and importing a reward file by path.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -82,11 +81,11 @@ def _raw_class_attr(obj: object, name: str) -> Any:
 
 def load_reward_file(path: str | Path) -> ModuleType:
     """Import a reward file in this process under a unique module name (no sys.modules clash)."""
+    from arena_core.sandbox._child import import_user_file
+
     path = Path(path).resolve()
     digest = hashlib.sha1(str(path).encode()).hexdigest()[:12]
-    spec = importlib.util.spec_from_file_location(f"arena_reward_{digest}", path)
-    if spec is None or spec.loader is None:
+    module = import_user_file(str(path), f"arena_reward_{digest}")
+    if module is None:
         raise ImportError(f"cannot import {path}: not a Python file")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     return module

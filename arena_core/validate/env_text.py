@@ -10,12 +10,12 @@ plugin's tests and `arena validate env` agree.
 from __future__ import annotations
 
 import itertools
-import math
-import numbers
+import os
 import time
 from collections.abc import Callable
 from typing import Any
 
+from arena_core.sandbox._child import check_value, import_user_file, module_name
 from arena_core.tasks import Example, contract_problems, gold_completion, problem_key
 from arena_core.validate.env_harness import Fail, Harness, Result, ok, warn
 
@@ -196,13 +196,11 @@ def check_chat_template(
 
 
 def load_reward(path: str) -> Callable[[str, str, str], Any]:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("arena_task_reward", path)
-    if spec is None or spec.loader is None:
+    """The reward function of file `path`, imported as the training pool imports it (this runs in
+    the validation's sandboxed child)."""
+    module = import_user_file(path, module_name("arena_reward_", os.path.basename(path)))
+    if module is None:
         raise Fail(f"reward {path} is not a Python file")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     fn = getattr(module, "reward", None)
     if not callable(fn):
         raise Fail(f"{path} defines no reward(question, answer, completion)")
@@ -210,15 +208,15 @@ def load_reward(path: str) -> Callable[[str, str, str], Any]:
 
 
 def _score(fn: Callable[..., Any], ex: Example, completion: str) -> float:
-    value = fn(ex.question, ex.answer, completion)
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    """The reward of one completion, converted as the training pool converts it (`check_value`:
+    a bool or an int scores as its float; `arena validate reward` warns about those)."""
+    value, why = check_value(fn(ex.question, ex.answer, completion))
+    if value is None:
         raise Fail(
-            f"the reward returned {value!r} ({type(value).__name__}) for {completion[:40]!r}: "
-            "return a float (`arena validate reward` shows every input class)"
+            f"the reward, for {completion[:40]!r}, {why} (`arena validate reward` shows every "
+            "input class)"
         )
-    if not math.isfinite(float(value)):
-        raise Fail(f"the reward returned {value!r} for {completion[:40]!r}: return a finite float")
-    return float(value)
+    return value
 
 
 def _clip(text: str, n: int = 80) -> str:

@@ -8,17 +8,17 @@ of calling it "always a float".
 
 from __future__ import annotations
 
-import importlib.util
+import os
 from typing import Any
+
+from arena_core.sandbox._child import import_user_file, module_name
 
 
 def return_types(path: str, items: list[list[str]]) -> list[str]:
     """The sorted type names that `reward(*item)` returns over `items` (errors are skipped)."""
-    spec = importlib.util.spec_from_file_location("arena_reward_types", path)
-    if spec is None or spec.loader is None:
+    module = import_user_file(path, module_name("arena_reward_", os.path.basename(path)))
+    if module is None:
         return []
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     found: set[str] = set()
     for item in items:
         try:

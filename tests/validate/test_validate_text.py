@@ -1,8 +1,8 @@
 """Text tasks under `arena validate env|reward` and arena-run's pre-flight: one TextTask contract.
 
-The quickstart's own env used to FAIL with "is not an environment Arena knows"; these check what
-the validator now checks for RL (seeded examples, held-out problems never trained on, the chat
-template, gold answers scored highest) on real tasks and on tasks broken on purpose.
+What the validator checks for RL (seeded examples, held-out problems never trained on, the chat
+template, gold answers scored highest), on real tasks and on tasks broken on purpose, and that it
+accepts every reward file the trainer accepts.
 """
 
 from __future__ import annotations
@@ -194,3 +194,74 @@ def test_a_registered_env_that_builds_an_env_source_checks_the_env_it_names(caps
     checks = checks_of(capsys)
     assert checks["kind"]["status"] == "PASS" and "Gymnasium Env" in checks["kind"]["detail"]
     assert checks["step_return"]["status"] == "PASS"
+
+
+HELPER = """
+import re
+
+def last_number(text):
+    found = re.findall(r"-?\\d+", text)
+    return found[-1] if found else None
+"""
+
+# imports a module beside it and defines a dataclass under postponed annotations (which looks
+# its module up in sys.modules): both work in training's reward pool
+SIBLING_REWARD = """
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from number_helpers import last_number
+
+
+@dataclass
+class Verdict:
+    value: float
+
+
+def reward(question, answer, completion):
+    gold = answer.split("####")[-1].strip()
+    return Verdict(1.0 if last_number(completion) == gold else 0.0).value
+"""
+
+
+def test_a_reward_that_imports_a_file_beside_it_validates_as_it_trains(tmp_path: Path, capsys):
+    """The trainer's reward pool imports a reward file with its folder on the path; every check
+    imports it the same way, so none refuses a reward that trains (the env check and the
+    pre-flight used to fail it with "No module named 'number_helpers'")."""
+    from arena_core.config import compose_run_config
+    from arena_core.sandbox import RewardPool
+    from arena_core.testing import load_reward_file
+    from arena_core.validate import preflight_report
+
+    (tmp_path / "number_helpers.py").write_text(HELPER)
+    reward = tmp_path / "sibling_reward.py"
+    reward.write_text(SIBLING_REWARD)
+    item = ("2 + 3 = ?", "2 + 3 = 5\n#### 5", "The answer is 5")
+    with RewardPool(str(reward), workers=1) as pool:  # what training does
+        assert [o.value for o in pool.score([item])] == [1.0]
+
+    assert run_cli("env", "arithmetic", f"env.reward={reward}", "model=tiny", "--json") == 0
+    checks = checks_of(capsys)
+    assert checks["reward"]["status"] == "PASS", checks["reward"]
+    assert run_cli("reward", str(reward), "--env", "arithmetic", "--json") == 0
+    assert checks_of(capsys)["return_type"]["detail"] == "always a float"
+    report = preflight_report(
+        compose_run_config(["+experiment=quickstart", f"env.reward={reward}"])
+    )
+    assert report.verdict == "PASS", report.summary()
+    assert load_reward_file(reward).reward(*item) == 1.0  # the conformance suites' loader
+
+
+def test_a_bool_reward_is_scored_as_training_scores_it(tmp_path: Path, capsys) -> None:
+    """Training's pool scores True as 1.0 and `arena validate reward` warns; the env check (and
+    so arena-run's pre-flight) converts it the same way instead of failing the run."""
+    task = write_task(
+        tmp_path,
+        EXACT.replace(
+            "1.0 if completion.strip() == answer else 0.0", "completion.strip() == answer"
+        ),
+    )
+    assert run_cli("env", f"{task}:Sums", "--json") == 0
+    reward = checks_of(capsys)["reward"]
+    assert reward["status"] == "PASS" and "score 1, garbage at most 0" in reward["detail"], reward
