@@ -35,8 +35,8 @@ SAME_ROLE = {
     "check_determinism": "the determinism check of one env kind (text task, Gymnasium env)",
     "evaluate": "held-out evaluation of one training path (LLM, classic RL)",
     "save_policy": "saving one kind of policy (a Hugging Face model, a classic-RL network)",
-    "load_reward": "importing a reward file inside a sandbox child (the reward worker, the env "
-    "check), each with only the imports its child has",
+    "load_reward": "a reward file's function inside a sandbox child (the reward worker, the env "
+    "check), each imported by the one loader, sandbox._child.import_user_file",
     "describe": "a short human description of the argument (a calibration, a guard action, an "
     "exception)",
 }
