@@ -11,7 +11,11 @@ Arena's tool episodes parse:
   `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, put before the first system
   message's text (or as a system message of its own);
 - an earlier assistant turn's `tool_calls` written back as those blocks;
-- a `role: "tool"` message as a user turn holding `<tool_response>...</tool_response>`.
+- a `role: "tool"` message as the template writes a tool turn (ChatML: `<|im_start|>tool`), which
+  is how Arena's tool episodes render the tool's answers in training
+  (`arena_core.engines.multi_turn`), so a model Arena trained with tools reads its answers at
+  serving time as it read them in training; a template that rejects or drops the tool role gets
+  a user turn holding `<tool_response>...</tool_response>` instead.
 
 `check_tools` and `chat_grammar` check a request's tools and build the grammar a forced call
 (tool_choice required or named) or a response_format decodes under (`grammar.py`).
@@ -83,8 +87,11 @@ def _template_messages(messages: list[Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _fallback(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The Hermes fallback of the module docstring, as plain role/content messages."""
+def _fallback(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]], tool_turns: bool
+) -> list[dict[str, Any]]:
+    """The Hermes fallback of the module docstring, as plain role/content messages; `tool_turns`:
+    the template writes `role: "tool"` messages itself (`renders_tool_turns`)."""
     out: list[dict[str, Any]] = []
     for m in messages:
         if m.get("tool_calls"):
@@ -98,6 +105,8 @@ def _fallback(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> li
             ]
             text = "\n".join(([m["content"]] if m["content"] else []) + blocks)
             out.append({"role": "assistant", "content": text})
+        elif m["role"] == "tool" and tool_turns:
+            out.append({"role": "tool", "content": m["content"]})
         elif m["role"] == "tool":
             out.append(
                 {"role": "user", "content": f"<tool_response>\n{m['content']}\n</tool_response>"}
@@ -127,6 +136,21 @@ def uses_tools(tokenizer: Any) -> bool:
     return plain != with_tools
 
 
+def renders_tool_turns(tokenizer: Any) -> bool:
+    """Whether the chat template writes the content of a `role: "tool"` message (ChatML writes
+    any role; some templates reject or drop one they do not know)."""
+    probe = [
+        {"role": "user", "content": "x"},
+        {"role": "assistant", "content": "y"},
+        {"role": "tool", "content": "probe_tool_answer_xyz"},
+    ]
+    try:
+        text = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
+    except Exception:  # noqa: BLE001 - a template that rejects the role does not write it
+        return False
+    return "probe_tool_answer_xyz" in text
+
+
 def render_chat(
     tokenizer: Any, messages: list[Any], tools: list[dict[str, Any]] | None
 ) -> list[int]:
@@ -140,7 +164,9 @@ def render_chat(
         )
     else:
         text = tokenizer.apply_chat_template(
-            _fallback(msgs, tools or []), tokenize=False, add_generation_prompt=True
+            _fallback(msgs, tools or [], renders_tool_turns(tokenizer)),
+            tokenize=False,
+            add_generation_prompt=True,
         )
     return tokenizer.encode(text, add_special_tokens=False)
 

@@ -157,11 +157,51 @@ def test_follow_up_turns_with_tool_calls_and_results_render(client: OpenAI, poli
         extra_body={"return_token_ids": True},
     )
     prompt = policy.tokenizer.decode(r.prompt_token_ids)
-    # the tiny model's ChatML template has no tools: the Hermes fallback of docs/serving.md
+    # the tiny model's ChatML template has no tools: the Hermes fallback of docs/serving.md,
+    # the tool's answer a tool turn of the template, as training's tool episodes write it
     assert '<tools>\n{"type": "function", "function": {"name": "add"' in prompt
     assert '<tool_call>\n{"name": "add", "arguments": {"a": 5}}\n</tool_call>' in prompt
-    assert "<tool_response>\n5\n</tool_response>" in prompt
-    assert prompt.endswith("<|im_start|>assistant\n")
+    assert prompt.endswith("<|im_start|>tool\n5<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_a_tool_answer_is_served_as_training_rendered_it(policy) -> None:
+    """A model Arena trained with tools read each tool answer as the tokens its tool episodes
+    appended after its call (`ToolRenderer.tool_delta`); the server ends a conversation holding
+    that answer with the same tokens, so the deployed model reads it as it learned to."""
+    from arena_core.engines.multi_turn import ToolRenderer
+
+    tok = policy.tokenizer
+    call = '<tool_call>\n{"name": "add", "arguments": {"a": 5}}\n</tool_call>'
+    history = [
+        {"role": "user", "content": "add 5"},
+        {"role": "assistant", "content": call},
+        {"role": "tool", "tool_call_id": "call_1", "content": "5"},
+    ]
+    trained = ToolRenderer(tok, None).tool_delta([{"role": "tool", "content": "5"}])
+    served = render_chat(tok, ChatRequest(model="tiny", messages=history).messages, TOOLS)
+    assert served[-len(trained) :] == trained, tok.decode(served[-len(trained) :])
+
+
+def test_a_template_without_a_tool_role_gets_the_answer_as_a_user_turn(policy) -> None:
+    """A template that drops roles it does not know would lose the tool's answer: the server
+    writes it as a user turn holding `<tool_response>` instead."""
+    import copy
+
+    tok = copy.deepcopy(policy.tokenizer)
+    tok.chat_template = (
+        "{% for m in messages %}{% if m.role in ['system', 'user', 'assistant'] %}"
+        "<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    history = [
+        {"role": "user", "content": "add 5"},
+        {"role": "assistant", "content": "calling"},
+        {"role": "tool", "tool_call_id": "call_1", "content": "5"},
+    ]
+    served = tok.decode(
+        render_chat(tok, ChatRequest(model="tiny", messages=history).messages, TOOLS)
+    )
+    assert "<|im_start|>user\n<tool_response>\n5\n</tool_response><|im_end|>" in served
 
 
 def test_a_template_with_its_own_tool_format_gets_the_tools(policy) -> None:
