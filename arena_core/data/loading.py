@@ -34,9 +34,15 @@ class DatasetError(ArenaError):
     """A dataset that cannot be used: unreadable, empty, or missing a column."""
 
 
+# utf-8-sig: UTF-8 that also drops a leading byte-order mark, which Excel's "CSV UTF-8" export and
+# Windows editors write; read as plain UTF-8 it breaks the first JSON line or names the first CSV
+# column "\ufeffquestion"
+ENCODING = "utf-8-sig"
+
+
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     rows = []
-    with path.open(encoding="utf-8") as f:
+    with path.open(encoding=ENCODING) as f:
         text = f.read()
     if path.suffix == ".json" and text.lstrip().startswith("["):
         data = json.loads(text)
@@ -57,7 +63,7 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def _read_csv(path: Path) -> list[dict[str, Any]]:
-    with path.open(encoding="utf-8", newline="") as f:
+    with path.open(encoding=ENCODING, newline="") as f:
         return list(csv.DictReader(f))
 
 

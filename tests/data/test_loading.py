@@ -37,6 +37,26 @@ def test_each_format_with_mapping(tmp_path, fmt) -> None:
     ]
 
 
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_a_file_saved_with_a_byte_order_mark_loads(tmp_path, fmt, capsys) -> None:
+    """Excel's "CSV UTF-8" and Windows editors start a file with a UTF-8 byte-order mark and end
+    lines with CRLF: training's loader and `arena validate dataset` read it as any UTF-8 file
+    (read as plain UTF-8, the mark breaks the first JSON line, or names the first CSV column
+    "\\ufeffquestion")."""
+    from arena_core.cli.main import main as arena
+
+    rows = [{"question": f"{i}+{i}?", "answer": f"#### {2 * i}"} for i in range(3)]
+    if fmt == "jsonl":
+        text = "".join(json.dumps(r) + "\r\n" for r in rows)
+    else:
+        text = "question,answer\r\n" + "".join(f"{r['question']},{r['answer']}\r\n" for r in rows)
+    path = tmp_path / f"excel.{fmt}"
+    path.write_bytes(text.encode("utf-8-sig"))
+    assert load_dataset(str(path), "reasoning") == rows
+    assert arena(["validate", "dataset", str(path), "--category", "reasoning", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["verdict"] == "PASS"
+
+
 def test_directory_split_and_canonical_names(tmp_path) -> None:
     (tmp_path / "test.jsonl").write_text(json.dumps({"prompt": "p", "response": "t"}) + "\n")
     assert load_dataset(str(tmp_path), "sft", split="test") == [{"prompt": "p", "response": "t"}]

@@ -227,8 +227,8 @@ def reward(question, answer, completion):
 
 def test_a_reward_that_imports_a_file_beside_it_validates_as_it_trains(tmp_path: Path, capsys):
     """The trainer's reward pool imports a reward file with its folder on the path; every check
-    imports it the same way, so none refuses a reward that trains (the env check and the
-    pre-flight used to fail it with "No module named 'number_helpers'")."""
+    imports it the same way, so none refuses a reward that trains (imported another way, the
+    env check and the pre-flight fail it with "No module named 'number_helpers'")."""
     from arena_core.config import compose_run_config
     from arena_core.sandbox import RewardPool
     from arena_core.testing import load_reward_file
