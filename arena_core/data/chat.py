@@ -4,6 +4,11 @@ Multi-turn chats are sft data too: SFT takes the loss on every assistant turn. T
 checks and normalises the column (a list of dicts as JSONL, parquet and Hugging Face datasets
 store it, or the same list as a JSON string, as a CSV cell holds it), so a bad row is reported
 with its file, row and column before any model loads.
+
+OpenAI's chat fine-tuning files are read as they are written: a turn's content may be a list of
+parts (its `text` parts, joined), the `developer` role is the system role (as the server reads
+it, `arena_core.serve.chat`), and an assistant turn's `weight` of 0 keeps that turn as context
+only, without loss (1, the default, trains on it).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ ROLES = ("system", "user", "assistant", "tool")
 CHAT_COLUMN = "messages"
 
 
-def parse_messages(value: Any, where: str, row: int, column: str) -> list[dict[str, str]]:
+def parse_messages(value: Any, where: str, row: int, column: str) -> list[dict[str, Any]]:
     """The turns of one row as `[{"role": ..., "content": ...}]`; raises ValueError naming the
     file, row and column (and the turn) when the value is not a chat with an assistant turn."""
     at = f"dataset {where}, row {row}, column '{column}'"
@@ -33,12 +38,48 @@ def parse_messages(value: Any, where: str, row: int, column: str) -> list[dict[s
     for i, turn in enumerate(value):
         if not isinstance(turn, dict) or "role" not in turn or "content" not in turn:
             raise ValueError(f"{at}, turn {i}: each turn needs 'role' and 'content' keys")
-        role, content = turn["role"], turn["content"]
+        role = "system" if turn["role"] == "developer" else turn["role"]
         if role not in ROLES:
             raise ValueError(f"{at}, turn {i}: unknown role {role!r}; roles: {', '.join(ROLES)}")
-        if not isinstance(content, str):
-            raise ValueError(f"{at}, turn {i}: content must be text, got {type(content).__name__}")
-        turns.append({"role": str(role), "content": content})
-    if not any(t["role"] == "assistant" for t in turns):
-        raise ValueError(f"{at}: no assistant turn, so nothing to learn from")
+        parsed: dict[str, Any] = {
+            "role": str(role),
+            "content": _text(turn["content"], f"{at}, turn {i}"),
+        }
+        if "weight" in turn:
+            if (
+                role != "assistant"
+                or turn["weight"] not in (0, 1)
+                or isinstance(turn["weight"], bool)
+            ):
+                raise ValueError(
+                    f"{at}, turn {i}: 'weight' is 0 or 1 on an assistant turn (0: context only, "
+                    f"no loss), got {turn['weight']!r} on a {role} turn"
+                )
+            parsed["weight"] = int(turn["weight"])
+        turns.append(parsed)
+    if not any(t["role"] == "assistant" and t.get("weight", 1) for t in turns):
+        raise ValueError(f"{at}: no assistant turn with weight 1, so nothing to learn from")
     return turns
+
+
+def _text(content: Any, at: str) -> str:
+    """A turn's text: a string, or OpenAI's list of content parts (`{"type": "text", "text":
+    ...}`, joined); raises ValueError naming the turn for anything else (an image part)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, (list, tuple)) and content:
+        texts = []
+        for part in content:
+            if not (isinstance(part, dict) and part.get("type") == "text"):
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                raise ValueError(
+                    f"{at}: a content part of type {kind!r}; only text parts "
+                    '({"type": "text", "text": "..."}) are training data'
+                )
+            if not isinstance(part.get("text"), str):
+                raise ValueError(f"{at}: a text part needs a string 'text'")
+            texts.append(part["text"])
+        return "".join(texts)
+    raise ValueError(
+        f"{at}: content must be text (or a list of text parts), got {type(content).__name__}"
+    )

@@ -115,15 +115,21 @@ class Encoder:
         there: mask 1). Cut at `max_length`; turns past it carry no loss. A template whose
         renderings are not prefixes of one another (it rewrites earlier turns) gives one sample
         per assistant turn instead, whose context is the conversation before it: the same loss
-        under token-mean, the shared prefix recomputed. With completion_only off: every token
-        after the first carries loss."""
+        under token-mean, the shared prefix recomputed. An assistant turn of weight 0 is
+        context (mask 0). With completion_only off: every token after the first carries loss,
+        whatever a turn's weight."""
         if not self.completion_only:
             out = self.tokenizer.apply_chat_template(
                 messages, tokenize=True, return_dict=False, add_generation_prompt=False
             )
             ids = list(out["input_ids"] if isinstance(out, dict) else out)[: self.max_length]
             return [Sample(ids[:1], ids[1:], [0.0] * (len(ids) - 1), 1.0)]
-        turns = [i for i, turn in enumerate(messages) if turn["role"] == "assistant"]
+        # an assistant turn of weight 0 (OpenAI's fine-tuning files) stays context, mask 0
+        turns = [
+            i
+            for i, turn in enumerate(messages)
+            if turn["role"] == "assistant" and turn.get("weight", 1)
+        ]
         seq: list[int] = []
         mask: list[int] = []
         for i in turns:

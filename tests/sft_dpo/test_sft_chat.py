@@ -125,3 +125,44 @@ def test_sft_run_on_chat_rows(tmp_path: Path, tmp_runs: Path, common: list[str])
     enc = Encoder(load_policy({"name_or_path": "arena:tiny"}).tokenizer, 1024)
     per_chat = sum(sum(s.loss_mask) for s in enc.chat(turns))
     assert loss_tokens == pytest.approx(4 * per_chat, abs=4 * 2)  # digits vary by one token
+
+
+def test_an_openai_fine_tuning_file_trains_as_written(tiny, tmp_path: Path, capsys):
+    """OpenAI's chat fine-tuning format: a `developer` turn (the system role), content as a list
+    of text parts, and `weight: 0` on an assistant turn that stays context: only the weighted
+    turn carries loss, and `arena validate dataset` accepts the file; an image part is refused
+    naming its row and turn."""
+    from arena_core.cli.main import main as arena
+    from arena_core.data import DatasetError, load_dataset
+
+    row = [
+        {
+            "role": "developer",
+            "content": [{"type": "text", "text": "You add "}, {"type": "text", "text": "numbers."}],
+        },
+        {"role": "user", "content": "What is 2 + 3?"},
+        {"role": "assistant", "content": "<answer>5</answer>", "weight": 0},
+        {"role": "user", "content": [{"type": "text", "text": "And 4 + 4?"}]},
+        {"role": "assistant", "content": "<answer>8</answer>", "weight": 1},
+    ]
+    path = tmp_path / "openai.jsonl"
+    others = [
+        [*row[:1], {"role": "user", "content": f"What is {i} + 1?"}, *row[2:]] for i in range(3)
+    ]
+    path.write_text("".join(json.dumps({"messages": r}) + "\n" for r in [row, *others]))
+    rows = load_dataset(str(path), "sft")
+    assert len(rows) == 4
+    tok = tiny.tokenizer
+    (sample,) = Encoder(tok, 1024).chat(rows[0]["messages"])
+    full = _ids(tok, CHAT)  # developer -> system, parts joined: the chat renders as CHAT does
+    trained = tok.decode([full[i] for i in _trained_positions(tok, sample)])
+    assert trained == "<answer>8</answer><|im_end|>"  # the weight-0 reply is context only
+    assert arena(["validate", "dataset", str(path), "--category", "sft", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["verdict"] == "PASS"
+
+    row[3]["content"] = [{"type": "image_url", "image_url": {"url": "http://x/y.png"}}]
+    path.write_text(json.dumps({"messages": row}) + "\n")
+    with pytest.raises(
+        DatasetError, match=r"row 1, column 'messages', turn 3: a content part of type 'image_url'"
+    ):
+        load_dataset(str(path), "sft")
