@@ -9,6 +9,11 @@ OpenAI's chat fine-tuning files are read as they are written: a turn's content m
 parts (its `text` parts, joined), the `developer` role is the system role (as the server reads
 it, `arena_core.serve.chat`), and an assistant turn's `weight` of 0 keeps that turn as context
 only, without loss (1, the default, trains on it).
+
+Preference rows in TRL's conversational form (`preference_pair`) are read too: `chosen` and
+`rejected` as lists of turns ending with the assistant's answer, the turns before it (the same in
+both) the prompt, as Hugging Face's UltraFeedback files write them beside a plain `prompt`; or a
+`prompt` that is itself a list of turns, each answer a list holding the assistant turn.
 """
 
 from __future__ import annotations
@@ -23,7 +28,62 @@ CHAT_COLUMN = "messages"
 def parse_messages(value: Any, where: str, row: int, column: str) -> list[dict[str, Any]]:
     """The turns of one row as `[{"role": ..., "content": ...}]`; raises ValueError naming the
     file, row and column (and the turn) when the value is not a chat with an assistant turn."""
-    at = f"dataset {where}, row {row}, column '{column}'"
+    turns = _turns(value, f"dataset {where}, row {row}, column '{column}'")
+    if not any(t["role"] == "assistant" and t.get("weight", 1) for t in turns):
+        raise ValueError(
+            f"dataset {where}, row {row}, column '{column}': no assistant turn with weight 1, so "
+            "nothing to learn from"
+        )
+    return turns
+
+
+def preference_pair(
+    row: dict[str, Any], where: str, index: int, columns: dict[str, str]
+) -> tuple[str | list[dict[str, Any]], str, str]:
+    """(prompt, chosen, rejected) of one preference row; the prompt is text, or the turns before
+    the answers when the row is conversational (module docstring). `columns`: canonical name ->
+    the user's column. Raises ValueError naming the row and column."""
+    answers, contexts = {}, {}
+    for name in ("chosen", "rejected"):
+        value = row[columns[name]]
+        if not isinstance(value, (list, tuple)):
+            answers[name] = value if isinstance(value, str) else str(value)
+            continue
+        at = f"dataset {where}, row {index}, column '{columns[name]}'"
+        turns = _turns(value, at)
+        if turns[-1]["role"] != "assistant":
+            raise ValueError(f"{at}: the last turn must be the assistant's answer")
+        answers[name], contexts[name] = turns[-1]["content"], turns[:-1]
+    prompt = row[columns["prompt"]]
+    if isinstance(prompt, (list, tuple)):
+        prompt = _turns(prompt, f"dataset {where}, row {index}, column '{columns['prompt']}'")
+    elif not isinstance(prompt, str):
+        prompt = str(prompt)
+    given = [c for c in contexts.values() if c]
+    if given:
+        if len(given) != len(contexts) or given[0] != given[-1]:
+            raise ValueError(
+                f"dataset {where}, row {index}: '{columns['chosen']}' and "
+                f"'{columns['rejected']}' must answer the same conversation (the turns before "
+                "their last assistant turn differ)"
+            )
+        if isinstance(prompt, list) and prompt != given[0]:
+            raise ValueError(
+                f"dataset {where}, row {index}: the turns before the answers differ from "
+                f"'{columns['prompt']}'; give the conversation once (in the prompt, or before "
+                "each answer)"
+            )
+        prompt = given[0]
+    if isinstance(prompt, list) and (not prompt or prompt[-1]["role"] == "assistant"):
+        raise ValueError(
+            f"dataset {where}, row {index}: the prompt's turns must end before the assistant's "
+            "answer"
+        )
+    return prompt, answers["chosen"], answers["rejected"]
+
+
+def _turns(value: Any, at: str) -> list[dict[str, Any]]:
+    """A list of turns, checked and normalised (module docstring); ValueError naming `at`."""
     if isinstance(value, str):
         try:
             value = json.loads(value)
@@ -57,8 +117,6 @@ def parse_messages(value: Any, where: str, row: int, column: str) -> list[dict[s
                 )
             parsed["weight"] = int(turn["weight"])
         turns.append(parsed)
-    if not any(t["role"] == "assistant" and t.get("weight", 1) for t in turns):
-        raise ValueError(f"{at}: no assistant turn with weight 1, so nothing to learn from")
     return turns
 
 

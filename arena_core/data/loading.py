@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from arena_core.data.chat import CHAT_COLUMN, parse_messages
+from arena_core.data.chat import CHAT_COLUMN, parse_messages, preference_pair
 from arena_core.errors import ArenaError
 from arena_core.hub import hub_reachable, hub_unreachable_message
 
@@ -230,6 +230,8 @@ def canonicalize(
                 f"'{canonical}'{alt}). Available columns: {available}. Map yours with "
                 f"--column-mapping '{example}' (or env.column_mapping in the config)."
             )
+    if category == "preference":
+        return _preference_rows(rows, {c: mapping.get(c, c) for c in columns}, where)
     out = []
     for i, row in enumerate(rows):
         item: dict[str, Any] = {}
@@ -246,9 +248,37 @@ def canonicalize(
                     item[canonical] = parse_messages(value, where, i + 1, col)
                 except ValueError as exc:
                     raise DatasetError(str(exc)) from None
+            elif isinstance(value, (list, tuple, dict)):
+                raise DatasetError(
+                    f"dataset {where}, row {i + 1}: column '{col}' holds a "
+                    f"{type(value).__name__}, not text. A conversation is sft data in a "
+                    f"'{CHAT_COLUMN}' column (map yours: --column-mapping "
+                    f'\'{{"{CHAT_COLUMN}": "{col}"}}\').'
+                )
             else:
                 item[canonical] = value if isinstance(value, str) else str(value)
         out.append(item)
+    return out
+
+
+def _preference_rows(
+    rows: list[dict[str, Any]], columns: dict[str, str], where: str
+) -> list[dict[str, Any]]:
+    """Preference rows: `prompt` text (or the conversation's turns), `chosen` and `rejected`
+    texts (`arena_core.data.chat.preference_pair` reads TRL's conversational form)."""
+    out = []
+    for i, row in enumerate(rows):
+        for col in columns.values():
+            if row.get(col) is None:
+                raise DatasetError(
+                    f"dataset {where}, row {i + 1}: column '{col}' is missing or null. Fix the "
+                    "row or drop it."
+                )
+        try:
+            prompt, chosen, rejected = preference_pair(row, where, i + 1, columns)
+        except ValueError as exc:
+            raise DatasetError(str(exc)) from None
+        out.append({"prompt": prompt, "chosen": chosen, "rejected": rejected})
     return out
 
 

@@ -60,7 +60,8 @@ class SftDpoData:
     def _row(self, index: int, r: dict[str, str]) -> Row:
         if "messages" in r:  # a chat: the env's system prompt is not added to it
             return Row(index, list(r["messages"]), chat=True)
-        messages = self.task.prompt_messages(r["prompt"])
+        prompt = r["prompt"]  # a conversational preference row's prompt is its turns
+        messages = list(prompt) if isinstance(prompt, list) else self.task.prompt_messages(prompt)
         if self.category == "preference":
             return Row(index, messages, chosen=r["chosen"], rejected=r["rejected"])
         return Row(index, messages, response=r["response"])

@@ -133,7 +133,9 @@ def validate_dataset(
         )
         return report
     report.add("columns", PASS, f"{', '.join(required)} present")
-    _content_checks(report, rows, required)
+    # a chat column's turns, and a conversational preference row's, are checked by the training load
+    turns = tuple(required) if category == "preference" else (CHAT_COLUMN,)
+    _content_checks(report, rows, required, turns)
     if not mapped:
         try:  # exactly what training does with these rows
             canonicalize(raw, category, column_mapping, str(source))
@@ -143,7 +145,11 @@ def validate_dataset(
     return report
 
 
-def _content_checks(report: Report, rows: list[dict[str, Any]], required: tuple[str, ...]) -> None:
+def _content_checks(
+    report: Report, rows: list[dict[str, Any]], required: tuple[str, ...], turns: tuple[str, ...]
+) -> None:
+    """Types, empties and duplicates of the required columns; `turns`: the columns whose values
+    may be lists of turns."""
     wrong: Counter[str] = Counter()
     empty: Counter[str] = Counter()
     first_wrong: dict[str, tuple[int, str]] = {}
@@ -154,7 +160,7 @@ def _content_checks(report: Report, rows: list[dict[str, Any]], required: tuple[
                 empty[col] += 1
             elif isinstance(value, str) and not value.strip():
                 empty[col] += 1
-            elif not isinstance(value, str) and col != CHAT_COLUMN:  # turns: the training load
+            elif not isinstance(value, str) and not (col in turns and isinstance(value, list)):
                 wrong[col] += 1
                 first_wrong.setdefault(col, (i, type(value).__name__))
     if wrong:
@@ -164,7 +170,8 @@ def _content_checks(report: Report, rows: list[dict[str, Any]], required: tuple[
         ]
         report.add("types", FAIL, "values that are not text: " + "; ".join(parts))
     else:
-        report.add("types", PASS, "every required value is text")
+        listed = any(isinstance(row.get(c), list) for row in rows for c in required)
+        report.add("types", PASS, "every required value is text" + (" or turns" if listed else ""))
     if empty:
         share = max(empty.values()) / len(rows)
         parts = ", ".join(f"{col}: {n}" for col, n in empty.items())

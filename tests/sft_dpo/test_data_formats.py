@@ -113,3 +113,61 @@ def test_bad_rows_name_file_row_and_column_in_training_and_validation(tmp_path: 
         load_dataset(str(plain), "sft")
     msg = str(err.value)
     assert str(plain) in msg and "'response'" in msg and "'target'" in msg and "messages" in msg
+
+
+def _conversation(question: str, answer: str) -> list[dict[str, str]]:
+    return [
+        {"role": "system", "content": "You add numbers."},
+        {"role": "user", "content": question},
+        {"role": "assistant", "content": answer},
+    ]
+
+
+def test_trl_conversational_preference_rows_load_as_prompt_turns_and_answers(tmp_path: Path):
+    """UltraFeedback's form (a text `prompt` beside `chosen`/`rejected` conversations) and TRL's
+    explicit one (the `prompt` a list of turns, each answer a list holding the assistant turn)
+    give the conversation's turns as the prompt and the last assistant turns as the answers, in
+    training and in `arena validate dataset` (read as text, they would be Python reprs)."""
+    from arena_core.sft_dpo.data import SftDpoData
+
+    ultra = tmp_path / "ultra.jsonl"
+    explicit = tmp_path / "explicit.jsonl"
+    with ultra.open("w") as u, explicit.open("w") as e:
+        for i in range(6):
+            q = f"What is {i} + 1?"
+            row = {"prompt": q, "chosen": _conversation(q, str(i + 1))}
+            row["rejected"] = _conversation(q, str(i + 2))
+            u.write(json.dumps(row) + "\n")
+            turns = _conversation(q, "")[:2]
+            answers = {
+                k: [{"role": "assistant", "content": str(i + d)}]
+                for k, d in (("chosen", 1), ("rejected", 2))
+            }
+            e.write(json.dumps({"prompt": turns, **answers}) + "\n")
+    for path in (ultra, explicit):
+        rows = load_dataset(str(path), "preference")
+        assert rows[2] == {
+            "prompt": _conversation("What is 2 + 1?", "")[:2],
+            "chosen": "3",
+            "rejected": "4",
+        }
+        assert validate_dataset(str(path), category="preference").verdict == "PASS"
+        task = DatasetTask(DatasetEnvConfig(path=str(path), category="preference", eval_size=2))
+        row = SftDpoData(task, 2).rows[0]  # the prompt is the row's turns, not the env's template
+        assert row.messages[0]["content"] == "You add numbers." and row.chosen.isdigit()
+
+    # answers to two different conversations, and a conversation that ends with the user
+    bad = tmp_path / "bad.jsonl"
+    row = {"prompt": "q", "chosen": _conversation("q", "1"), "rejected": _conversation("r", "2")}
+    bad.write_text(json.dumps(row) + "\n")
+    with pytest.raises(DatasetError, match=r"row 1: 'chosen' and 'rejected' must answer the same"):
+        load_dataset(str(bad), "preference")
+    row["rejected"] = _conversation("q", "2")[:2]
+    bad.write_text(json.dumps(row) + "\n")
+    with pytest.raises(DatasetError, match=r"row 1, column 'rejected': the last turn must be"):
+        load_dataset(str(bad), "preference")
+    # a conversation in an sft text column: the messages column is named
+    sft = tmp_path / "sft.jsonl"
+    sft.write_text(json.dumps({"prompt": _conversation("q", "1")[:2], "response": "1"}) + "\n")
+    with pytest.raises(DatasetError, match=r"column 'prompt' holds a list, not text.*'messages'"):
+        load_dataset(str(sft), "sft")

@@ -77,11 +77,29 @@ def test_reference_by_disabled_adapter_equals_a_separate_reference_model(one_tor
     assert (policy - expected).abs().max() > 1e-2  # the adapter is on again afterwards
 
 
-def test_dpo_run_learns_the_preference(pref_file: Path, tmp_runs: Path, common: list[str]):
+def _conversational(pref_file: Path) -> Path:
+    """The same rows in UltraFeedback's form: `chosen` and `rejected` as the conversation (the
+    user's question, then the answer) beside the text prompt."""
+    path = pref_file.with_name("pref_conversations.jsonl")
+    with path.open("w") as f:
+        for line in pref_file.read_text().splitlines():
+            row = json.loads(line)
+            user = {"role": "user", "content": row["prompt"]}
+            for key in ("chosen", "rejected"):
+                row[key] = [user, {"role": "assistant", "content": row[key]}]
+            f.write(json.dumps(row) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("form", ["text", "conversations"])
+def test_dpo_run_learns_the_preference(
+    pref_file: Path, tmp_runs: Path, common: list[str], form: str
+):
+    data = pref_file if form == "text" else _conversational(pref_file)
     overrides = [
         "+algo=dpo",
         "+env=dataset",
-        f"env.path={pref_file}",
+        f"env.path={data}",
         "env.category=preference",
         "env.eval_size=8",
         "algo.lr=1e-4",
