@@ -200,6 +200,26 @@ def columns_of(category: str, column_mapping: dict[str, str] | None, first: dict
     return columns
 
 
+def guess_mapping(
+    missing: list[str], available: list[str], canonical_columns: tuple[str, ...]
+) -> dict[str, str]:
+    """The column mapping an error offers as the fix: for each missing canonical column, the
+    user's closest-named column, else the next one no canonical name takes (`prompt` and
+    `completion` give `response` <- `completion`, never `prompt`; `instruction` and `output` give
+    both)."""
+    import difflib
+
+    free = [c for c in available if c not in canonical_columns]
+    out: dict[str, str] = {}
+    for canonical in missing:
+        close = difflib.get_close_matches(canonical, free, n=1, cutoff=0.6)
+        pick = close[0] if close else (free[0] if free else "your_column")
+        out[canonical] = pick
+        if pick in free:
+            free.remove(pick)
+    return out
+
+
 def canonicalize(
     rows: list[dict[str, Any]],
     category: str,
@@ -223,7 +243,8 @@ def canonicalize(
     for canonical in columns:
         source_col = mapping.get(canonical, canonical)
         if source_col not in rows[0]:
-            example = json.dumps({canonical: available[0] if available else "your_column"})
+            missing = [c for c in columns if mapping.get(c, c) not in rows[0]]
+            example = json.dumps(guess_mapping(missing, available, columns))
             alt = "".join(f" (or a chat column '{a}')" for a in ALTERNATIVES.get(category, ()))
             raise DatasetError(
                 f"dataset {where} has no column '{source_col}' (needed for the {category} column "

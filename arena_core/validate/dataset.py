@@ -14,7 +14,13 @@ from typing import Any
 
 from arena_core import data
 from arena_core.data.chat import CHAT_COLUMN
-from arena_core.data.loading import DatasetError, canonicalize, columns_of, looks_local
+from arena_core.data.loading import (
+    DatasetError,
+    canonicalize,
+    columns_of,
+    guess_mapping,
+    looks_local,
+)
 from arena_core.errors import ArenaError, did_you_mean
 from arena_core.validate.report import FAIL, PASS, WARN, Report
 
@@ -121,7 +127,7 @@ def validate_dataset(
         for col in missing:
             guess = did_you_mean(col, columns)
             hints.append(f"'{col}'{guess}".rstrip("?").replace(", did you mean", " (did you mean"))
-        example = json.dumps({missing[0]: columns[0] if columns else "COLUMN"})
+        example = json.dumps(guess_mapping(missing, columns, tuple(required)))
         report.add(
             "columns",
             FAIL,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from arena_core.validate import validate_dataset
 
 
@@ -61,3 +63,25 @@ def test_missing_file_fails_with_a_message(tmp_path):
     report = validate_dataset(str(tmp_path / "nope.jsonl"))
     assert report.verdict == "FAIL"
     assert report.check("load").detail
+
+
+@pytest.mark.parametrize(
+    "columns", [("prompt", "completion"), ("instruction", "output"), ("question", "answer")]
+)
+def test_the_offered_column_mapping_is_the_fix(tmp_path, columns):
+    """The mapping a missing-column error offers, applied as it is, makes the file load, in
+    `arena validate dataset` and in training; it never maps a column that is already one of the
+    category's (`prompt` + `completion`: `response` <- `completion`, not `prompt`)."""
+    import re
+
+    from arena_core.data import DatasetError, load_dataset
+
+    path = write(tmp_path, [{columns[0]: f"q{i}", columns[1]: f"a{i}"} for i in range(4)])
+    detail = validate_dataset(path, category="sft").check("columns").detail
+    offered = json.loads(re.search(r"--column-mapping '(\{.*\})'", detail).group(1))
+    assert validate_dataset(path, category="sft", column_mapping=offered).verdict == "PASS"
+    with pytest.raises(DatasetError) as err:
+        load_dataset(path, "sft")
+    trained = json.loads(re.search(r"--column-mapping '(\{.*\})'", str(err.value)).group(1))
+    rows = load_dataset(path, "sft", trained)
+    assert [(r["prompt"], r["response"]) for r in rows] == [(f"q{i}", f"a{i}") for i in range(4)]
