@@ -44,11 +44,13 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     rows = []
     with path.open(encoding=ENCODING) as f:
         text = f.read()
-    if path.suffix == ".json" and text.lstrip().startswith("["):
-        data = json.loads(text)
-        if not all(isinstance(r, dict) for r in data):
-            raise ValueError("a .json dataset must be a list of objects or one object per line")
-        return data
+    if path.suffix == ".json":
+        try:
+            whole = json.loads(text)
+        except json.JSONDecodeError:
+            whole = None  # not one JSON document: JSON lines
+        if whole is not None:
+            return _json_rows(whole)
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -62,9 +64,41 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def _json_rows(data: Any) -> list[dict[str, Any]]:
+    """The rows of a .json document: a list of objects; a table by column, as pandas writes one
+    (`DataFrame.to_json()`: {column: {index: value}}; `to_dict("list")`: {column: [values]}); one
+    list of objects under a single key ({"data": [...]}); or a single object, one row."""
+    if isinstance(data, list):
+        if not all(isinstance(r, dict) for r in data):
+            raise ValueError("a .json dataset must be a list of objects or one object per line")
+        return data
+    if not isinstance(data, dict) or not data:
+        raise ValueError("a .json dataset must be a list of objects or one object per line")
+    values = list(data.values())
+    if len(values) == 1 and isinstance(values[0], list) and values[0]:
+        if all(isinstance(r, dict) for r in values[0]):
+            return values[0]  # {"data": [{...}, ...]}
+    if all(isinstance(v, dict) for v in values):
+        index = list(values[0])
+        if index and all(list(v) == index for v in values):  # pandas' orient="columns"
+            return [{col: data[col][i] for col in data} for i in index]
+    if all(isinstance(v, list) for v in values) and len({len(v) for v in values}) == 1:
+        return [dict(zip(data, row, strict=True)) for row in zip(*values, strict=True)]
+    return [data]
+
+
 def _read_csv(path: Path) -> list[dict[str, Any]]:
+    """A CSV or TSV file; the delimiter is read from its header (`,`, `;` as a European Excel
+    writes it, a tab, `|`)."""
     with path.open(encoding=ENCODING, newline="") as f:
-        return list(csv.DictReader(f))
+        header = f.readline()
+        f.seek(0)
+        try:
+            dialect = csv.Sniffer().sniff(header, delimiters=",;\t|")
+            delimiter = dialect.delimiter
+        except csv.Error:  # one column, or nothing to tell by
+            delimiter = "\t" if path.suffix == ".tsv" else ","
+        return list(csv.DictReader(f, delimiter=delimiter))
 
 
 def _read_parquet(path: Path) -> list[dict[str, Any]]:
@@ -77,6 +111,7 @@ READERS: dict[str, Callable[[Path], list[dict[str, Any]]]] = {
     ".jsonl": _read_jsonl,
     ".json": _read_jsonl,
     ".csv": _read_csv,
+    ".tsv": _read_csv,
     ".parquet": _read_parquet,
     ".pq": _read_parquet,
 }
@@ -313,9 +348,11 @@ def load_dataset(
 ) -> list[dict[str, Any]]:
     """Rows of `source` with the canonical columns of `category`.
 
-    `source` is a local file (.csv, .jsonl/.json, .parquet), a local directory holding
-    `<split>.<ext>` files or written by `datasets`' `save_to_disk`, or a Hugging Face dataset id (`config` selects its subset, e.g. "main"
-    for openai/gsm8k). A hub id fails within seconds when the hub is unreachable.
+    `source` is a local file (.csv or .tsv, any of the delimiters `_read_csv` reads; .jsonl; .json
+    in the shapes `_json_rows` reads; .parquet), a local directory holding `<split>.<ext>` files
+    or written by `datasets`' `save_to_disk`, or a Hugging Face dataset id (`config` selects its
+    subset, e.g. "main" for openai/gsm8k). A hub id fails within seconds when the hub is
+    unreachable.
     """
     if category not in CATEGORIES:
         raise DatasetError(

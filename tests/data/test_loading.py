@@ -57,6 +57,38 @@ def test_a_file_saved_with_a_byte_order_mark_loads(tmp_path, fmt, capsys) -> Non
     assert json.loads(capsys.readouterr().out)["verdict"] == "PASS"
 
 
+def _shapes(rows: list[dict]) -> dict[str, str]:
+    """The same rows as the files other tools write: file name -> text."""
+    cols = list(rows[0])
+    return {
+        "semicolon.csv": ";".join(cols) + "\n" + "".join(";".join(r.values()) + "\n" for r in rows),
+        "tabs.tsv": "\t".join(cols) + "\n" + "".join("\t".join(r.values()) + "\n" for r in rows),
+        "pipes.csv": "|".join(cols) + "\n" + "".join("|".join(r.values()) + "\n" for r in rows),
+        # pandas DataFrame.to_json() (orient="columns") and DataFrame.to_dict("list")
+        "pandas.json": json.dumps({c: {str(i): r[c] for i, r in enumerate(rows)} for c in cols}),
+        "by_column.json": json.dumps({c: [r[c] for r in rows] for c in cols}),
+        "wrapped.json": json.dumps({"data": rows}, indent=2),
+        "pretty.json": json.dumps(rows, indent=2),
+    }
+
+
+def test_files_other_tools_write_load_in_training_and_validation(tmp_path) -> None:
+    """A European Excel's `;` CSV, a TSV, a pandas `to_json()` table, a `{"data": [...]}` file:
+    each loads the rows it holds, in training and in `arena validate dataset` (read as a plain
+    comma CSV or as JSON lines, each was one garbled column, one row of dicts, or a parse error)."""
+    from arena_core.validate import validate_dataset
+
+    rows = [{"question": f"{i} + 1 = ?", "answer": f"#### {i + 1}"} for i in range(3)]
+    for name, text in _shapes(rows).items():
+        path = tmp_path / name
+        path.write_text(text)
+        assert load_dataset(str(path), "reasoning") == rows, name
+        assert validate_dataset(str(path)).verdict == "PASS", (
+            name,
+            validate_dataset(str(path)).summary(),
+        )
+
+
 def test_directory_split_and_canonical_names(tmp_path) -> None:
     (tmp_path / "test.jsonl").write_text(json.dumps({"prompt": "p", "response": "t"}) + "\n")
     assert load_dataset(str(tmp_path), "sft", split="test") == [{"prompt": "p", "response": "t"}]
