@@ -10,6 +10,10 @@ parts (its `text` parts, joined), the `developer` role is the system role (as th
 it, `arena_core.serve.chat`), and an assistant turn's `weight` of 0 keeps that turn as context
 only, without loss (1, the default, trains on it).
 
+An sft row in TRL's conversational prompt-completion form (`prompt` and `completion` both lists
+of turns) is the chat of the two, its prompt's assistant turns of weight 0 (`prompt_completion`):
+the loss falls on the completion only, as TRL trains it.
+
 Preference rows in TRL's conversational form (`preference_pair`) are read too: `chosen` and
 `rejected` as lists of turns ending with the assistant's answer, the turns before it (the same in
 both) the prompt, as Hugging Face's UltraFeedback files write them beside a plain `prompt`; or a
@@ -35,6 +39,25 @@ def parse_messages(value: Any, where: str, row: int, column: str) -> list[dict[s
             "nothing to learn from"
         )
     return turns
+
+
+def prompt_completion(
+    prompt: Any, completion: Any, where: str, index: int, columns: tuple[str, str]
+) -> list[dict[str, Any]]:
+    """The chat of a conversational prompt-completion row (module docstring): the prompt's turns
+    as context, the completion's as the turns that carry the loss. ValueError naming the row."""
+    at = f"dataset {where}, row {index}"
+    if not (isinstance(prompt, (list, tuple)) and isinstance(completion, (list, tuple))):
+        raise ValueError(
+            f"{at}: '{columns[0]}' and '{columns[1]}' must both be text or both lists of turns "
+            f"(a conversation is sft data in a '{CHAT_COLUMN}' column)"
+        )
+    context = _turns(prompt, f"{at}, column '{columns[0]}'")
+    answer = _turns(completion, f"{at}, column '{columns[1]}'")
+    if not any(t["role"] == "assistant" for t in answer):
+        raise ValueError(f"{at}, column '{columns[1]}': no assistant turn, so nothing to learn")
+    quiet = [{**t, "weight": 0} if t["role"] == "assistant" else t for t in context]
+    return quiet + answer
 
 
 def preference_pair(

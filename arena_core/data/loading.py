@@ -17,7 +17,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from arena_core.data.chat import CHAT_COLUMN, parse_messages, preference_pair
+from arena_core.data.chat import (
+    CHAT_COLUMN,
+    parse_messages,
+    preference_pair,
+    prompt_completion,
+)
 from arena_core.errors import ArenaError
 from arena_core.hub import hub_reachable, hub_unreachable_message
 
@@ -291,6 +296,19 @@ def canonicalize(
     out = []
     for i, row in enumerate(rows):
         item: dict[str, Any] = {}
+        if category == "sft" and columns == CATEGORIES["sft"]:
+            pair = tuple(mapping.get(c, c) for c in columns)
+            if any(
+                isinstance(row.get(c), (list, tuple)) for c in pair
+            ):  # TRL's conversational form
+                try:
+                    item[CHAT_COLUMN] = prompt_completion(
+                        row[pair[0]], row[pair[1]], where, i + 1, pair
+                    )
+                except ValueError as exc:
+                    raise DatasetError(str(exc)) from None
+                out.append(item)
+                continue
         for canonical in columns:
             col = mapping.get(canonical, canonical)
             value = row.get(col)

@@ -139,8 +139,9 @@ def validate_dataset(
         )
         return report
     report.add("columns", PASS, f"{', '.join(required)} present")
-    # a chat column's turns, and a conversational preference row's, are checked by the training load
-    turns = tuple(required) if category == "preference" else (CHAT_COLUMN,)
+    # turns (a chat column's, TRL's conversational sft and preference rows') are checked by the
+    # training load
+    turns = tuple(required) if category in ("sft", "preference") else (CHAT_COLUMN,)
     _content_checks(report, rows, required, turns)
     if not mapped:
         try:  # exactly what training does with these rows

@@ -166,8 +166,37 @@ def test_trl_conversational_preference_rows_load_as_prompt_turns_and_answers(tmp
     bad.write_text(json.dumps(row) + "\n")
     with pytest.raises(DatasetError, match=r"row 1, column 'rejected': the last turn must be"):
         load_dataset(str(bad), "preference")
-    # a conversation in an sft text column: the messages column is named
+    # turns in one sft column and text in the other: the messages column is named
     sft = tmp_path / "sft.jsonl"
     sft.write_text(json.dumps({"prompt": _conversation("q", "1")[:2], "response": "1"}) + "\n")
-    with pytest.raises(DatasetError, match=r"column 'prompt' holds a list, not text.*'messages'"):
+    with pytest.raises(
+        DatasetError, match=r"row 1: 'prompt' and 'response' must both be.*'messages'"
+    ):
         load_dataset(str(sft), "sft")
+
+
+def test_trl_conversational_prompt_completion_rows_train_on_the_completion(tmp_path: Path):
+    """TRL's conversational prompt-completion sft rows (`prompt` and `completion` lists of turns)
+    are the chat of the two whose loss falls on the completion only: an assistant turn inside
+    the prompt is context, in training and in `arena validate dataset`."""
+    from arena_core.models import load_policy
+    from arena_core.sft_dpo.data import Encoder
+
+    path = tmp_path / "prompt_completion.jsonl"
+    with path.open("w") as f:
+        for i in range(4):
+            prompt = [
+                {"role": "user", "content": f"What is {i} + 1?"},
+                {"role": "assistant", "content": str(i + 1)},
+                {"role": "user", "content": "Times 3?"},
+            ]
+            completion = [{"role": "assistant", "content": str(3 * (i + 1))}]
+            f.write(json.dumps({"prompt": prompt, "completion": completion}) + "\n")
+    rows = load_dataset(str(path), "sft", {"response": "completion"})
+    assert [t["role"] for t in rows[0]["messages"]] == ["user", "assistant", "user", "assistant"]
+    report = validate_dataset(str(path), category="sft", column_mapping={"response": "completion"})
+    assert report.verdict == "PASS", report.summary()
+    tok = load_policy({"name_or_path": "arena:tiny", "lora": {"r": 0}}).tokenizer
+    (sample,) = Encoder(tok, 1024).chat(rows[1]["messages"])
+    pairs = zip(sample.completion_ids, sample.loss_mask, strict=True)
+    assert tok.decode([t for t, m in pairs if m]) == "6<|im_end|>"  # the completion alone
