@@ -296,27 +296,24 @@ def canonicalize(
     out = []
     for i, row in enumerate(rows):
         item: dict[str, Any] = {}
-        if category == "sft" and columns == CATEGORIES["sft"]:
-            pair = tuple(mapping.get(c, c) for c in columns)
-            if any(
-                isinstance(row.get(c), (list, tuple)) for c in pair
-            ):  # TRL's conversational form
-                try:
-                    item[CHAT_COLUMN] = prompt_completion(
-                        row[pair[0]], row[pair[1]], where, i + 1, pair
-                    )
-                except ValueError as exc:
-                    raise DatasetError(str(exc)) from None
-                out.append(item)
-                continue
-        for canonical in columns:
-            col = mapping.get(canonical, canonical)
-            value = row.get(col)
-            if value is None:
+        pair = tuple(mapping.get(c, c) for c in columns)
+        for col in pair:
+            if row.get(col) is None:
                 raise DatasetError(
                     f"dataset {where}, row {i + 1}: column '{col}' is missing or null. Fix the "
                     "row or drop it."
                 )
+        turns = any(isinstance(row[c], (list, tuple)) for c in pair)
+        if category == "sft" and columns == CATEGORIES["sft"] and turns:
+            try:  # TRL's conversational prompt-completion form: a chat
+                chat = prompt_completion(row[pair[0]], row[pair[1]], where, i + 1, pair)
+            except ValueError as exc:
+                raise DatasetError(str(exc)) from None
+            out.append({CHAT_COLUMN: chat})
+            continue
+        for canonical in columns:
+            col = mapping.get(canonical, canonical)
+            value = row[col]
             if canonical == CHAT_COLUMN:
                 try:
                     item[canonical] = parse_messages(value, where, i + 1, col)
