@@ -5,6 +5,9 @@ checks and normalises the column (a list of dicts as JSONL, parquet and Hugging 
 store it, or the same list as a JSON string, as a CSV cell holds it), so a bad row is reported
 with its file, row and column before any model loads.
 
+ShareGPT's turns (`{"from": "human"|"gpt"|"system"|..., "value": ...}`, as axolotl and
+LLaMA-Factory read them) are turns too, their speakers named as the roles above (`SHAREGPT`).
+
 OpenAI's chat fine-tuning files are read as they are written: a turn's content may be a list of
 parts (its `text` parts, joined), the `developer` role is the system role (as the server reads
 it, `arena_core.serve.chat`), and an assistant turn's `weight` of 0 keeps that turn as context
@@ -27,6 +30,17 @@ from typing import Any
 
 ROLES = ("system", "user", "assistant", "tool")
 CHAT_COLUMN = "messages"
+# ShareGPT's speakers -> roles
+SHAREGPT = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "system": "system",
+    "tool": "tool",
+    "function_response": "tool",
+    "observation": "tool",
+}
 
 
 def parse_messages(value: Any, where: str, row: int, column: str) -> list[dict[str, Any]]:
@@ -119,8 +133,19 @@ def _turns(value: Any, at: str) -> list[dict[str, Any]]:
         raise ValueError(f"{at}: expected a non-empty list of turns, got {type(value).__name__}")
     turns = []
     for i, turn in enumerate(value):
+        if isinstance(turn, dict) and "from" in turn and "value" in turn and "role" not in turn:
+            speaker = turn["from"]
+            if speaker not in SHAREGPT:
+                raise ValueError(
+                    f"{at}, turn {i}: unknown ShareGPT speaker {speaker!r}; speakers: "
+                    f"{', '.join(SHAREGPT)}"
+                )
+            turn = {**turn, "role": SHAREGPT[speaker], "content": turn["value"]}
         if not isinstance(turn, dict) or "role" not in turn or "content" not in turn:
-            raise ValueError(f"{at}, turn {i}: each turn needs 'role' and 'content' keys")
+            raise ValueError(
+                f"{at}, turn {i}: each turn needs 'role' and 'content' keys (or ShareGPT's "
+                "'from' and 'value')"
+            )
         role = "system" if turn["role"] == "developer" else turn["role"]
         if role not in ROLES:
             raise ValueError(f"{at}, turn {i}: unknown role {role!r}; roles: {', '.join(ROLES)}")

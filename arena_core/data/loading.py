@@ -241,15 +241,20 @@ def columns_of(category: str, column_mapping: dict[str, str] | None, first: dict
 
 
 def guess_mapping(
-    missing: list[str], available: list[str], canonical_columns: tuple[str, ...]
+    missing: list[str], first: dict[str, Any], canonical_columns: tuple[str, ...], category: str
 ) -> dict[str, str]:
-    """The column mapping an error offers as the fix: for each missing canonical column, the
-    user's closest-named column, else the next one no canonical name takes (`prompt` and
+    """The column mapping an error offers as the fix, from the first row: a column of turns as
+    sft's chat column (`conversations` -> `messages`); else, for each missing canonical column,
+    the user's closest-named column, else the next one no canonical name takes (`prompt` and
     `completion` give `response` <- `completion`, never `prompt`; `instruction` and `output` give
     both)."""
     import difflib
 
-    free = [c for c in available if c not in canonical_columns]
+    free = [c for c in first if c not in canonical_columns]
+    for alt in ALTERNATIVES.get(category, ()):
+        turns = [c for c in free if _looks_like_turns(first[c])]
+        if turns:
+            return {alt: turns[0]}
     out: dict[str, str] = {}
     for canonical in missing:
         close = difflib.get_close_matches(canonical, free, n=1, cutoff=0.6)
@@ -258,6 +263,10 @@ def guess_mapping(
         if pick in free:
             free.remove(pick)
     return out
+
+
+def _looks_like_turns(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and bool(value) and isinstance(value[0], dict)
 
 
 def canonicalize(
@@ -284,7 +293,7 @@ def canonicalize(
         source_col = mapping.get(canonical, canonical)
         if source_col not in rows[0]:
             missing = [c for c in columns if mapping.get(c, c) not in rows[0]]
-            example = json.dumps(guess_mapping(missing, available, columns))
+            example = json.dumps(guess_mapping(missing, rows[0], columns, category))
             alt = "".join(f" (or a chat column '{a}')" for a in ALTERNATIVES.get(category, ()))
             raise DatasetError(
                 f"dataset {where} has no column '{source_col}' (needed for the {category} column "

@@ -127,7 +127,7 @@ def validate_dataset(
         for col in missing:
             guess = did_you_mean(col, columns)
             hints.append(f"'{col}'{guess}".rstrip("?").replace(", did you mean", " (did you mean"))
-        example = json.dumps(guess_mapping(missing, columns, tuple(required)))
+        example = json.dumps(guess_mapping(missing, rows[0], tuple(required), category))
         report.add(
             "columns",
             FAIL,

@@ -200,3 +200,38 @@ def test_trl_conversational_prompt_completion_rows_train_on_the_completion(tmp_p
     (sample,) = Encoder(tok, 1024).chat(rows[1]["messages"])
     pairs = zip(sample.completion_ids, sample.loss_mask, strict=True)
     assert tok.decode([t for t, m in pairs if m]) == "6<|im_end|>"  # the completion alone
+
+
+def test_sharegpt_conversations_load_with_the_offered_mapping(tmp_path: Path):
+    """ShareGPT's files (a `conversations` column of `{"from", "value"}` turns, as axolotl and
+    LLaMA-Factory read them): the missing-column error offers `{"messages": "conversations"}`,
+    and with it the speakers load as roles (human -> user, gpt -> assistant), in training and in
+    `arena validate dataset`; an unknown speaker is named with the row and turn."""
+    import re
+
+    path = tmp_path / "sharegpt.jsonl"
+    with path.open("w") as f:
+        for i in range(4):
+            turns = [
+                {"from": "system", "value": "You add numbers."},
+                {"from": "human", "value": f"What is {i} + 1?"},
+                {"from": "gpt", "value": str(i + 1)},
+            ]
+            f.write(json.dumps({"conversations": turns, "id": i}) + "\n")
+    with pytest.raises(DatasetError) as err:
+        load_dataset(str(path), "sft")
+    offered = json.loads(re.search(r"--column-mapping '(\{.*\})'", str(err.value)).group(1))
+    assert offered == {"messages": "conversations"}
+    detail = validate_dataset(str(path), category="sft").check("columns").detail
+    assert '{"messages": "conversations"}' in detail
+    rows = load_dataset(str(path), "sft", offered)
+    assert rows[1]["messages"] == [
+        {"role": "system", "content": "You add numbers."},
+        {"role": "user", "content": "What is 1 + 1?"},
+        {"role": "assistant", "content": "2"},
+    ]
+    assert validate_dataset(str(path), category="sft", column_mapping=offered).verdict == "PASS"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"conversations": [{"from": "bot", "value": "hi"}]}) + "\n")
+    with pytest.raises(DatasetError, match=r"row 1, column 'conversations', turn 0: unknown Share"):
+        load_dataset(str(bad), "sft", offered)
