@@ -23,7 +23,7 @@ from arena_core.data.chat import (
     preference_pair,
     prompt_completion,
 )
-from arena_core.errors import ArenaError
+from arena_core.errors import ArenaError, closest
 from arena_core.hub import hub_reachable, hub_unreachable_message
 
 CATEGORIES: dict[str, tuple[str, ...]] = {
@@ -248,8 +248,6 @@ def guess_mapping(
     the user's closest-named column, else the next one no canonical name takes (`prompt` and
     `completion` give `response` <- `completion`, never `prompt`; `instruction` and `output` give
     both)."""
-    import difflib
-
     free = [c for c in first if c not in canonical_columns]
     for alt in ALTERNATIVES.get(category, ()):
         turns = [c for c in free if _looks_like_turns(first[c])]
@@ -257,7 +255,7 @@ def guess_mapping(
             return {alt: turns[0]}
     out: dict[str, str] = {}
     for canonical in missing:
-        close = difflib.get_close_matches(canonical, free, n=1, cutoff=0.6)
+        close = closest(canonical, free)
         pick = close[0] if close else (free[0] if free else "your_column")
         out[canonical] = pick
         if pick in free:
@@ -300,66 +298,55 @@ def canonicalize(
                 f"'{canonical}'{alt}). Available columns: {available}. Map yours with "
                 f"--column-mapping '{example}' (or env.column_mapping in the config)."
             )
-    if category == "preference":
-        return _preference_rows(rows, {c: mapping.get(c, c) for c in columns}, where)
+    pair = tuple(mapping.get(c, c) for c in columns)
     out = []
     for i, row in enumerate(rows):
-        item: dict[str, Any] = {}
-        pair = tuple(mapping.get(c, c) for c in columns)
         for col in pair:
             if row.get(col) is None:
                 raise DatasetError(
                     f"dataset {where}, row {i + 1}: column '{col}' is missing or null. Fix the "
                     "row or drop it."
                 )
-        turns = any(isinstance(row[c], (list, tuple)) for c in pair)
-        if category == "sft" and columns == CATEGORIES["sft"] and turns:
-            try:  # TRL's conversational prompt-completion form: a chat
-                chat = prompt_completion(row[pair[0]], row[pair[1]], where, i + 1, pair)
-            except ValueError as exc:
-                raise DatasetError(str(exc)) from None
-            out.append({CHAT_COLUMN: chat})
-            continue
-        for canonical in columns:
-            col = mapping.get(canonical, canonical)
-            value = row[col]
-            if canonical == CHAT_COLUMN:
-                try:
-                    item[canonical] = parse_messages(value, where, i + 1, col)
-                except ValueError as exc:
-                    raise DatasetError(str(exc)) from None
-            elif isinstance(value, (list, tuple, dict)):
-                raise DatasetError(
-                    f"dataset {where}, row {i + 1}: column '{col}' holds a "
-                    f"{type(value).__name__}, not text. A conversation is sft data in a "
-                    f"'{CHAT_COLUMN}' column (map yours: --column-mapping "
-                    f'\'{{"{CHAT_COLUMN}": "{col}"}}\').'
-                )
-            else:
-                item[canonical] = value if isinstance(value, str) else str(value)
-        out.append(item)
-    return out
-
-
-def _preference_rows(
-    rows: list[dict[str, Any]], columns: dict[str, str], where: str
-) -> list[dict[str, Any]]:
-    """Preference rows: `prompt` text (or the conversation's turns), `chosen` and `rejected`
-    texts (`arena_core.data.chat.preference_pair` reads TRL's conversational form)."""
-    out = []
-    for i, row in enumerate(rows):
-        for col in columns.values():
-            if row.get(col) is None:
-                raise DatasetError(
-                    f"dataset {where}, row {i + 1}: column '{col}' is missing or null. Fix the "
-                    "row or drop it."
-                )
         try:
-            prompt, chosen, rejected = preference_pair(row, where, i + 1, columns)
+            out.append(_canonical_row(row, category, columns, pair, where, i + 1))
         except ValueError as exc:
             raise DatasetError(str(exc)) from None
-        out.append({"prompt": prompt, "chosen": chosen, "rejected": rejected})
     return out
+
+
+def _canonical_row(
+    row: dict[str, Any],
+    category: str,
+    columns: tuple[str, ...],
+    pair: tuple[str, ...],
+    where: str,
+    index: int,
+) -> dict[str, Any]:
+    """One row under the canonical names (`pair`: the user's column of each); a ValueError names
+    the row and column. Preference rows and TRL's conversational sft rows go through
+    `arena_core.data.chat`, which reads their turns."""
+    if category == "preference":
+        named = dict(zip(columns, pair, strict=True))
+        prompt, chosen, rejected = preference_pair(row, where, index, named)
+        return {"prompt": prompt, "chosen": chosen, "rejected": rejected}
+    turns = any(isinstance(row[c], (list, tuple)) for c in pair)
+    if category == "sft" and columns == CATEGORIES["sft"] and turns:
+        return {CHAT_COLUMN: prompt_completion(row[pair[0]], row[pair[1]], where, index, pair)}
+    item: dict[str, Any] = {}
+    for canonical, col in zip(columns, pair, strict=True):
+        value = row[col]
+        if canonical == CHAT_COLUMN:
+            item[canonical] = parse_messages(value, where, index, col)
+        elif isinstance(value, (list, tuple, dict)):
+            raise ValueError(
+                f"dataset {where}, row {index}: column '{col}' holds a "
+                f"{type(value).__name__}, not text. A conversation is sft data in a "
+                f"'{CHAT_COLUMN}' column (map yours: --column-mapping "
+                f'\'{{"{CHAT_COLUMN}": "{col}"}}\').'
+            )
+        else:
+            item[canonical] = value if isinstance(value, str) else str(value)
+    return item
 
 
 def load_dataset(
