@@ -46,6 +46,7 @@ from pydantic import Field
 from arena_core.errors import ArenaError, ConfigError
 from arena_core.tasks import Example
 from arena_core.tools.config import ToolEnvFields, adopt_tool_settings
+from arena_core.tools.listing import tool_listing
 from arena_envs.awm_data import (
     FILES,
     AWMFormatError,
@@ -528,26 +529,6 @@ def make_awm(env_cfg: dict) -> AWMTask:
     """Registered factory: the validated `env` section -> the task."""
     cfg = env_cfg if isinstance(env_cfg, AWMConfig) else AWMConfig(**env_cfg)
     return AWMTask(cfg)
-
-
-def tool_listing(tools: list[dict[str, Any]]) -> str:
-    """The tools and the Hermes call format as system-prompt text (`env.tools_in_prompt`): one
-    line per tool with typed parameters (`?` marks optional ones), short enough for a small model's
-    context on a CPU."""
-    lines = ["Tools:"]
-    for tool in tools:
-        schema = tool.get("inputSchema") or {}
-        required = set(schema.get("required") or [])
-        params = [
-            f"{p}{'' if p in required else '?'}: {(spec or {}).get('type', 'any')}"
-            for p, spec in (schema.get("properties") or {}).items()
-        ]
-        about = f" - {tool['description']}" if tool.get("description") else ""
-        lines.append(f"{tool['name']}({', '.join(params)}){about}")
-    lines.append(
-        'Call a tool with <tool_call>{"name": NAME, "arguments": {...}}</tool_call>, one per turn.'
-    )
-    return "\n".join(lines)
 
 
 def _signature(tool: dict[str, Any]) -> str:

@@ -6,15 +6,21 @@ demonstrations teach the tiny model to copy that answer. This serves a checkpoin
 (`bench/tools.py`, or `+experiment=tools_warmstart` then `tools_warmstart_copy`) with
 `arena.deploy` and asks it, with the official `openai` client, the held-out tool_calc problems
 after a call to the calculator, the tool's answer perturbed (so copying it is the only way to
-give it back). Each conversation goes in two forms, side by side:
+give it back). Each conversation goes in three forms, side by side:
 
-- `tool_message`: the answer as a `role: "tool"` message, what agent clients send; the server
-  renders it as the template's tool turn, as training did;
+- `tool_message`: the answer as a `role: "tool"` message; the server renders it as the
+  template's tool turn, as training did;
+- `tool_message_with_tools`: the same with the calculator's tools sent as `tools`, as agent
+  clients send them with every request; the server shows them as the run's episodes did (for this
+  run: not at all, `arena_core.tools.listing.trained_tool_prompt`), where it wrote the Hermes
+  block before, a prompt the model never trained on;
 - `tool_response_user_turn`: the answer as a user turn holding `<tool_response>...</tool_response>`,
   which is how the server rendered a tool message for a ChatML template before it followed
   training (and still does for a template without a tool role).
 
-The figure is the share of greedy answers (`<answer>N</answer>`) that give back the tool's number.
+The figure is the share of greedy answers (`<answer>N</answer>`) that give back the tool's number;
+a request the server refuses (a 400, e.g. a prompt past the model's context) counts as not giving
+it back, and the share refused is printed beside it.
 
 Usage: python bench/served_tool_answers.py RUN[:STEP|best] [--runs DIR] [--n 100]
 """
@@ -36,12 +42,15 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=100, help="held-out problems (default 100)")
     args = ap.parse_args()
 
-    from openai import OpenAI
+    from openai import BadRequestError, OpenAI
 
     import arena
     from arena_envs.tool_calc import TOOL_OF, make_tool_calc
 
-    task = make_tool_calc({"name": "tool_calc"})
+    task = make_tool_calc({"name": "tool_calc", "tools": "python"})
+    session = task.open_session(task.eval_examples(1)[0], 0)
+    tools = session.tools()
+    session.close()
     rng = random.Random(0)
     forms: dict[str, list[list[dict]]] = {"tool_message": [], "tool_response_user_turn": []}
     shown = []
@@ -67,16 +76,26 @@ def main() -> None:
     with arena.deploy(target) as dep:
         client = OpenAI(base_url=f"{dep.url}/v1", api_key="none", max_retries=0, timeout=120)
         model = client.models.list().data[0].id
-        for form, conversations in forms.items():
-            copied = 0
+        sent = {**forms, "tool_message_with_tools": forms["tool_message"]}
+        for form, conversations in sent.items():
+            copied = refused = 0
+            extra = {"tools": tools} if form == "tool_message_with_tools" else {}
             for messages, n in zip(conversations, shown, strict=True):
-                r = client.chat.completions.create(
-                    model=model, messages=messages, max_tokens=24, temperature=0
-                )
+                try:
+                    r = client.chat.completions.create(
+                        model=model, messages=messages, max_tokens=24, temperature=0, **extra
+                    )
+                except BadRequestError as exc:  # e.g. a tool block past the model's context
+                    refused += 1
+                    why = str(exc)
+                    continue
                 found = ANSWER.search(r.choices[0].message.content or "")
                 copied += bool(found and int(found.group(1)) == n)
             rates[form] = copied / len(conversations)
-            print(f"{form:24s} answers giving back the tool's answer: {rates[form]:.0%}")
+            rates[f"{form}_refused"] = refused / len(conversations)
+            print(f"{form:25s} answers giving back the tool's answer: {rates[form]:.0%}")
+            if refused:
+                print(f"{'':25s} requests refused: {refused} of {len(conversations)} ({why})")
     print(json.dumps({"checkpoint": str(target.ref), "problems": len(shown), **rates}))
 
 

@@ -63,7 +63,9 @@ async def chat_completion(
         grammar = await asyncio.to_thread(_constraints, batcher, model, req, tools, choice)
     try:
         if offered or any(m.tool_calls or m.role == "tool" for m in req.messages):
-            prompt = render_chat(model.tokenizer, req.messages, [tool_def(t) for t in offered])
+            prompt = render_chat(
+                model.tokenizer, req.messages, [tool_def(t) for t in offered], model.tool_prompt
+            )
         else:
             messages = [
                 {"role": "system" if m.role == "developer" else m.role, "content": m.text()}

@@ -7,9 +7,16 @@ not the prompt the model was trained on). A template that ignores `tools` (it re
 text with and without them, as ChatML templates such as SmolLM2's and Arena's tiny model's do)
 gets the documented fallback instead, the Hermes convention that Qwen2.5's template writes and
 Arena's tool episodes parse:
-- a system block listing the functions inside `<tools></tools>` and asking for
-  `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, put before the first system
-  message's text (or as a system message of its own);
+- the tools shown as the served run's training showed them (`ServedModel.tool_prompt`,
+  `arena_core.tools.listing.trained_tool_prompt`), after the first system message's text (or as a
+  system message of its own): a checkpoint of a tool env's run gets the env's compact listing
+  when it trained with `env.tools_in_prompt`, and no tool text when it did not (its prompts never
+  named a tool: adding some is a prompt it never saw, and for the tiny model's character-level
+  tokenizer the calculator's block alone is longer than its context: `bench/served_tool_answers.py`
+  asks a tool-trained checkpoint with and without `tools`); anything else (a model
+  Arena did not train, a run without tool episodes, verifiers' runs, which train through this
+  server) gets a system block listing the functions inside `<tools></tools>` and asking for
+  `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`;
 - an earlier assistant turn's `tool_calls` written back as those blocks;
 - a `role: "tool"` message as the template writes a tool turn (ChatML: `<|im_start|>tool`), which
   is how Arena's tool episodes render the tool's answers in training
@@ -26,12 +33,15 @@ training uses, so a model answers its server the way it answered its environment
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from arena_core.serve.protocol import ApiError, ChatRequest
+from arena_core.tools.listing import ToolPrompt, tool_listing, with_listing
 from arena_core.tools.parsing import HermesParser, check_calls
 
 if TYPE_CHECKING:
@@ -88,10 +98,14 @@ def _template_messages(messages: list[Any]) -> list[dict[str, Any]]:
 
 
 def _fallback(
-    messages: list[dict[str, Any]], tools: list[dict[str, Any]], tool_turns: bool
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    tool_turns: bool,
+    tool_prompt: ToolPrompt = "template",
 ) -> list[dict[str, Any]]:
-    """The Hermes fallback of the module docstring, as plain role/content messages; `tool_turns`:
-    the template writes `role: "tool"` messages itself (`renders_tool_turns`)."""
+    """The fallback of the module docstring, as plain role/content messages; `tool_turns`: the
+    template writes `role: "tool"` messages itself (`renders_tool_turns`); `tool_prompt`: how the
+    tools are shown (the Hermes block, the tool envs' listing, or not at all)."""
     out: list[dict[str, Any]] = []
     for m in messages:
         if m.get("tool_calls"):
@@ -113,7 +127,9 @@ def _fallback(
             )
         else:
             out.append({"role": m["role"], "content": m["content"]})
-    if tools:
+    if tools and tool_prompt == "listing":
+        out = with_listing(out, tool_listing(tools))
+    elif tools and tool_prompt == "template":
         block = FALLBACK_HEADER + "\n".join(json.dumps(t) for t in tools) + FALLBACK_FOOTER
         if out and out[0]["role"] == "system":
             out[0] = {"role": "system", "content": f"{out[0]['content']}\n\n{block}".lstrip()}
@@ -122,8 +138,23 @@ def _fallback(
     return out
 
 
+def _per_template(probe: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    """`probe(tokenizer)` rendered once per chat template, not once per request."""
+    seen: dict[tuple[str, str], bool] = {}
+
+    @functools.wraps(probe)
+    def cached(tokenizer: Any) -> bool:
+        key = (type(tokenizer).__qualname__, str(getattr(tokenizer, "chat_template", None)))
+        if key not in seen:
+            seen[key] = probe(tokenizer)
+        return seen[key]
+
+    return cached
+
+
+@_per_template
 def uses_tools(tokenizer: Any) -> bool:
-    """Whether the chat template renders `tools` (else the Hermes fallback is used)."""
+    """Whether the chat template renders `tools` (else the fallback is used)."""
     probe = [{"role": "user", "content": "x"}]
     tool = {"type": "function", "function": {"name": "probe_tool_xyz", "parameters": {}}}
     try:
@@ -136,6 +167,7 @@ def uses_tools(tokenizer: Any) -> bool:
     return plain != with_tools
 
 
+@_per_template
 def renders_tool_turns(tokenizer: Any) -> bool:
     """Whether the chat template writes the content of a `role: "tool"` message (ChatML writes
     any role; some templates reject or drop one they do not know)."""
@@ -152,10 +184,14 @@ def renders_tool_turns(tokenizer: Any) -> bool:
 
 
 def render_chat(
-    tokenizer: Any, messages: list[Any], tools: list[dict[str, Any]] | None
+    tokenizer: Any,
+    messages: list[Any],
+    tools: list[dict[str, Any]] | None,
+    tool_prompt: ToolPrompt = "template",
 ) -> list[int]:
     """Prompt ids of `messages` (request ChatMessages) with the assistant turn opened; `tools`
-    (OpenAI tool definitions) through the template, or the fallback (module docstring)."""
+    (OpenAI tool definitions) through the template, or the fallback (module docstring), which
+    shows them as `tool_prompt` says (the served run's training, `ServedModel.tool_prompt`)."""
     msgs = _template_messages(messages)
     structured = any(m.get("tool_calls") or m["role"] == "tool" for m in msgs)
     if (tools or structured) and uses_tools(tokenizer):
@@ -164,7 +200,7 @@ def render_chat(
         )
     else:
         text = tokenizer.apply_chat_template(
-            _fallback(msgs, tools or [], renders_tool_turns(tokenizer)),
+            _fallback(msgs, tools or [], renders_tool_turns(tokenizer), tool_prompt),
             tokenize=False,
             add_generation_prompt=True,
         )

@@ -25,9 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from arena_core.errors import ArenaError
 from arena_core.store.index import DEFAULT_METRIC, CheckpointInfo, select_checkpoint
 from arena_core.store.rundir import read_config
+from arena_core.tools.listing import ToolPrompt, trained_tool_prompt
 
 
 @dataclass
@@ -42,6 +45,9 @@ class ServedModel:
     adapter: str | None = None  # the PEFT adapter name to activate; None = the plain weights
     shared: bool = False  # module is a PEFT model shared by several served names
     source: dict[str, Any] = field(default_factory=dict)
+    # how a request's tools are shown to a template that ignores tools=: as the served run's
+    # training showed them (arena_core.tools.listing.trained_tool_prompt)
+    tool_prompt: ToolPrompt = "template"
 
     @property
     def module(self) -> Any:
@@ -106,9 +112,20 @@ def checkpoint_kind(run_dir: Path, ckpt: CheckpointInfo) -> str:
         return "llm"
     try:
         algo = (read_config(run_dir).get("algo") or {}).get("name")
-    except (OSError, ValueError):
+    except (OSError, ValueError, yaml.YAMLError):
         algo = None
     return str(algo or "unknown")
+
+
+def _tool_prompt(run_dir: Path | None) -> ToolPrompt:
+    """How the run showed tools to its model (`trained_tool_prompt`); a model, or a run whose
+    config is gone or unreadable, gets the template's way (or the Hermes fallback)."""
+    if run_dir is None:
+        return "template"
+    try:
+        return trained_tool_prompt(read_config(run_dir))
+    except (OSError, ValueError, yaml.YAMLError):
+        return "template"
 
 
 def parse_model_specs(refs: list[str]) -> list[tuple[str, str]]:
@@ -233,9 +250,12 @@ def load_models(
             model.source = {**t.source, **model.source}
             served.append(model)
             continue
+        shown = _tool_prompt(t.run_dir)
         if not t.lora or not engine.shares_lora_base:
             backend, tokenizer = engine.open(t.weights, device, max_batch_size)
-            served.append(ServedModel(name, "llm", backend, tokenizer, source=t.source))
+            served.append(
+                ServedModel(name, "llm", backend, tokenizer, source=t.source, tool_prompt=shown)
+            )
             continue
         base_name = _adapter_base(Path(t.weights))
         base = bases.get(base_name)
@@ -267,6 +287,7 @@ def load_models(
                 adapter=_safe(name),
                 shared=True,
                 source=t.source,
+                tool_prompt=shown,
             )
         )
     # checkpoints first (the default model of clients), then each shared base (adapters off)

@@ -1,0 +1,77 @@
+"""Tools as prompt text, for a chat template that ignores `tools=`, and how a run showed them.
+
+A template with a tool format (Qwen2.5's, Llama 3.1's) writes `tools=` itself, in training and
+in serving alike. A template without one (ChatML: SmolLM2's, Arena's tiny model's) renders the
+same text with or without `tools=`, so what the model sees of its tools is whatever the prompt
+says of them, and a served model answers best when its prompt shows the tools as its training
+prompts did:
+- `tool_listing` is the compact listing a tool env adds to its system prompt
+  (`env.tools_in_prompt`: one line per tool with typed parameters, then the call format), short
+  enough for a small model's context on a CPU;
+- `trained_tool_prompt` reads a run's config for how its episodes showed the tools, so the server
+  (`arena_core.serve.chat.render_chat`) renders a client's `tools` the same way: the listing,
+  nothing (the tools were never written in the prompt), or, for a run without tool episodes and
+  for a model Arena did not train, the Hermes block a Qwen2.5 template writes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from arena_core.tools.config import ToolEnvFields
+
+ToolPrompt = Literal["template", "listing", "none"]
+
+CALL_FORMAT = (
+    'Call a tool with <tool_call>{"name": NAME, "arguments": {...}}</tool_call>, one per turn.'
+)
+
+
+def _name_about_schema(tool: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+    """(name, description, parameters schema) of an OpenAI function definition
+    (`{"type": "function", "function": {...}}` or the bare function) or an MCP tool listing
+    (`{"name", "description", "inputSchema"}`)."""
+    fn = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+    schema = fn.get("parameters") or fn.get("inputSchema") or {}
+    return str(fn.get("name", "")), str(fn.get("description") or ""), schema
+
+
+def tool_listing(tools: list[dict[str, Any]]) -> str:
+    """The tools and the Hermes call format as system-prompt text: `Tools:`, then one line per
+    tool, `name(param: type, opt?: type) - description` (`?` marks an optional parameter), then
+    the call format. Takes OpenAI function definitions (what clients send and chat templates take)
+    or MCP tool listings; both give the same line for the same tool."""
+    lines = ["Tools:"]
+    for tool in tools:
+        name, about, schema = _name_about_schema(tool)
+        required = set(schema.get("required") or [])
+        params = [
+            f"{p}{'' if p in required else '?'}: {(spec or {}).get('type', 'any')}"
+            for p, spec in (schema.get("properties") or {}).items()
+        ]
+        lines.append(f"{name}({', '.join(params)}){f' - {about}' if about else ''}")
+    lines.append(CALL_FORMAT)
+    return "\n".join(lines)
+
+
+def with_listing(messages: list[dict[str, Any]], listing: str) -> list[dict[str, Any]]:
+    """`messages` with `listing` after the first system message's text (as a tool env's system
+    prompt carries it), or as a system message of its own when there is none."""
+    out = list(messages)
+    if out and out[0]["role"] == "system":
+        out[0] = {**out[0], "content": f"{out[0]['content']}\n\n{listing}"}
+    else:
+        out.insert(0, {"role": "system", "content": listing})
+    return out
+
+
+def trained_tool_prompt(run_config: dict[str, Any]) -> ToolPrompt:
+    """How the episodes of the run whose resolved config this is showed their tools to a model
+    whose template ignores `tools=`: `listing` (the env set `tools_in_prompt`), `none` (a tool env
+    without it: the prompt never named a tool), or `template` (no tool env: the run's tool
+    prompts, if any, came through the server, as verifiers' do). A tool env is one whose section
+    holds the tool fields every tool env accepts (`arena_core.tools.config.ToolEnvFields`)."""
+    env = run_config.get("env") or {}
+    if not isinstance(env, dict) or not set(env) & set(ToolEnvFields.model_fields):
+        return "template"
+    return "listing" if env.get("tools_in_prompt") else "none"
