@@ -127,3 +127,17 @@ def test_a_model_arena_did_not_train_with_tools_keeps_the_hermes_block(tmp_path:
     tools = _calculator_tools()
     text = tok.decode(render_chat(tok, req.messages, tools))
     assert "<tools>\n" + json.dumps(tools[0]) in text
+
+
+def test_a_run_whose_config_is_unreadable_still_serves(tool_run, tmp_path: Path) -> None:
+    """A damaged `config.yaml` only loses what it said about tools: the checkpoint serves, with
+    the Hermes block."""
+    import shutil
+
+    from arena_core.serve.models import load_models
+
+    copy = tmp_path / "runs" / tool_run.path.name
+    shutil.copytree(tool_run.path, copy)
+    (copy / "config.yaml").write_text("env: [unclosed\n", encoding="utf-8")
+    (served,) = load_models([str(copy)], runs=tmp_path / "runs")
+    assert served.kind == "llm" and served.tool_prompt == "template"
