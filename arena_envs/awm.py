@@ -22,7 +22,8 @@ multi_turn`) drive the sessions like any MCP env's.
   takes its task out. `arena validate env awm env.path=FOLDER` shows the same probe per
   scenario, with the tools the model will see.
 - A model whose chat template ignores `tools=` (SmolLM2's ChatML) reads the tools and the call
-  format from the system prompt (`env.tools_in_prompt`). Its cold start: `python -m
+  format from the system prompt (`env.tools_in_prompt`, every tool env's option: the episode
+  runner lists each session's tools). Its cold start: `python -m
   arena_envs.awm demonstrations OUT [overrides]` writes the oracle's chat transcripts of the
   training tasks (`demonstrations`), which Arena's SFT trains on (`+experiment=
   awm_smollm2_coldstart`, then CISPO: `+experiment=awm_smollm2`, docs/awm.md).
@@ -46,7 +47,7 @@ from pydantic import Field
 from arena_core.errors import ArenaError, ConfigError
 from arena_core.tasks import Example
 from arena_core.tools.config import ToolEnvFields, adopt_tool_settings
-from arena_core.tools.listing import tool_listing
+from arena_core.tools.listing import tool_listing, with_listing
 from arena_envs.awm_data import (
     FILES,
     AWMFormatError,
@@ -117,11 +118,6 @@ class AWMConfig(PromptConfig, ToolEnvFields):
     probe: bool = Field(
         True, description="Probe every scenario in the sandbox at start (code runs, verifiers)."
     )
-    tools_in_prompt: bool = Field(
-        False,
-        description="Also list the scenario's tools and the call format in the system prompt, "
-        "for a model whose chat template ignores `tools=` (SmolLM2's ChatML); needs env.probe.",
-    )
 
 
 _PROBES: dict[tuple[Any, ...], list[dict[str, Any]]] = {}  # probe results by folder state
@@ -173,11 +169,6 @@ class AWMTask(PromptedTask):
 
     def __init__(self, cfg: AWMConfig, *, policy: Any = None) -> None:
         super().__init__(cfg)
-        if cfg.tools_in_prompt and not cfg.probe:
-            raise ConfigError(
-                "env.tools_in_prompt=true lists the tools the start-up probe found: "
-                "set env.probe=true (or env.tools_in_prompt=false)"
-            )
         self.reward = cfg.reward or REWARD_FILE
         require_awm()
         self.cfg = cfg
@@ -391,8 +382,6 @@ class AWMTask(PromptedTask):
     def messages(self, example: Example) -> list[dict[str, str]]:
         scenario = example.meta.get("scenario", "")
         system = self.system_prompt.replace("{scenario}", scenario)
-        if self.cfg.tools_in_prompt:
-            system = f"{system}\n\n{tool_listing(self.probes.get(scenario, {}).get('tools') or [])}"
         user = self.user_template.replace("{question}", example.question)
         return ([{"role": "system", "content": system}] if system else []) + [
             {"role": "user", "content": user}
@@ -474,6 +463,8 @@ def demonstrations(
         messages: list[dict[str, Any]] = list(task.messages(ex))
         session = task.open_session(ex, 0)
         try:
+            if task.cfg.tools_in_prompt:  # as the episode runner lists them (ToolRenderer)
+                messages = with_listing(messages, tool_listing(session.tools()))
             for call in rec["calls"]:
                 body = {"name": call["name"], "arguments": call.get("arguments") or {}}
                 messages.append(

@@ -3,7 +3,9 @@
 An episode alternates model turns and tool turns until the model makes no tool call, the session
 fails, `max_turns` model turns have run, or the episode's token budget (`generation.
 max_new_tokens`, model and tool tokens together) is spent. It is ONE token sequence: the prompt
-(rendered with the tools' schemas, `apply_chat_template(tools=...)`), then each turn's sampled ids
+(rendered with the tools' schemas, `apply_chat_template(tools=...)`, and under
+`env.tools_in_prompt` their listing after the system prompt, for a template that ignores
+`tools=`: `arena_core.tools.listing`), then each turn's sampled ids
 exactly as the backend returned them, then the template's tokens for the tool answers. Nothing
 the model wrote is decoded and re-tokenised (TRL and verl users hit logprob drift from that): the
 tool messages are rendered as the difference between the template applied to a fixed
@@ -45,6 +47,7 @@ from typing import Any
 from arena_core.engines.base import Completion, SamplingParams
 from arena_core.tasks import Example
 from arena_core.tools.concurrency import BoundedPool
+from arena_core.tools.listing import tool_listing, with_listing
 from arena_core.tools.parsing import (
     INVALID_JSON,
     OK,
@@ -87,10 +90,15 @@ class ToolRenderer:
     `closing` is what the template writes after an assistant message's content (ChatML:
     `<|im_end|>\\n`); the part the model did not sample itself is appended after its turn.
     `tool_delta(messages)` is the tool messages plus the next assistant turn's opening.
+    `listed`: the prompt also lists the tools after its system prompt (`env.tools_in_prompt`,
+    `arena_core.tools.listing`), what a model whose template ignores `tools=` reads of them.
     """
 
-    def __init__(self, tokenizer: Any, tools: list[dict[str, Any]] | None) -> None:
+    def __init__(
+        self, tokenizer: Any, tools: list[dict[str, Any]] | None, *, listed: bool = False
+    ) -> None:
         self.tokenizer, self.tools = tokenizer, tools or None
+        self.listing = tool_listing(tools) if listed and tools else None
         self._base = [
             {"role": "user", "content": "hi"},
             {"role": "assistant", "content": _SENTINEL},
@@ -117,6 +125,8 @@ class ToolRenderer:
 
     def prompt(self, messages: list[dict[str, Any]]) -> list[int]:
         """The episode's prompt: the task's messages with the tool schemas, assistant opened."""
+        if self.listing:
+            messages = with_listing(messages, self.listing)
         return self._render(messages, generation_prompt=True)
 
     def close_turn(self, sampled: list[int]) -> list[int]:
@@ -187,6 +197,7 @@ class EpisodeRunner:
         # episodes whose sessions are opened, called and closed at once (a task that does not
         # declare it is not known to be thread-safe: one at a time)
         self.concurrency = max(1, int(getattr(task, "tool_concurrency", 1)))
+        self.tools_in_prompt = bool(getattr(task, "tools_in_prompt", False))
         self._renderers: dict[str, ToolRenderer] = {}
         self._opened = 0
 
@@ -194,7 +205,8 @@ class EpisodeRunner:
         key = json.dumps(tools, sort_keys=True)
         r = self._renderers.get(key)
         if r is None:
-            r = self._renderers[key] = ToolRenderer(self.tokenizer, tools)
+            r = ToolRenderer(self.tokenizer, tools, listed=self.tools_in_prompt)
+            self._renderers[key] = r
         return r
 
     # -- one batch of episodes -------------------------------------------------------------------

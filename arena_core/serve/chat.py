@@ -33,15 +33,19 @@ training uses, so a model answers its server the way it answered its environment
 
 from __future__ import annotations
 
-import functools
 import json
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from arena_core.serve.protocol import ApiError, ChatRequest
-from arena_core.tools.listing import ToolPrompt, tool_listing, with_listing
+from arena_core.tools.listing import (
+    ToolPrompt,
+    per_template,
+    template_renders_tools,
+    tool_listing,
+    with_listing,
+)
 from arena_core.tools.parsing import HermesParser, check_calls
 
 if TYPE_CHECKING:
@@ -138,36 +142,7 @@ def _fallback(
     return out
 
 
-def _per_template(probe: Callable[[Any], bool]) -> Callable[[Any], bool]:
-    """`probe(tokenizer)` rendered once per chat template, not once per request."""
-    seen: dict[tuple[str, str], bool] = {}
-
-    @functools.wraps(probe)
-    def cached(tokenizer: Any) -> bool:
-        key = (type(tokenizer).__qualname__, str(getattr(tokenizer, "chat_template", None)))
-        if key not in seen:
-            seen[key] = probe(tokenizer)
-        return seen[key]
-
-    return cached
-
-
-@_per_template
-def uses_tools(tokenizer: Any) -> bool:
-    """Whether the chat template renders `tools` (else the fallback is used)."""
-    probe = [{"role": "user", "content": "x"}]
-    tool = {"type": "function", "function": {"name": "probe_tool_xyz", "parameters": {}}}
-    try:
-        plain = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
-        with_tools = tokenizer.apply_chat_template(
-            probe, tools=[tool], tokenize=False, add_generation_prompt=True
-        )
-    except Exception:  # noqa: BLE001 - a template that rejects tools does not use them
-        return False
-    return plain != with_tools
-
-
-@_per_template
+@per_template
 def renders_tool_turns(tokenizer: Any) -> bool:
     """Whether the chat template writes the content of a `role: "tool"` message (ChatML writes
     any role; some templates reject or drop one they do not know)."""
@@ -194,7 +169,9 @@ def render_chat(
     shows them as `tool_prompt` says (the served run's training, `ServedModel.tool_prompt`)."""
     msgs = _template_messages(messages)
     structured = any(m.get("tool_calls") or m["role"] == "tool" for m in msgs)
-    if (tools or structured) and uses_tools(tokenizer):
+    if (tools or structured) and template_renders_tools(tokenizer):
+        if tools and tool_prompt == "listing":  # the run listed them besides the template's own
+            msgs = with_listing(msgs, tool_listing(tools))
         text = tokenizer.apply_chat_template(
             msgs, tools=tools or None, tokenize=False, add_generation_prompt=True
         )

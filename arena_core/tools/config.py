@@ -35,6 +35,13 @@ class ToolEnvFields(BaseModel):
         description="Episodes whose tool sessions are opened, called and closed at once "
         "(threads; MCP server starts overlap); 1 = one after another.",
     )
+    tools_in_prompt: bool = Field(
+        False,
+        description="Also list the tools (`name(param: type, opt?: type) - description`) and "
+        "the call format after the system prompt, for a chat template that ignores `tools=` "
+        "(ChatML: SmolLM2's): else such a model is never told which tools exist. A deployed "
+        "checkpoint lists a request's tools the same way.",
+    )
 
 
 def adopt_tool_settings(task: object, cfg: ToolEnvFields) -> None:

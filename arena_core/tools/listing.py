@@ -16,9 +16,9 @@ prompts did:
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any, Literal
-
-from arena_core.tools.config import ToolEnvFields
 
 ToolPrompt = Literal["template", "listing", "none"]
 
@@ -70,8 +70,38 @@ def trained_tool_prompt(run_config: dict[str, Any]) -> ToolPrompt:
     whose template ignores `tools=`: `listing` (the env set `tools_in_prompt`), `none` (a tool env
     without it: the prompt never named a tool), or `template` (no tool env: the run's tool
     prompts, if any, came through the server, as verifiers' do). A tool env is one whose section
-    holds the tool fields every tool env accepts (`arena_core.tools.config.ToolEnvFields`)."""
+    names `tool_parser` (`arena_core.tools.config.ToolEnvFields`; every built-in tool env's yaml
+    does): `max_turns` alone does not make one, verifiers' section has it too."""
     env = run_config.get("env") or {}
-    if not isinstance(env, dict) or not set(env) & set(ToolEnvFields.model_fields):
+    if not isinstance(env, dict) or "tool_parser" not in env:
         return "template"
     return "listing" if env.get("tools_in_prompt") else "none"
+
+
+def per_template(probe: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    """`probe(tokenizer)` rendered once per chat template, not once per prompt or request."""
+    seen: dict[tuple[str, str], bool] = {}
+
+    @functools.wraps(probe)
+    def cached(tokenizer: Any) -> bool:
+        key = (type(tokenizer).__qualname__, str(getattr(tokenizer, "chat_template", None)))
+        if key not in seen:
+            seen[key] = probe(tokenizer)
+        return seen[key]
+
+    return cached
+
+
+@per_template
+def template_renders_tools(tokenizer: Any) -> bool:
+    """Whether the chat template writes `tools=` (Qwen2.5's does; ChatML ignores them)."""
+    probe = [{"role": "user", "content": "x"}]
+    tool = {"type": "function", "function": {"name": "probe_tool_xyz", "parameters": {}}}
+    try:
+        plain = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
+        with_tools = tokenizer.apply_chat_template(
+            probe, tools=[tool], tokenize=False, add_generation_prompt=True
+        )
+    except Exception:  # noqa: BLE001 - a template that rejects tools does not write them
+        return False
+    return plain != with_tools

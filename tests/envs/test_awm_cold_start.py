@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from arena_core.config.compose import compose_config
-from arena_core.errors import ConfigError
 from arena_core.tools.parsing import HermesParser
 
 pytest.importorskip("fastapi")
@@ -23,7 +22,6 @@ pytest.importorskip("sqlalchemy")
 pytest.importorskip("mcp")
 
 from arena_envs.awm import main as awm_main  # noqa: E402
-from arena_envs.awm import make_awm  # noqa: E402
 from arena_envs.awm_data import load_folder  # noqa: E402
 
 SUITE = Path(__file__).resolve().parents[2] / "arena_envs" / "awm_suite"
@@ -114,11 +112,6 @@ def test_the_presets_chain_sft_then_cispo_with_held_out_scenarios() -> None:
     sft = compose_config(["+experiment=awm_smollm2_coldstart", "env.path=demos.jsonl"])
     assert sft["algo"]["name"] == "sft" and sft["env"]["name"] == "dataset"
     assert sft["run_name"] == rl["model"]["init_from"]
-
-
-def test_tools_in_prompt_needs_the_probe_that_lists_the_tools() -> None:
-    with pytest.raises(ConfigError, match="env.probe"):
-        make_awm({"scenarios": ["bank"], "tools_in_prompt": True, "probe": False})
 
 
 @pytest.mark.slow

@@ -26,11 +26,13 @@ from arena_core.tools.listing import tool_listing, trained_tool_prompt, with_lis
 CALL = '<tool_call>{"name": "add", "arguments": {"a": 12, "b": 360}}</tool_call>'
 
 
-@pytest.fixture(scope="module")
-def tool_run(tmp_path_factory: pytest.TempPathFactory):
-    """One GRPO step on the calculator task (tools in process), checkpointed."""
+@pytest.fixture(scope="module", params=[False, True], ids=["unlisted", "listed"])
+def tool_run(request, tmp_path_factory: pytest.TempPathFactory):
+    """One GRPO step on the calculator task (tools in process), checkpointed; `listed`: with
+    env.tools_in_prompt."""
     runs = tmp_path_factory.mktemp("tool-runs")
     overrides = ["+experiment=quickstart", "env=tool_calc", "env.tools=python"]
+    overrides += [f"env.tools_in_prompt={str(request.param).lower()}"]
     overrides += ["train.max_steps=1", "train.checkpoint_every=1", "train.prompts_per_step=2"]
     overrides += ["algo.group_size=2", "eval.every=0", "eval.num_prompts=2"]
     overrides += ["generation.max_new_tokens=24", "logger.names=[csv]", f"paths.runs={runs}"]
@@ -51,11 +53,13 @@ def _calculator_tools() -> list[dict]:
 def test_a_tool_runs_checkpoint_is_served_the_prompt_its_episodes_had(tool_run) -> None:
     """The served prompt of a question, the model's call and the tool's answer, with the
     calculator's tools sent as an agent sends them, is token for token the episode's: the
-    prompt as `ToolRenderer` renders it, the call, the turn's close and the tool turn."""
+    prompt as `ToolRenderer` renders it (the tools listed under env.tools_in_prompt, else not
+    named at all), the call, the turn's close and the tool turn."""
     tools = _calculator_tools()
     question = [{"role": "user", "content": "What is 12 + 360?"}]
     tok = load_tokenizer("arena:tiny")
-    renderer = ToolRenderer(tok, tools)
+    listed = tool_run.config["env"]["tools_in_prompt"]
+    renderer = ToolRenderer(tok, tools, listed=listed)
     called = tok.encode(CALL, add_special_tokens=False) + [tok.eos_token_id]
     trained = renderer.prompt(question) + called + renderer.close_turn(called)
     trained += renderer.tool_delta([{"role": "tool", "content": "372"}])
@@ -74,6 +78,7 @@ def test_a_tool_runs_checkpoint_is_served_the_prompt_its_episodes_had(tool_run) 
         )
     served = r.prompt_token_ids
     assert "<tools>" not in tok.decode(served)  # the Hermes block training never showed
+    assert ("add(a: number, b: number) - Add two numbers" in tok.decode(served)) is listed
     assert served == trained, tok.decode(served)
 
 
@@ -121,7 +126,9 @@ def test_a_model_arena_did_not_train_with_tools_keeps_the_hermes_block(tmp_path:
     """A run without tool episodes (and a hub model) has no training prompt to follow: tools are
     written as the Hermes block that Qwen2.5's template writes."""
     assert trained_tool_prompt({"env": {"name": "gsm8k"}}) == "template"
-    assert trained_tool_prompt({"env": {"name": "tool_calc", "max_turns": 3}}) == "none"
+    assert trained_tool_prompt({"env": {"name": "tool_calc", "tool_parser": "hermes"}}) == "none"
+    # verifiers' runs sample through the server, which wrote the Hermes block in training
+    assert trained_tool_prompt({"env": {"name": "verifiers", "max_turns": 8}}) == "template"
     tok = load_tokenizer("arena:tiny")
     req = ChatRequest(model="m", messages=[{"role": "user", "content": "hi"}])
     tools = _calculator_tools()

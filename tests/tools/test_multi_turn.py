@@ -56,6 +56,23 @@ def test_episode_is_the_sampled_ids_and_the_rendered_tool_tokens(tok) -> None:
     assert metrics["tokens/tool"] == len(tool) and metrics["tools/call_rate"] == 1.0
 
 
+def test_tools_in_prompt_lists_the_sessions_tools_after_the_system_prompt(tok) -> None:
+    """The tiny model's ChatML template ignores `tools=`: without `tools_in_prompt` its episode
+    prompt never names a tool; with it, the session's tools and the call format follow the
+    system prompt (a system message of their own when the task has none)."""
+    task = AddTask()
+    _, _, (plain,) = _run(tok, task, lambda p, t: text_ids(tok, "<answer>5</answer>"))
+    assert "add" not in tok.decode(plain.prompt_ids)
+    task.tools_in_prompt = True
+    _, _, (listed,) = _run(tok, task, lambda p, t: text_ids(tok, "<answer>5</answer>"))
+    assert tok.decode(listed.prompt_ids).startswith(
+        "<|im_start|>system\nTools:\nadd(a: number, b: number) - Add two numbers.\necho(text: string)"
+    ), tok.decode(listed.prompt_ids)
+    assert '<tool_call>{"name": NAME, "arguments": {...}}</tool_call>' in tok.decode(
+        listed.prompt_ids
+    )
+
+
 def test_a_bad_call_is_answered_with_a_tool_error_and_the_episode_goes_on(tok) -> None:
     bad = [
         "<tool_call>{not json}</tool_call>",
