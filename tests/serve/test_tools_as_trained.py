@@ -83,8 +83,9 @@ def test_a_tool_runs_checkpoint_is_served_the_prompt_its_episodes_had(tool_run) 
 
 
 def test_a_run_that_listed_its_tools_is_served_the_same_listing() -> None:
-    """`env.tools_in_prompt` (AWM's) put `tool_listing` of the server's MCP tools after the
-    system prompt; a client's OpenAI definitions of those tools are listed there the same."""
+    """Under `env.tools_in_prompt` an MCP env's episodes (AWM's) put `tool_listing` of the MCP
+    server's tools after the system prompt; a client's OpenAI definitions of those tools are
+    listed there the same, when the served template ignores `tools=`."""
     mcp = [
         {
             "name": "get_balance",
