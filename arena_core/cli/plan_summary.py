@@ -15,7 +15,8 @@ PROMPT_SAMPLE = 32  # prompts rendered to measure the mean prompt length
 
 def measured_prompt_tokens(cfg: dict[str, Any]) -> int | None:
     """The mean length in tokens of the env's first training prompts, rendered with the model's
-    chat template exactly as the runtime renders them; None when the env or the tokenizer cannot
+    chat template exactly as the runtime renders them (a tool env's with its tools:
+    `episode_prompts`); None when the env or the tokenizer cannot
     be had cheaply and offline (a hub id: the planner then assumes 256 tokens).
 
     Why: prompt length drives prefill and learning time, and a fixed 256-token guess made the
@@ -31,6 +32,7 @@ def measured_prompt_tokens(cfg: dict[str, Any]) -> int | None:
     if not (name.startswith("arena:") or Path(name).is_dir()):
         return None
     try:
+        from arena_core.engines.multi_turn import episode_prompts
         from arena_core.models.loading import load_tokenizer
         from arena_core.run_parts.build import build_task
         from arena_core.run_parts.prompts import PromptEncoder
@@ -38,10 +40,13 @@ def measured_prompt_tokens(cfg: dict[str, Any]) -> int | None:
         tokenizer = load_tokenizer(name)
         task = build_task(env)
         try:
-            encode = PromptEncoder(task, tokenizer)
             seed = int(cfg.get("seed") or 0)
-            examples = itertools.islice(task.train_examples(seed), PROMPT_SAMPLE)
-            lengths = [len(encode(ex)) for ex in examples]
+            examples = list(itertools.islice(task.train_examples(seed), PROMPT_SAMPLE))
+            if callable(getattr(task, "open_session", None)) and examples:  # tool episodes
+                lengths = [len(ids) for ids in episode_prompts(task, tokenizer, examples)]
+            else:
+                encode = PromptEncoder(task, tokenizer)
+                lengths = [len(encode(ex)) for ex in examples]
         finally:  # what the task started (an MCP env's servers) stops here, not at exit
             if callable(getattr(task, "close", None)):
                 task.close()

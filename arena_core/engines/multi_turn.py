@@ -517,6 +517,21 @@ def episode_runner_for(task: Any, tokenizer: Any, seed: int) -> Any:
     return own(tokenizer, seed=seed) if callable(own) else EpisodeRunner(task, tokenizer, seed=seed)
 
 
+def episode_prompts(task: Any, tokenizer: Any, examples: list[Example]) -> list[list[int]]:
+    """Each example's prompt as its episode starts: the task's messages with one session's tools
+    (their schemas through the template, and their listing under `tools_in_prompt`), for what
+    measures prompts before a run (the planner's prompt length, `arena validate env`'s template
+    check). One session is opened for its tools and closed; an env whose tools differ by example
+    (AWM's scenarios) is measured with the first example's."""
+    session = task.open_session(examples[0], 0)
+    try:
+        tools = session.tools()
+    finally:
+        session.close()
+    renderer = EpisodeRunner(task, tokenizer).renderer(tools)
+    return [renderer.prompt(task.messages(ex)) for ex in examples]
+
+
 def _add(dst: dict[str, float], key: str, value: float) -> None:
     dst[key] = dst.get(key, 0.0) + float(value)
 

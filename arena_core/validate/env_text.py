@@ -177,15 +177,21 @@ def check_chat_template(
             "model=... or model.name_or_path=DIR to check the chat template",
         )
     lengths = []
-    for ex in examples:
-        messages = task.messages(ex)
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    episodes = _episode_prompts(task, tokenizer, examples)
+    for i, ex in enumerate(examples):
+        if episodes:
+            text, n_tokens = tokenizer.decode(episodes[i]), len(episodes[i])
+        else:
+            text = tokenizer.apply_chat_template(
+                task.messages(ex), tokenize=False, add_generation_prompt=True
+            )
+            n_tokens = len(tokenizer(text, add_special_tokens=False)["input_ids"])
         if ex.question.strip() and ex.question.strip()[:40] not in text:
             raise Fail(
                 f"the chat template of {name} rendered a prompt without its question "
                 f"({ex.question[:40]!r}): check messages() and the template"
             )
-        lengths.append(len(tokenizer(text, add_special_tokens=False)["input_ids"]))
+        lengths.append(n_tokens)
     detail = f"renders through {name}'s chat template: {min(lengths)}-{max(lengths)} tokens"
     if max_tokens is not None and max(lengths) > max_tokens:
         over = sum(n > max_tokens for n in lengths)
@@ -193,6 +199,20 @@ def check_chat_template(
             f"{detail}; {over}/{len(lengths)} prompts exceed max_prompt_tokens={max_tokens}"
         )
     return ok(detail)
+
+
+def _episode_prompts(task: Any, tokenizer: Any, examples: list[Example]) -> list[list[int]] | None:
+    """A tool task's prompts as its episodes render them (with the tools: `episode_prompts`), so
+    their length is the run's; None for a text task, or when no session opens (the tool checks
+    report that)."""
+    if not callable(getattr(task, "open_session", None)) or not examples:
+        return None
+    from arena_core.engines.multi_turn import episode_prompts
+
+    try:
+        return episode_prompts(task, tokenizer, examples)
+    except Exception:  # noqa: BLE001 - a session that does not open is the tool checks' finding
+        return None
 
 
 def load_reward(path: str) -> Callable[[str, str, str], Any]:

@@ -202,3 +202,29 @@ def test_the_sessions_final_state_reaches_the_completion_and_the_session_is_clos
     turns = [text_ids(tok, CALL), text_ids(tok, CALL), text_ids(tok, "<answer>5</answer>")]
     _, _, (c,) = _run(tok, task, lambda p, t: turns[t], budget=1000)
     assert c.episode["final_state"] == {"adds": 2} and task.closed == 1
+
+
+def test_prompt_lengths_measured_before_a_run_are_the_episodes(capsys) -> None:
+    """The planner's prompt length and `arena validate env`'s template check render a tool env's
+    prompts as its episodes do, tools included: the calculator's listing under
+    env.tools_in_prompt makes each prompt longer by the same tokens in both."""
+    import json
+
+    from arena_core.cli.main import main as arena_main
+    from arena_core.cli.plan_summary import measured_prompt_tokens
+    from arena_core.config import compose_run_config
+
+    base = ["+experiment=quickstart", "env=tool_calc", "env.tools=python", "model=tiny"]
+    plain = measured_prompt_tokens(compose_run_config(base))
+    listed = measured_prompt_tokens(compose_run_config([*base, "env.tools_in_prompt=true"]))
+    assert plain is not None and listed is not None and listed - plain > 250  # the listing
+
+    def template_check(*extra: str) -> dict:
+        args = ["validate", "env", "tool_calc", "env.tools=python", "model=tiny"]
+        arena_main([*args, "env.max_prompt_tokens=120", *extra, "--json"])
+        checks = json.loads(capsys.readouterr().out)["checks"]
+        return next(c for c in checks if "chat template" in c["detail"])
+
+    assert template_check()["status"] == "PASS"
+    over = template_check("env.tools_in_prompt=true")
+    assert over["status"] == "WARN" and "exceed max_prompt_tokens=120" in over["detail"]
