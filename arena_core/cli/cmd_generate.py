@@ -4,6 +4,11 @@ deploy.
 Without `--url` the checkpoint (or a model by name, directory or file, as `arena deploy` takes
 one) is loaded here (the same engine a server runs); with `--url` the
 request goes to a running `arena deploy` (or any OpenAI-compatible server).
+
+A run's checkpoint is asked as its run's prompts were written: the env's system prompt first and
+PROMPT through its user template (`env.system_prompt`, `env.user_template`), so a model trained to
+answer in the format its system prompt asks for is seen doing so; `--system` replaces the system
+prompt (`--system ""`: none), `--as-is` sends PROMPT alone.
 """
 
 from __future__ import annotations
@@ -11,7 +16,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from arena_core.cli.options import add_runs_option, add_threads_option
 
@@ -45,7 +53,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "generate",
         help="answer a prompt with a checkpoint (in process or via --url)",
         description="Print the model's answer to PROMPT, sent as a user message through the "
-        "model's chat template (as training prompts are); --raw completes PROMPT as plain text.",
+        "model's chat template (for a run's checkpoint after its env's system prompt and through "
+        "its user template, as its training prompts were); --raw completes PROMPT as plain text.",
     )
     _common(g)
     g.add_argument("prompt", metavar="PROMPT")
@@ -55,7 +64,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="complete PROMPT as plain text, without the chat template (/v1/completions)",
     )
-    g.add_argument("--system", help="a system message before PROMPT (not with --raw)")
+    g.add_argument(
+        "--system",
+        help="a system message before PROMPT (not with --raw); a run's checkpoint defaults to its "
+        'env.system_prompt ("" for none)',
+    )
+    g.add_argument(
+        "--as-is",
+        action="store_true",
+        help="send PROMPT alone, without a run's env.system_prompt and env.user_template",
+    )
     g.set_defaults(func=run_generate)
     c = subparsers.add_parser(
         "chat",
@@ -64,7 +82,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "/quit or Ctrl-D ends it.",
     )
     _common(c)
-    c.add_argument("--system", help="a system message to start with")
+    c.add_argument(
+        "--system",
+        help='a system message to start with; a run\'s checkpoint defaults to its env.system_prompt ("" for none)',
+    )
+    c.add_argument("--as-is", action="store_true", help="no run's env.system_prompt")
     c.set_defaults(func=run_chat)
 
 
@@ -125,6 +147,37 @@ def run_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_prompt(client: Any, args: argparse.Namespace) -> tuple[str, str]:
+    """(system message, user template) to ask with: `--system`, else the env's of the run whose
+    checkpoint `client` loaded (said on stderr); none for a model, a server or `--as-is`."""
+    system = args.system or ""
+    if args.as_is or args.url or not getattr(client, "served", None):
+        return system, "{question}"
+    run = client.served[0].source.get("run")
+    if not run:
+        return system, "{question}"
+    from arena_core.store.rundir import read_config
+
+    try:
+        env = read_config(Path(run)).get("env") or {}
+    except (OSError, ValueError, yaml.YAMLError):
+        return system, "{question}"
+    template = str(env.get("user_template") or "{question}")
+    if "{question}" not in template:
+        template = "{question}"
+    if args.system is None:
+        system = str(env.get("system_prompt") or "")
+        if "{" in system:  # a placeholder the env fills per example (AWM's {scenario})
+            system = ""
+    if (args.system is None and system) or template != "{question}":
+        print(
+            f"(asked as {Path(run).name} was trained: its env's system prompt and user template; "
+            "--as-is sends PROMPT alone)",
+            file=sys.stderr,
+        )
+    return system, template
+
+
 def _answer(client: Any, args: argparse.Namespace) -> str:
     """The answer (streamed to stdout as it comes with --stream; returns what is left to print)."""
     params = _params(args)
@@ -133,8 +186,9 @@ def _answer(client: Any, args: argparse.Namespace) -> str:
             return client.generate([args.prompt], **params)[0]
         pieces = client.stream(args.prompt, **params)
     else:
-        messages = [{"role": "system", "content": args.system}] if args.system else []
-        messages.append({"role": "user", "content": args.prompt})
+        system, template = _run_prompt(client, args)
+        messages = [{"role": "system", "content": system}] if system else []
+        messages.append({"role": "user", "content": template.replace("{question}", args.prompt)})
         if not args.stream:
             return client.chat(messages, **params)
         pieces = client.chat_stream(messages, **params)
@@ -153,7 +207,8 @@ def run_chat(args: argparse.Namespace) -> int:
 
 def _chat(args: argparse.Namespace) -> int:
     client = _client(args)
-    messages = [{"role": "system", "content": args.system}] if args.system else []
+    system, _ = _run_prompt(client, args)  # a chat's turns are the user's own, not the template's
+    messages = [{"role": "system", "content": system}] if system else []
     interactive = sys.stdin.isatty()
     if interactive:
         print("(an empty line, /exit or /quit ends the chat)", flush=True)

@@ -114,11 +114,12 @@ def test_public_bind_requires_a_key(quick_run, monkeypatch) -> None:
     assert main(["deploy", str(quick_run.path), "--host", "0.0.0.0", "--port", "0"]) == 1
 
 
-def _chat_in_process(path, question: str, n: int = 16) -> str:
+def _chat_in_process(path, question: str, n: int = 16, system: str = "") -> str:
     """The greedy answer to `question` as a user message through the tokenizer's template."""
     policy = load_policy({"name_or_path": str(path), "lora": {"r": 0}})
     backend = TorchBackend(policy.model, policy.tokenizer)
-    prompt = backend.encode_chat([{"role": "user", "content": question}])
+    messages = [{"role": "system", "content": system}] if system else []
+    prompt = backend.encode_chat([*messages, {"role": "user", "content": question}])
     (done,) = backend.generate([prompt], SamplingParams(max_new_tokens=n, temperature=0.0))
     return policy.tokenizer.decode(done.token_ids, skip_special_tokens=True)
 
@@ -144,6 +145,36 @@ def test_cli_generate_in_process_and_against_a_deploy(quick_run, capsys) -> None
         assert capsys.readouterr().out == raw
         assert main(["generate", "--url", dep.url, "--api-key", "bad", "x"]) == 1
         assert "401" in capsys.readouterr().err
+
+
+def test_cli_generate_asks_a_run_as_its_prompts_were_written(runs_dir, capsys, monkeypatch) -> None:
+    """A run trained behind a system prompt and a user template is asked behind them too (a
+    GSM8K run's system prompt asks for the answer format it learned); `--system` replaces the
+    system prompt and `--as-is` sends the prompt alone."""
+    import io
+
+    from tests.serve.conftest import SHORT_RUN
+
+    system = "Answer with the number only."
+    run = arena.train(
+        [*SHORT_RUN, f"paths.runs={runs_dir}", "run_name=prompted", "train.max_steps=1"]
+        + [f"env.system_prompt='{system}'", "env.user_template='Q: {question}'"],
+        check=False,
+    )
+    ref, best = f"{run.path}:best", run.best().path
+    capsys.readouterr()  # the run's own output
+    assert main(["generate", ref, PROMPTS[1], "--max-tokens", "16"]) == 0
+    out = capsys.readouterr()
+    assert out.out.rstrip("\n") == _chat_in_process(best, f"Q: {PROMPTS[1]}", system=system)
+    assert "asked as prompted" in out.err and "--as-is" in out.err
+    assert main(["generate", ref, PROMPTS[1], "--max-tokens", "16", "--as-is"]) == 0
+    assert capsys.readouterr().out.rstrip("\n") == _chat_in_process(best, PROMPTS[1])
+    assert main(["generate", ref, PROMPTS[1], "--max-tokens", "16", "--system", ""]) == 0
+    assert capsys.readouterr().out.rstrip("\n") == _chat_in_process(best, f"Q: {PROMPTS[1]}")
+    # a chat starts from the run's system prompt; its turns are the user's own words
+    monkeypatch.setattr("sys.stdin", io.StringIO(f"{PROMPTS[1]}\n\n"))
+    assert main(["chat", ref, "--max-tokens", "16"]) == 0
+    assert capsys.readouterr().out.rstrip("\n") == _chat_in_process(best, PROMPTS[1], system=system)
 
 
 def test_cli_chat_and_runs_show_on_a_real_run(quick_run, runs_dir, capsys, monkeypatch) -> None:
