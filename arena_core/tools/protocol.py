@@ -95,7 +95,9 @@ class ToolTask(Protocol):
     getattr; defaults in brackets): `max_turns` [10], `max_tool_response_tokens` [256],
     `tool_timeout_s` [10.0], `tool_parser` ["hermes"], `tool_concurrency` [1] (sessions of a
     batch's episodes opened, called and closed on that many threads: declare it only when
-    `open_session` and the sessions are thread-safe; the MCP envs do, with 8).
+    `open_session` and the sessions are thread-safe; the MCP envs do, with 8), `tools_in_prompt`
+    [False] (the episode runner lists each session's tools after the system prompt:
+    `arena_core.tools.listing`).
     """
 
     name: str
