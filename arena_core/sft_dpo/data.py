@@ -20,6 +20,7 @@ from typing import Any
 from arena_core.learn.packing import Sample
 from arena_core.run_parts.prompts import chat_prompt
 from arena_core.tasks import Example, gold_completion, shuffled_epochs
+from arena_core.tools.listing import tool_listing, with_listing
 
 
 def task_category(task: Any) -> str:
@@ -44,12 +45,29 @@ def demonstration(task: Any, ex: Example) -> str:
     return str(demo) if demo else gold_completion(task, ex)
 
 
+def _tool_listing(task: Any) -> str | None:
+    """A tool task's listing of its tools under `tools_in_prompt`, which its episodes' prompts
+    carry (`ToolRenderer`): its demonstrations are trained behind the prompt RL then samples
+    from. One session is opened for the tools and closed."""
+    if not getattr(task, "tools_in_prompt", False) or not callable(
+        getattr(task, "open_session", None)
+    ):
+        return None
+    session = task.open_session(task.eval_examples(1)[0], 0)
+    try:
+        tools = session.tools()
+    finally:
+        session.close()
+    return tool_listing(tools) if tools else None
+
+
 class SftDpoData:
     """Training stream and held-out rows of a task for an SFT or DPO algorithm."""
 
     def __init__(self, task: Any, eval_n: int) -> None:
         self.task = task
         self.category = task_category(task)
+        self.listing = _tool_listing(task)
         if hasattr(task, "train_rows") and self.category != "reasoning":
             self.rows = [self._row(i, r) for i, r in enumerate(task.train_rows)]
             self.eval_rows = [self._row(-1, r) for r in task.eval_rows[:eval_n]]
@@ -67,7 +85,10 @@ class SftDpoData:
         return Row(index, messages, response=r["response"])
 
     def _example(self, ex: Example) -> Row:
-        return Row(-1, self.task.messages(ex), response=demonstration(self.task, ex))
+        messages = self.task.messages(ex)
+        if self.listing:
+            messages = with_listing(messages, self.listing)
+        return Row(-1, messages, response=demonstration(self.task, ex))
 
     def stream(self, seed: int, skip: int = 0) -> Iterator[Row]:
         """Endless training rows, reshuffled each epoch from `seed`; `skip` drops the first rows

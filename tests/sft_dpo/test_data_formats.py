@@ -235,3 +235,18 @@ def test_sharegpt_conversations_load_with_the_offered_mapping(tmp_path: Path):
     bad.write_text(json.dumps({"conversations": [{"from": "bot", "value": "hi"}]}) + "\n")
     with pytest.raises(DatasetError, match=r"row 1, column 'conversations', turn 0: unknown Share"):
         load_dataset(str(bad), "sft", offered)
+
+
+def test_a_tool_tasks_demonstrations_carry_the_listing_its_episodes_show() -> None:
+    """Under env.tools_in_prompt a tool env's episode prompts list its tools (the episode
+    runner); its SFT warm start trains behind the same prompt, not one without them."""
+    from arena_core.run_parts.build import build_task
+    from arena_core.sft_dpo.data import SftDpoData
+
+    for listed in (False, True):
+        task = build_task({"name": "tool_calc", "tools": "python", "tools_in_prompt": listed})
+        data = SftDpoData(task, 2)
+        row = next(data.stream(0))
+        system = row.messages[0]["content"] if row.messages[0]["role"] == "system" else ""
+        assert ("add(a: number, b: number) - Add two numbers: a + b." in system) is listed
+        assert ("Tools:" in str(data.eval_rows[0].messages)) is listed
