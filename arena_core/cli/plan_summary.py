@@ -33,11 +33,13 @@ def measured_prompt_tokens(cfg: dict[str, Any]) -> int | None:
         return None
     try:
         from arena_core.engines.multi_turn import episode_prompts
+        from arena_core.models.chat_template import set_chat_template
         from arena_core.models.loading import load_tokenizer
         from arena_core.run_parts.build import build_task
         from arena_core.run_parts.prompts import PromptEncoder
 
         tokenizer = load_tokenizer(name)
+        set_chat_template(tokenizer, (cfg.get("model") or {}).get("chat_template"))
         task = build_task(env)
         try:
             seed = int(cfg.get("seed") or 0)
@@ -111,6 +113,7 @@ def sft_plan(cfg: dict[str, Any]) -> dict[str, Any]:
 
     from arena_core.errors import ConfigError
     from arena_core.learn.settings import DEFAULT_MICRO_BATCH_TOKENS
+    from arena_core.models.chat_template import set_chat_template
     from arena_core.models.loading import load_tokenizer
     from arena_core.planner.sft_price import sft_step_price
     from arena_core.run_parts.build import make_env
@@ -126,6 +129,7 @@ def sft_plan(cfg: dict[str, Any]) -> dict[str, Any]:
             f"cannot be priced; `arena pull {name}` (or a local model directory) fixes it"
         )
     tokenizer = load_tokenizer(name)  # an embedded model's, or a local or pulled model's
+    set_chat_template(tokenizer, model.get("chat_template"))
     rows = int(algo.get("batch_size") or 1)
     budget = int(train.get("micro_batch_tokens") or DEFAULT_MICRO_BATCH_TOKENS)
     data = SftDpoData(make_env(cfg.get("env")), 0)

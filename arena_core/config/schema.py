@@ -7,9 +7,10 @@ error with a "did you mean" rather than a silently ignored setting.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from arena_core.config.evolution import EvolutionConfig
 
@@ -51,6 +52,37 @@ class ModelConfig(Strict):
         description="With init_from a LoRA run: merge its adapter into the base (then this run's "
         "lora section applies), or continue training that adapter (reference: the start).",
     )
+    chat_template: str | None = Field(
+        None,
+        description="The chat template prompts are rendered with, for a model whose tokenizer has "
+        "none (a base model) or to replace its own: 'chatml' (Arena's ChatML, the tiny model's), a "
+        "file holding a Jinja template, or the template itself; saved with every checkpoint, so "
+        "a deployed one renders as training did. None: the tokenizer's own.",
+    )
+
+    @field_validator("chat_template")
+    @classmethod
+    def _template(cls, value: str | None) -> str | None:
+        """A typo ('chatlm', a missing file) or a template that does not parse is this key's
+        error before anything loads."""
+        if value is None or value == "chatml":
+            return value
+        if "{" not in value:
+            if not Path(value).expanduser().is_file():
+                raise ValueError(
+                    f"{value!r} is not 'chatml', an existing file, or a Jinja template "
+                    "(a template holds {{ ... }} or {% ... %})"
+                )
+            text = Path(value).expanduser().read_text(encoding="utf-8")
+        else:
+            text = value
+        import jinja2
+
+        try:
+            jinja2.Environment().parse(text)
+        except jinja2.TemplateSyntaxError as exc:
+            raise ValueError(f"the template does not parse: {exc} (line {exc.lineno})") from None
+        return value
 
 
 class GenerationConfig(Strict):

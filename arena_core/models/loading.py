@@ -20,6 +20,7 @@ from arena_core.errors import ArenaError, ModelLoadError
 from arena_core.hub import hub_reachable, hub_unreachable_message
 from arena_core.models.cache import resolve_model
 from arena_core.models.catalog import EMBEDDED, TINY_PREFIX
+from arena_core.models.chat_template import set_chat_template
 from arena_core.models.lora_targets import module_names, resolve_targets
 from arena_core.models.tiny import build_tiny
 from arena_core.models.tokenizer import build_tiny_tokenizer
@@ -83,6 +84,12 @@ def load_policy(
     from that checkpoint instead of `name_or_path`: see `_init_from`.
     """
     cfg = _as_dict(model_cfg)
+    policy = _load_policy(cfg, device=device, runs=runs)
+    set_chat_template(policy.tokenizer, cfg.get("chat_template"))
+    return policy
+
+
+def _load_policy(cfg: dict[str, Any], *, device: str, runs: str | Path) -> LoadedPolicy:
     if cfg.get("init_from"):
         return _init_from(cfg, str(cfg["init_from"]), device=device, runs=runs)
     name = str(cfg.get("name_or_path") or "arena:tiny")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from arena_core.models.chat_template import require_chat_template
 from arena_core.tasks import Example, TextTask
 
 MAX_CACHED = (
@@ -18,6 +19,7 @@ def chat_prompt(
     """The ids of chat `messages` with the assistant turn opened, cached in `cache`."""
     key = repr(messages)
     if (ids := cache.get(key)) is None:
+        require_chat_template(tokenizer, str(getattr(tokenizer, "name_or_path", "") or "?"))
         out = tokenizer.apply_chat_template(
             messages, add_generation_prompt=True, tokenize=True, return_dict=False
         )

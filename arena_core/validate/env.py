@@ -295,17 +295,20 @@ def _absolute_config(config: dict[str, Any] | None) -> dict[str, Any] | None:
         out["reward"] = _absolute(out["reward"])
     if isinstance(out.get("env"), dict):
         out["env"] = {k: _absolute(v) for k, v in out["env"].items()}
+    if isinstance(out.get("model"), dict) and out["model"].get("chat_template"):
+        out["model"] = {**out["model"], "chat_template": _absolute(out["model"]["chat_template"])}
     return out
 
 
 def _files(overrides: list[str], config: dict[str, Any] | None) -> list[str]:
     """Existing files and folders the environment reads (env.path, a reward file, a local
-    model): passed to the child as arguments so the sandbox mounts them (a private /tmp would
+    model and its chat template file): passed to the child as arguments so the sandbox mounts them (a private /tmp would
     hide them otherwise)."""
     values = [o.partition("=")[2] for o in overrides]
     if config:
         values += [v for v in (config.get("env") or {}).values() if isinstance(v, str)]
-        values += [config.get("reward"), (config.get("model") or {}).get("name_or_path")]
+        model = config.get("model") or {}
+        values += [config.get("reward"), model.get("name_or_path"), model.get("chat_template")]
     found = []
     for value in values:
         if isinstance(value, str) and value and "\n" not in value:

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from arena_core.models.chat_template import missing_template
 from arena_core.sandbox._child import check_value, import_user_file, module_name
 from arena_core.tasks import Example, contract_problems, gold_completion, problem_key
 from arena_core.validate.env_harness import Fail, Harness, Result, ok, warn
@@ -146,16 +147,19 @@ def check_messages(task: Any, examples: list[Example]) -> Result:
 def local_tokenizer(model: dict[str, Any]) -> Any:
     """The run's tokenizer, from local files only (None when it would need a download)."""
     from arena_core.errors import ModelLoadError
+    from arena_core.models.chat_template import set_chat_template
     from arena_core.models.loading import load_tokenizer
 
     try:
-        return load_tokenizer(
+        tokenizer = load_tokenizer(
             str(model.get("name_or_path") or ""),
             local_files_only=True,
             trust_remote_code=bool(model.get("trust_remote_code", False)),
         )
     except (OSError, ValueError, ModelLoadError):
         return None
+    set_chat_template(tokenizer, model.get("chat_template"))  # as the run's load_policy does
+    return tokenizer
 
 
 def check_chat_template(
@@ -176,6 +180,8 @@ def check_chat_template(
             f"the tokenizer of model {name} is not on this machine (the run downloads it): pass "
             "model=... or model.name_or_path=DIR to check the chat template",
         )
+    if problem := missing_template(tokenizer, str(name)):
+        raise Fail(problem)
     lengths = []
     episodes = _episode_prompts(task, tokenizer, examples)
     for i, ex in enumerate(examples):
