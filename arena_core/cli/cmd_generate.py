@@ -147,9 +147,10 @@ def run_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_prompt(client: Any, args: argparse.Namespace) -> tuple[str, str]:
+def _run_prompt(client: Any, args: argparse.Namespace, *, chat: bool = False) -> tuple[str, str]:
     """(system message, user template) to ask with: `--system`, else the env's of the run whose
-    checkpoint `client` loaded (said on stderr); none for a model, a server or `--as-is`."""
+    checkpoint `client` loaded (said on stderr); none for a model, a server or `--as-is`. A
+    `chat`'s turns are the user's own words: the run's system prompt only."""
     system = args.system or ""
     if args.as_is or args.url or not getattr(client, "served", None):
         return system, "{question}"
@@ -163,16 +164,18 @@ def _run_prompt(client: Any, args: argparse.Namespace) -> tuple[str, str]:
     except (OSError, ValueError, yaml.YAMLError):
         return system, "{question}"
     template = str(env.get("user_template") or "{question}")
-    if "{question}" not in template:
+    if chat or "{question}" not in template:
         template = "{question}"
     if args.system is None:
         system = str(env.get("system_prompt") or "")
         if "{" in system:  # a placeholder the env fills per example (AWM's {scenario})
             system = ""
-    if (args.system is None and system) or template != "{question}":
+    used = ["system prompt"] if args.system is None and system else []
+    used += ["user template"] if template != "{question}" else []
+    if used:
         print(
-            f"(asked as {Path(run).name} was trained: its env's system prompt and user template; "
-            "--as-is sends PROMPT alone)",
+            f"(asked as {Path(run).name} was trained: its env's {' and '.join(used)}; "
+            "--as-is leaves them out)",
             file=sys.stderr,
         )
     return system, template
@@ -207,7 +210,7 @@ def run_chat(args: argparse.Namespace) -> int:
 
 def _chat(args: argparse.Namespace) -> int:
     client = _client(args)
-    system, _ = _run_prompt(client, args)  # a chat's turns are the user's own, not the template's
+    system, _ = _run_prompt(client, args, chat=True)
     messages = [{"role": "system", "content": system}] if system else []
     interactive = sys.stdin.isatty()
     if interactive:
