@@ -24,6 +24,7 @@ from arena_core.models.chat_template import set_chat_template
 from arena_core.models.lora_targets import module_names, resolve_targets
 from arena_core.models.tiny import build_tiny
 from arena_core.models.tokenizer import build_tiny_tokenizer
+from arena_core.store.checkpoints import ADAPTER_CHAT_TEMPLATE
 
 # Tokenizer classes that mean "exactly the tokenizer.json that was saved": loaded as such, because
 # AutoTokenizer would substitute the model type's class (Qwen2Tokenizer for qwen2) and its pipeline.
@@ -306,8 +307,17 @@ def _load_adapter(path: Path, *, dtype: torch.dtype, trust: bool) -> tuple[nn.Mo
     tokenizer = (
         load_tokenizer(str(path)) if (path / "tokenizer_config.json").is_file() else base.tokenizer
     )
+    if (template := adapter_chat_template(path)) is not None:
+        tokenizer.chat_template = template
     _prepare_tokenizer(tokenizer, base_model)
     return model, tokenizer
+
+
+def adapter_chat_template(adapter_dir: Path) -> str | None:
+    """The chat template a LoRA checkpoint's run rendered its prompts with (saved beside the
+    adapter: the run's model.chat_template may not be its base's), or None."""
+    file = Path(adapter_dir) / ADAPTER_CHAT_TEMPLATE
+    return file.read_text(encoding="utf-8") if file.is_file() else None
 
 
 # How every LoRA adapter is saved. Arena's LoRA never targets nor resizes the embeddings, so there

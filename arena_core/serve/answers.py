@@ -71,7 +71,7 @@ async def chat_completion(
                 {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
                 for m in req.messages
             ]
-            prompt = model.backend.encode_chat(messages)
+            prompt = model.encode_chat(messages)
     except Exception as exc:  # a template that rejects the roles given
         raise ApiError(400, f"cannot apply the chat template: {exc}", param="messages") from None
     max_tokens = req.max_completion_tokens or req.max_tokens or limits.max_tokens

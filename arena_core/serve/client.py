@@ -149,7 +149,7 @@ class LocalClient:
 
     def chat_stream(self, messages: Messages, **params: Any) -> Iterator[str]:
         try:
-            prompt = self.batcher.models[self.model].backend.encode_chat(messages)
+            prompt = self.batcher.models[self.model].encode_chat(messages)
         except Exception as exc:  # no template, or one that rejects these roles
             raise ArenaError(
                 f"cannot apply {self.model}'s chat template: {exc} (`arena generate --raw` "

@@ -18,6 +18,7 @@ through the `register_serving` hook (`KindServing`: a loader and the routes; PPO
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import re
 from collections.abc import Callable, Iterator
@@ -52,6 +53,21 @@ class ServedModel:
     @property
     def module(self) -> Any:
         return self.backend.model
+
+    def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
+        """Prompt ids of chat messages through this model's template: the backend's, unless this
+        model's tokenizer has another (a LoRA checkpoint whose run set model.chat_template,
+        served on a base shared with others)."""
+        own, shared = self.tokenizer, getattr(self.backend, "tokenizer", None)
+        if (
+            own is None
+            or shared is None
+            or own is shared
+            or own.chat_template == shared.chat_template
+        ):
+            return self.backend.encode_chat(messages)
+        text = own.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return own.encode(text, add_special_tokens=False)
 
     @property
     def context_length(self) -> int:
@@ -223,6 +239,7 @@ def load_models(
     `backend` names the generation backend (`arena_core.serve.backends.SERVING_BACKENDS`)."""
     from arena_core.engines.torch_backend import TorchBackend
     from arena_core.models import load_policy
+    from arena_core.models.loading import adapter_chat_template
     from arena_core.serve.backends import serving_backend
 
     engine = serving_backend(backend)
@@ -277,12 +294,19 @@ def load_models(
             bases[base_name] = base
         else:
             base.module.load_adapter(t.weights, adapter_name=_safe(name))
+        tokenizer = base.tokenizer
+        if (template := adapter_chat_template(Path(t.weights))) not in (
+            None,
+            tokenizer.chat_template,
+        ):
+            tokenizer = copy.copy(tokenizer)  # the same vocabulary, this run's template
+            tokenizer.chat_template = template
         served.append(
             ServedModel(
                 name,
                 "llm",
                 base.backend,
-                base.tokenizer,
+                tokenizer,
                 parent=base_name,
                 adapter=_safe(name),
                 shared=True,

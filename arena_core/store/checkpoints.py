@@ -97,6 +97,9 @@ def _cuda_index(key: str) -> int:
     return int(key.split("_")[1]) if key.startswith("cuda_") else -1
 
 
+ADAPTER_CHAT_TEMPLATE = "chat_template.jinja"  # a LoRA checkpoint's template, beside the adapter
+
+
 def save_checkpoint(
     run_dir: Path,
     step: int,
@@ -184,6 +187,11 @@ def _write_files(
             # no embeddings to save (Arena's LoRA never targets them); peft's "auto" would look
             # the base's config up on the hub, and warn offline (models.loading.ADAPTER_SAVE)
             model.save_pretrained(str(tmp / "adapter"), save_embedding_layers=False)  # type: ignore[operator]
+            # the template the run rendered its prompts with (model.chat_template may differ
+            # from the base's): an adapter is served and exported with it (models.loading)
+            template = getattr(tokenizer, "chat_template", None)
+            if isinstance(template, str):
+                (tmp / "adapter" / ADAPTER_CHAT_TEMPLATE).write_text(template, encoding="utf-8")
         else:
             model.save_pretrained(
                 str(tmp / "model"),  # type: ignore[operator]

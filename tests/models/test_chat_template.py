@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from openai import OpenAI
 
 import arena
 from arena_core.cli.main import main
@@ -57,13 +58,29 @@ def test_the_template_a_base_model_trains_with_is_the_one_it_is_deployed_with(
         "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
         "{% if add_generation_prompt %}assistant: {% endif %}"
     )
-    for setting, expected in (("chatml", CHAT_TEMPLATE), (str(template), template.read_text())):
+    cases = [("chatml", CHAT_TEMPLATE, 0), (str(template), template.read_text(), 0)]
+    cases += [(str(template), template.read_text(), 4)]  # a LoRA run: the adapter carries it
+    for setting, expected, rank in cases:
         run = arena.train(
             [*RUN, f"model.name_or_path={base_model}", f"model.chat_template={setting}"]
-            + [f"paths.runs={tmp_path / 'runs'}"]
+            + [f"model.lora.r={rank}", f"paths.runs={tmp_path / 'runs'}"]
         )
         assert run.summary["status"] == "finished"
         saved = load_policy({"name_or_path": str(run.best().path), "lora": {"r": 0}})
         assert saved.tokenizer.chat_template == expected  # the checkpoint carries it
         capsys.readouterr()
         assert main(["generate", f"{run.path}:best", "What is 2+3?", "--max-tokens", "4"]) == 0
+        with arena.deploy(run.best()) as dep:  # the server renders with it too
+            client = OpenAI(base_url=f"{dep.url}/v1", api_key="none", max_retries=0)
+            r = client.chat.completions.create(
+                model=client.models.list().data[0].id,
+                messages=[{"role": "user", "content": "What is 2+3?"}],
+                max_tokens=2,
+                extra_body={"return_token_ids": True},
+            )
+        text = saved.tokenizer.decode(r.prompt_token_ids)
+        assert text == saved.tokenizer.apply_chat_template(
+            [{"role": "user", "content": "What is 2+3?"}],
+            tokenize=False,
+            add_generation_prompt=True,
+        )
