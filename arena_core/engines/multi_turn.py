@@ -47,7 +47,7 @@ from typing import Any
 from arena_core.engines.base import Completion, SamplingParams
 from arena_core.tasks import Example
 from arena_core.tools.concurrency import BoundedPool
-from arena_core.tools.listing import tool_listing, with_listing
+from arena_core.tools.listing import first_session_tools, tool_listing, with_listing
 from arena_core.tools.parsing import (
     INVALID_JSON,
     OK,
@@ -523,12 +523,7 @@ def episode_prompts(task: Any, tokenizer: Any, examples: list[Example]) -> list[
     measures prompts before a run (the planner's prompt length, `arena validate env`'s template
     check). One session is opened for its tools and closed; an env whose tools differ by example
     (AWM's scenarios) is measured with the first example's."""
-    session = task.open_session(examples[0], 0)
-    try:
-        tools = session.tools()
-    finally:
-        session.close()
-    renderer = EpisodeRunner(task, tokenizer).renderer(tools)
+    renderer = EpisodeRunner(task, tokenizer).renderer(first_session_tools(task, examples[0]))
     return [renderer.prompt(task.messages(ex)) for ex in examples]
 
 

@@ -135,10 +135,7 @@ def _fallback(
         out = with_listing(out, tool_listing(tools))
     elif tools and tool_prompt == "template":
         block = FALLBACK_HEADER + "\n".join(json.dumps(t) for t in tools) + FALLBACK_FOOTER
-        if out and out[0]["role"] == "system":
-            out[0] = {"role": "system", "content": f"{out[0]['content']}\n\n{block}".lstrip()}
-        else:
-            out.insert(0, {"role": "system", "content": block})
+        out = with_listing(out, block)
     return out
 
 

@@ -20,7 +20,7 @@ from typing import Any
 from arena_core.learn.packing import Sample
 from arena_core.run_parts.prompts import chat_prompt
 from arena_core.tasks import Example, gold_completion, shuffled_epochs
-from arena_core.tools.listing import tool_listing, with_listing
+from arena_core.tools.listing import first_session_tools, tool_listing, with_listing
 
 
 def task_category(task: Any) -> str:
@@ -53,11 +53,7 @@ def _tool_listing(task: Any) -> str | None:
         getattr(task, "open_session", None)
     ):
         return None
-    session = task.open_session(task.eval_examples(1)[0], 0)
-    try:
-        tools = session.tools()
-    finally:
-        session.close()
+    tools = first_session_tools(task, task.eval_examples(1)[0])
     return tool_listing(tools) if tools else None
 
 

@@ -55,14 +55,26 @@ def tool_listing(tools: list[dict[str, Any]]) -> str:
 
 
 def with_listing(messages: list[dict[str, Any]], listing: str) -> list[dict[str, Any]]:
-    """`messages` with `listing` after the first system message's text (as a tool env's system
-    prompt carries it), or as a system message of its own when there is none."""
+    """`messages` with `listing` (the tools as text: the listing, or the server's Hermes block)
+    after the first system message's text, or as a system message of its own when there is none
+    or it is empty."""
     out = list(messages)
     if out and out[0]["role"] == "system":
-        out[0] = {**out[0], "content": f"{out[0]['content']}\n\n{listing}"}
+        before = out[0]["content"]
+        out[0] = {**out[0], "content": f"{before}\n\n{listing}" if before else listing}
     else:
         out.insert(0, {"role": "system", "content": listing})
     return out
+
+
+def first_session_tools(task: Any, example: Any) -> list[dict[str, Any]]:
+    """The tools of a session of `task` opened for `example` (and closed), for what renders a
+    tool env's prompts outside its episodes (prompt lengths, SFT demonstrations)."""
+    session = task.open_session(example, 0)
+    try:
+        return list(session.tools())
+    finally:
+        session.close()
 
 
 def trained_tool_prompt(run_config: dict[str, Any]) -> ToolPrompt:
