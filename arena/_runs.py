@@ -5,7 +5,9 @@ The same functions back `arena-run`, `arena runs ...`, `arena checkpoints ...` a
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -173,13 +175,14 @@ def train(config: Sequence[str] | Mapping[str, Any] | str, *, check: bool = True
     from arena_core.session.ending import resumed_config
 
     overrides = to_overrides(config)
-    cfg = resumed_config(overrides) or compose_run_config(overrides)
-    if cfg.get("dry_run"):
-        raise ConfigError(
-            "dry_run=true: arena.train trains and returns the Run; for the checks and the plan "
-            "alone run `arena-run ... --dry-run`"
-        )
-    run_dir = launch(cfg, check=check)
+    with contextlib.chdir(os.getcwd()):  # a resume runs where its run started; back here after
+        cfg = resumed_config(overrides) or compose_run_config(overrides)
+        if cfg.get("dry_run"):
+            raise ConfigError(
+                "dry_run=true: arena.train trains and returns the Run; for the checks and the "
+                "plan alone run `arena-run ... --dry-run`"
+            )
+        run_dir = launch(cfg, check=check)
     assert run_dir is not None  # only a dry run returns none
     return Run(run_dir)
 

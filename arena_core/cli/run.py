@@ -20,8 +20,10 @@ overrides, status and held-out scores (read from each run's summary.json), print
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
+import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -226,7 +228,8 @@ def _run_job(
 
     raised.append(_JobStarted())
     try:
-        run_dir = launch(resumed_config(overrides) or _checked(cfg, prepared, overrides))
+        with contextlib.chdir(os.getcwd()):  # a resume runs where its run started (its paths)
+            run_dir = launch(resumed_config(overrides) or _checked(cfg, prepared, overrides))
     except Exception as exc:
         raised.append(exc)
         return

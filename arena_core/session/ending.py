@@ -8,7 +8,9 @@ changing the recipe.
 from __future__ import annotations
 
 import math
+import os
 import shlex
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ from arena_core.store.atomic import atomic_write_json, read_json
 from arena_core.store.best import metric_name
 from arena_core.store.checkpoints import read_index
 from arena_core.store.kinds import held_out_lines, kind_of
-from arena_core.store.rundir import CONFIG_FILE, config_changes, read_config
+from arena_core.store.rundir import CONFIG_FILE, config_changes, read_config, read_launch_dir
 
 SUMMARY_FILE = "summary.json"
 
@@ -148,14 +150,42 @@ def resumed_config(overrides: Sequence[str]) -> dict[str, Any] | None:
     groups = {o.group for o in collect_options(plugins.config_searchpaths()).values()}
     if any(override_key(t) in groups | {"algo", "env", "experiment"} for t in overrides):
         return None  # a full command: composed, then compared with config.yaml by the session
-    run_dir = resolve_resume(target, runs_value(list(overrides)))
+    runs = Path(runs_value(list(overrides))).resolve()
+    run_dir = resolve_resume(target, str(runs)).resolve()
+    enter_launch_dir(run_dir)
     cfg = apply_overrides(read_config(run_dir), list(overrides))
     cfg.setdefault("train", {})["resume"] = str(run_dir)
+    if any(override_key(t) == "paths.runs" for t in overrides):
+        cfg.setdefault("paths", {})["runs"] = str(runs)  # named from here, not the launch dir
     cfg = validate_config(cfg, plugins)
     require_job(cfg, overrides, plugins)
     if not (cfg.get("train") or {}).get("resume_allow_changes"):  # allowed: the session says
         check_resume_config(run_dir, cfg, allow=False)  # refuses a changed objective, naming it
     return cfg
+
+
+def enter_launch_dir(run_dir: Path) -> None:
+    """Move to the directory the run started in (`launch.json`), saying so when it is not this
+    one. Why: config.yaml keeps the user's relative paths (`env.path=data/train.jsonl`, a reward
+    file, `model.chat_template=chat.jinja`, an MCP server's `python server.py`) and a resume
+    started from anywhere else would read other files or none. The caller restores its own
+    directory after the run (`contextlib.chdir`). A run that recorded none resumes here."""
+    launch = read_launch_dir(run_dir)
+    if launch is None or launch.resolve() == Path.cwd().resolve():
+        return
+    if not launch.is_dir():
+        print(
+            f"note: {run_dir.name} started in {launch}, which no longer exists: the relative "
+            f"paths in its {CONFIG_FILE} are read from {Path.cwd()}",
+            file=sys.stderr,
+        )
+        return
+    os.chdir(launch)
+    print(
+        f"resuming in {launch}, the directory {run_dir.name} started in: the relative paths in "
+        f"its {CONFIG_FILE} are read from there",
+        file=sys.stderr,
+    )
 
 
 def failed_summary(run_dir: Path, exc: BaseException) -> None:

@@ -47,7 +47,7 @@ from arena_core.session.ending import (
 )
 from arena_core.store.atomic import atomic_write_json
 from arena_core.store.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
-from arena_core.store.rundir import new_run_dir, write_config, write_validation
+from arena_core.store.rundir import new_run_dir, write_config, write_launch_dir, write_validation
 
 
 def runs_root(core: CoreConfig) -> Path:
@@ -108,6 +108,7 @@ class RunSession:
             check_resume_config(run_dir, cfg, allow=core.train.resume_allow_changes)
         else:
             run_dir = new_run_dir(runs, core.run_name or name)
+            write_launch_dir(run_dir)
         write_config(run_dir, cfg)
         write_validation(run_dir, validation)
         print(f"run directory: {run_dir}", flush=True)

@@ -7,6 +7,7 @@ change freely) so the runtime can refuse a silent change of recipe.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from pathlib import Path
@@ -19,6 +20,7 @@ from arena_core.store.atomic import atomic_write_json, atomic_write_text
 
 CONFIG_FILE = "config.yaml"
 VALIDATION_FILE = "validation.json"  # arena-run's pre-flight report (reward, env, dataset checks)
+LAUNCH_FILE = "launch.json"  # the directory the run started in: its config's relative paths
 
 
 def slug(text: str) -> str:
@@ -64,6 +66,22 @@ def write_validation(run_dir: Path, report: dict[str, Any] | None) -> None:
         for part, facts in (report.get("info") or {}).items()
     }
     atomic_write_json(run_dir / VALIDATION_FILE, {**report, "info": info})
+
+
+def write_launch_dir(run_dir: Path) -> None:
+    """Record the directory a new run starts in. Its config.yaml keeps paths as the user wrote
+    them (`env.path=data/train.jsonl`, `model.chat_template=chat.jinja`, an MCP server's
+    `python server.py`), relative to this directory, so a resume goes back there to read them."""
+    atomic_write_json(run_dir / LAUNCH_FILE, {"cwd": str(Path.cwd())})
+
+
+def read_launch_dir(run_dir: Path) -> Path | None:
+    """The directory the run started in, or None when the run did not record one."""
+    try:
+        cwd = json.loads((run_dir / LAUNCH_FILE).read_text(encoding="utf-8")).get("cwd")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return Path(cwd) if isinstance(cwd, str) and cwd else None
 
 
 def read_config(run_dir: Path) -> dict[str, Any]:

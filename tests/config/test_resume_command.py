@@ -114,3 +114,36 @@ def test_a_resume_takes_free_overrides_and_refuses_the_others(tmp_path: Path, ca
     assert main([*args, f"paths.runs={runs}"]) == 0
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["steps"] == 2
+
+
+def test_a_resume_from_another_directory_reads_the_run_s_relative_paths(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """config.yaml keeps `model.chat_template=chat.jinja` as typed, relative to where the run
+    started; resumed from elsewhere, the run goes back there for it, and the caller's directory
+    is its own again afterwards."""
+    from arena_core.models.tokenizer import CHAT_TEMPLATE
+
+    project, elsewhere, runs = tmp_path / "project", tmp_path / "elsewhere", tmp_path / "runs"
+    project.mkdir()
+    elsewhere.mkdir()
+    (project / "chat.jinja").write_text(CHAT_TEMPLATE)
+    monkeypatch.chdir(project)
+    assert (
+        main([*TINY, "train.max_steps=1", "model.chat_template=chat.jinja", f"paths.runs={runs}"])
+        == 0
+    )
+    (run_dir,) = runs.iterdir()
+    capsys.readouterr()
+
+    monkeypatch.chdir(elsewhere)
+    assert main([f"train.resume={run_dir}", "train.max_steps=2"]) == 0
+    err = capsys.readouterr().err
+    assert f"resuming in {project}" in err
+    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 2
+    assert Path.cwd() == elsewhere
+
+    import arena
+
+    run = arena.train([f"train.resume={run_dir}", "train.max_steps=3"])  # the SDK's one call
+    assert run.summary["steps"] == 3 and Path.cwd() == elsewhere
