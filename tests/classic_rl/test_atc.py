@@ -4,6 +4,7 @@ PASS with `arena validate env`, passes its own conformance tests, and PPO learns
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -30,10 +31,16 @@ def test_atc_validates_pass(atc_installed: str) -> None:
 
 def test_atc_plugin_own_tests_pass(atc_installed: str) -> None:
     collector = _Outcomes()
-    code = pytest.main(
-        [str(ATC_DIR / "tests"), "-q", "-p", "no:cacheprovider", "--import-mode=importlib"],
-        plugins=[collector],
-    )
+    before = set(sys.modules)
+    try:
+        code = pytest.main(
+            [str(ATC_DIR / "tests"), "-q", "-p", "no:cacheprovider", "--import-mode=importlib"],
+            plugins=[collector],
+        )
+    finally:  # the plugin's `tests` package would shadow this suite's (`from tests.serve ...`)
+        for name in set(sys.modules) - before:
+            if name == "tests" or name.startswith("tests."):
+                del sys.modules[name]
     failed = sorted(n for n, o in collector.outcomes.items() if o == "failed")
     assert code == 0 and not failed, failed
     passed = [n for n, o in collector.outcomes.items() if o == "passed"]
