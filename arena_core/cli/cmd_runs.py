@@ -154,6 +154,7 @@ def run_compare(args: argparse.Namespace) -> int:
 
 def run_delete(args: argparse.Namespace) -> int:
     run_dir = index.resolve_run(args.run, args.runs)
+    index.check_deletable(run_dir)  # before asking: a live run is refused either way
     if not args.yes:
         if not sys.stdin.isatty():
             print(f"not deleting {run_dir}: pass --yes to delete without asking", file=sys.stderr)

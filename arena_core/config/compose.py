@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from arena_core.config.checks import deleted_key_problems, validate_config
 from arena_core.config.evolution import override_problems
-from arena_core.config.resume import resolve_resume
+from arena_core.config.resume import auto_resume, resolve_resume
 from arena_core.config.searchpath import (
     CORE_CONFIG_MODULE,
     ConfigOption,
@@ -391,9 +391,13 @@ def run_checks(
     cfg: dict[str, Any], overrides: Sequence[str] = (), plugins: PluginSet | None = None
 ) -> None:
     """`require_job` and the resume target (read, never created): what a run refuses beyond a
-    valid config, so a dry run and every sweep job refuse what the run would."""
+    valid config, so a dry run and every sweep job refuse what the run would. `train.resume=auto`
+    is settled here, in `cfg`: the run it names, or None for a new one (`auto_resume`)."""
+    train = cfg.get("train") or {}
+    if train.get("resume") == "auto":
+        train["resume"] = auto_resume(cfg.get("run_name"), (cfg.get("paths") or {}).get("runs"))
     require_job(cfg, overrides, plugins)
-    resume = (cfg.get("train") or {}).get("resume")
+    resume = train.get("resume")
     if resume:
         resolve_resume(str(resume), (cfg.get("paths") or {}).get("runs", "./runs"))
 

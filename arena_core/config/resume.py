@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -34,15 +35,7 @@ def resolve_resume(resume: str, runs: str | Path) -> Path:
     sits above the config layer, which checks a resume target while composing, hence this scan
     of the same directories."""
     root = Path(runs)
-    found = (
-        sorted(
-            (*root.glob("*/" + str(CHECKPOINT_INDEX)), *root.glob("*/*/" + str(CHECKPOINT_INDEX))),
-            key=lambda p: p.stat().st_mtime,
-        )
-        if root.is_dir()
-        else []
-    )
-    dirs = [p.parent.parent for p in found]
+    dirs = _resumable(root)
     if resume == "latest":
         if not dirs:
             raise ConfigError(
@@ -54,18 +47,57 @@ def resolve_resume(resume: str, runs: str | Path) -> Path:
     if (path / CHECKPOINT_INDEX).is_file():
         return path
     if not path.exists() and "/" not in resume.strip("/"):
-        stamped = re.compile(re.escape(_slug(resume)) + r"-\d{8}-\d{6}(-\d+)?")
-        for match in (lambda d: d.name == resume, lambda d: stamped.fullmatch(d.name)):
-            hits = [d for d in dirs if match(d)]
-            if hits:
-                return hits[-1]  # the newest run of that id or name
+        named = _named(resume, dirs)
+        if named is not None:
+            return named
     why = "it does not exist" if not path.exists() else "no checkpoints/index.json"
     raise ConfigError(
         f"train.resume={resume}: {path.resolve()} is not a run directory with a checkpoint "
         f"({why}), and no run of that id or name under {root.resolve()} has one, so there is "
         "nothing to resume. Use a run directory printed by a previous run, its run id or "
-        "run_name (`arena runs list`), or 'latest'."
+        "run_name (`arena runs list`), or 'latest'; 'auto' with run_name=NAME starts the run "
+        "when none of that name has a checkpoint yet."
     )
+
+
+def _resumable(root: Path) -> list[Path]:
+    """The run directories under `root` (and its project folders) with a checkpoint, oldest
+    checkpoint index first."""
+    if not root.is_dir():
+        return []
+    found = (*root.glob("*/" + str(CHECKPOINT_INDEX)), *root.glob("*/*/" + str(CHECKPOINT_INDEX)))
+    return [p.parent.parent for p in sorted(found, key=lambda p: p.stat().st_mtime)]
+
+
+def _named(name: str, dirs: list[Path]) -> Path | None:
+    """The newest of `dirs` whose id is `name`, else whose run_name is (`NAME-YYYYmmdd-HHMMSS`)."""
+    stamped = re.compile(re.escape(_slug(name)) + r"-\d{8}-\d{6}(-\d+)?")
+    for match in (lambda d: d.name == name, lambda d: stamped.fullmatch(d.name)):
+        hits = [d for d in dirs if match(d)]
+        if hits:
+            return hits[-1]
+    return None
+
+
+def auto_resume(run_name: str | None, runs: str | Path | None) -> str | None:
+    """`train.resume=auto`: the newest run named `run_name` with a checkpoint (its directory), or
+    None when there is none yet, and the run starts. Why: a scheduler's job script is one
+    command, the same on its first start and on every requeue (verl's `resume_mode=auto`)."""
+    if not run_name:
+        raise ConfigError(
+            "train.resume=auto needs run_name=NAME: the run it resumes when one of that name "
+            "has a checkpoint, and starts under that name when none has"
+        )
+    root = Path(runs or "./runs")
+    found = _named(run_name, _resumable(root))
+    if found is None:
+        print(
+            f"train.resume=auto: no run named {run_name} with a checkpoint under {root}: "
+            "starting it",
+            file=sys.stderr,
+        )
+        return None
+    return str(found)
 
 
 def _slug(text: str) -> str:

@@ -114,7 +114,10 @@ class TrainConfig(Strict):
     )
     log_every: int = Field(1, ge=1)
     resume: str | None = Field(
-        None, description="Resume from a run directory (its latest checkpoint) or 'latest'."
+        None,
+        description="Resume a run from its latest checkpoint: a run directory, run id, run_name "
+        "or 'latest'; 'auto' (with run_name) resumes the newest run of that name, or starts it "
+        "when it has no checkpoint yet: one command for a job's first start and its requeues.",
     )
     resume_allow_changes: bool = Field(
         False,

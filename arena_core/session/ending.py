@@ -144,8 +144,8 @@ def resumed_config(overrides: Sequence[str]) -> dict[str, Any] | None:
     from arena_core.plugin_loader import get_plugins
 
     target = resume_value(list(overrides))
-    if target is None:
-        return None
+    if target is None or target == "auto":
+        return None  # auto may start the run: composed as a full command (`run_checks`)
     plugins = get_plugins()
     groups = {o.group for o in collect_options(plugins.config_searchpaths()).values()}
     if any(override_key(t) in groups | {"algo", "env", "experiment"} for t in overrides):

@@ -14,8 +14,9 @@ session does the chores around it, the same way for all of them:
         session.finish(summary)           # summary.json (atomic), the loggers, the closing lines
 
 `open` makes a new run directory or resolves `train.resume` (refusing a config that differs
-from the run's config.yaml unless `train.resume_allow_changes`), and writes config.yaml and
-validation.json. On Ctrl-C or SIGTERM a loop saves a checkpoint, calls `finish` with
+from the run's config.yaml unless `train.resume_allow_changes`), locks it against a second
+process training it at the same time (run.lock, given back when the scope ends), and writes
+config.yaml and validation.json. On Ctrl-C or SIGTERM a loop saves a checkpoint, calls `finish` with
 `status: interrupted` and raises `session.interrupted(...)` (exit 130 or 143); on a failed step
 it raises `session.failed(...)`. Whatever else ends the scope is recorded by `failed_summary`.
 """
@@ -47,7 +48,14 @@ from arena_core.session.ending import (
 )
 from arena_core.store.atomic import atomic_write_json
 from arena_core.store.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
-from arena_core.store.rundir import new_run_dir, write_config, write_launch_dir, write_validation
+from arena_core.store.rundir import (
+    claim_run,
+    new_run_dir,
+    release_run,
+    write_config,
+    write_launch_dir,
+    write_validation,
+)
 
 
 def runs_root(core: CoreConfig) -> Path:
@@ -86,6 +94,7 @@ class RunSession:
         self.done = done  # a resume of a run already at train.max_steps: nothing to train
         self.summarised = False  # finish() wrote this attempt's summary.json
         self.metrics: Loggers | None = None
+        self.lock: int | None = None  # run.lock, held from `open` until `scope` ends
 
     # -- opening ---------------------------------------------------------------------------------
     @classmethod
@@ -101,18 +110,29 @@ class RunSession:
         `train.resume_allow_changes` is off); config.yaml and validation.json written."""
         runs = runs_root(core)
         resuming = core.train.resume is not None
-        if resuming:
-            run_dir = resolve_resume(str(core.train.resume), runs)
-            if finished_already(run_dir, core.train.max_steps):
-                return cls(core, run_dir, resuming=True, done=True)  # said so
-            check_resume_config(run_dir, cfg, allow=core.train.resume_allow_changes)
-        else:
-            run_dir = new_run_dir(runs, core.run_name or name)
-            write_launch_dir(run_dir)
-        write_config(run_dir, cfg)
-        write_validation(run_dir, validation)
+        run_dir = (
+            resolve_resume(str(core.train.resume), runs)
+            if resuming
+            else new_run_dir(runs, core.run_name or name)
+        )
+        lock = claim_run(run_dir)  # one process trains a directory; held until `scope` ends
+        try:
+            if resuming:
+                if finished_already(run_dir, core.train.max_steps):
+                    release_run(lock)
+                    return cls(core, run_dir, resuming=True, done=True)  # said so
+                check_resume_config(run_dir, cfg, allow=core.train.resume_allow_changes)
+            else:
+                write_launch_dir(run_dir)
+            write_config(run_dir, cfg)
+            write_validation(run_dir, validation)
+        except BaseException:
+            release_run(lock)
+            raise
         print(f"run directory: {run_dir}", flush=True)
-        return cls(core, run_dir, resuming=resuming)
+        session = cls(core, run_dir, resuming=resuming)
+        session.lock = lock
+        return session
 
     def seed(self) -> None:
         """Python's, NumPy's and torch's global generators from `seed` (`seed_everything`)."""
@@ -236,3 +256,5 @@ class RunSession:
                 raise
             finally:
                 self.close()
+                release_run(self.lock)
+                self.lock = None

@@ -31,7 +31,7 @@ import yaml
 from arena_core.errors import ArenaError
 from arena_core.store.best import Ranking, best_of, infer_ranking, ranking_for
 from arena_core.store.checkpoints import INDEX, checkpoints_dir
-from arena_core.store.rundir import STAMP_RE, slug
+from arena_core.store.rundir import STAMP_RE, run_holder, slug
 
 # no metric named: "best" ranks by the run's own headline score (arena_core.store.best)
 DEFAULT_METRIC: str | None = None
@@ -45,7 +45,9 @@ class RunInfo:
     name: str
     path: Path
     project: str | None = None
-    status: str = "unknown"  # finished, failed, interrupted, incomplete (no summary), corrupt
+    # running (a process holds its run.lock), finished, failed, interrupted, incomplete (no
+    # summary and nobody training it: killed), corrupt
+    status: str = "unknown"
     algorithm: str | None = None
     env: str | None = None
     steps: int | None = None
@@ -184,6 +186,8 @@ def read_run(path: Path, *, project: str | None = None) -> RunInfo:
     if problems:
         info.status = "corrupt"
         info.problem = "; ".join(problems)
+    elif run_holder(path) is not None:
+        info.status = "running"  # a resumed run too: its summary.json is its last attempt's
     return info
 
 
@@ -438,11 +442,24 @@ def select_checkpoint(
 
 
 def delete_run(run_dir: Path) -> None:
-    """Remove a run directory (the index forgets it because the index is the directories)."""
+    """Remove a run directory (the index forgets it because the index is the directories); a
+    run that a process is training is refused: its next checkpoint would fail mid-run."""
     run_dir = Path(run_dir)
+    check_deletable(run_dir)
+    shutil.rmtree(run_dir)
+
+
+def check_deletable(run_dir: Path) -> None:
+    """ArenaError unless `run_dir` is a run directory that no process is training."""
     if not is_run_dir(run_dir):
         raise ArenaError(f"{run_dir} is not a run directory; nothing deleted.")
-    shutil.rmtree(run_dir)
+    holder = run_holder(run_dir)
+    if holder is not None:
+        raise ArenaError(
+            f"{run_dir} is being trained right now (pid {holder.get('pid')} on "
+            f"{holder.get('host')}, since {holder.get('since')}); nothing deleted. Stop it first "
+            f"(Ctrl-C in its terminal, or kill -INT {holder.get('pid')}), then delete it."
+        )
 
 
 def _dir_size(path: Path) -> int:

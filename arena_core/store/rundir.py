@@ -7,8 +7,11 @@ change freely) so the runtime can refuse a silent change of recipe.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import re
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +24,29 @@ from arena_core.store.atomic import atomic_write_json, atomic_write_text
 CONFIG_FILE = "config.yaml"
 VALIDATION_FILE = "validation.json"  # arena-run's pre-flight report (reward, env, dataset checks)
 LAUNCH_FILE = "launch.json"  # the directory the run started in: its config's relative paths
+LOCK_FILE = "run.lock"  # locked (flock) by the process training the run, for as long as it does
+
+
+class RunBusy(ArenaError):
+    """Another process is training this run directory right now."""
+
+
+_CLAIMED: set[int] = set()  # this process's run.lock descriptors
+
+
+def _drop_claims_in_child() -> None:
+    """A forked child (a sandbox worker, a data loader) shares the parent's locked descriptor:
+    were the parent killed, the child would keep the run locked. Closing the child's copy leaves
+    the parent's lock as it is."""
+    for fd in _CLAIMED:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _CLAIMED.clear()
+
+
+os.register_at_fork(after_in_child=_drop_claims_in_child)
 
 
 def slug(text: str) -> str:
@@ -66,6 +92,86 @@ def write_validation(run_dir: Path, report: dict[str, Any] | None) -> None:
         for part, facts in (report.get("info") or {}).items()
     }
     atomic_write_json(run_dir / VALIDATION_FILE, {**report, "info": info})
+
+
+def claim_run(run_dir: Path) -> int | None:
+    """Lock `run_dir` for this process's training; the file descriptor to `release_run`.
+
+    Why: two processes training one directory (a resume typed twice, a scheduler's requeue
+    while the first job still runs) overwrite each other's checkpoints, metrics and summary. The
+    lock is an flock on run.lock, which the kernel drops when its process dies, however it
+    dies: a crashed or killed run never leaves a stale one. RunBusy names the process that holds
+    it. None where the filesystem has no locks: the run goes on unguarded."""
+    try:
+        fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError:
+        return None
+    for _ in range(20):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            time.sleep(0.05)  # held, or a status probe's momentary shared lock: ask again
+        except OSError:  # no locks here: no run.lock either, so nothing reads one as idle
+            os.close(fd)
+            (run_dir / LOCK_FILE).unlink(missing_ok=True)
+            return None
+    else:
+        holder = _holder(fd)
+        os.close(fd)
+        who = f"pid {holder.get('pid')} on {holder.get('host')}, since {holder.get('since')}"
+        raise RunBusy(
+            f"{run_dir} is being trained by another process ({who if holder else 'unknown'}): "
+            "a second run in the same directory would overwrite its checkpoints, metrics and "
+            "summary. Let it finish, or stop it first (Ctrl-C in its terminal, or "
+            f"kill -INT {holder.get('pid', 'PID')}: it saves a checkpoint), then resume."
+        )
+    holder = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "since": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(holder).encode(), 0)
+    _CLAIMED.add(fd)
+    return fd
+
+
+def release_run(fd: int | None) -> None:
+    """Give back the lock `claim_run` took (closing its descriptor drops the flock)."""
+    if fd is not None:
+        _CLAIMED.discard(fd)
+        os.close(fd)
+
+
+def run_holder(run_dir: Path) -> dict[str, Any] | None:
+    """The process training `run_dir` now (`pid`, `host`, `since`), or None when none is: what
+    lets `arena runs` say "running" (a resumed run too, whose summary.json still says how its
+    last attempt ended) and `arena runs delete` refuse a live run. A probe takes a shared lock
+    for an instant, never the training's exclusive one."""
+    try:
+        fd = os.open(Path(run_dir) / LOCK_FILE, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _holder(fd) or {"pid": None, "host": None, "since": None}
+        except OSError:
+            return None
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def _holder(fd: int) -> dict[str, Any]:
+    try:
+        holder = json.loads(os.pread(fd, 4096, 0) or b"{}")
+    except (OSError, ValueError):
+        return {}
+    return holder if isinstance(holder, dict) else {}
 
 
 def write_launch_dir(run_dir: Path) -> None:

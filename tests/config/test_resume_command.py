@@ -65,7 +65,7 @@ def _interrupt_after_step_one(runs: Path, max_steps: int) -> tuple[int, str, Pat
     return proc.returncode, out, run_dir
 
 
-STEPS = 40
+STEPS = 15
 
 
 def test_the_printed_resume_hint_finishes_the_run(tmp_path: Path) -> None:
@@ -116,12 +116,13 @@ def test_a_resume_takes_free_overrides_and_refuses_the_others(tmp_path: Path, ca
     assert summary["status"] == "finished" and summary["steps"] == 2
 
 
-def test_a_resume_from_another_directory_reads_the_run_s_relative_paths(
+def test_one_command_starts_and_requeues_a_job_that_resumes_from_anywhere(
     tmp_path: Path, monkeypatch, capsys
 ) -> None:
-    """config.yaml keeps `model.chat_template=chat.jinja` as typed, relative to where the run
-    started; resumed from elsewhere, the run goes back there for it, and the caller's directory
-    is its own again afterwards."""
+    """`train.resume=auto` starts the run named run_name, then the same command resumes it (a
+    scheduler's requeue). config.yaml keeps `model.chat_template=chat.jinja` as typed, relative
+    to where the run started: resumed from elsewhere, the run goes back there for it, and the
+    caller's directory is its own again afterwards."""
     from arena_core.models.tokenizer import CHAT_TEMPLATE
 
     project, elsewhere, runs = tmp_path / "project", tmp_path / "elsewhere", tmp_path / "runs"
@@ -129,21 +130,18 @@ def test_a_resume_from_another_directory_reads_the_run_s_relative_paths(
     elsewhere.mkdir()
     (project / "chat.jinja").write_text(CHAT_TEMPLATE)
     monkeypatch.chdir(project)
-    assert (
-        main([*TINY, "train.max_steps=1", "model.chat_template=chat.jinja", f"paths.runs={runs}"])
-        == 0
-    )
+    job = [*TINY, "model.chat_template=chat.jinja", "train.resume=auto", f"paths.runs={runs}"]
+    assert main([*job, "train.max_steps=1"]) == 0  # nothing named tiny yet: started
+    assert "no run named tiny with a checkpoint" in capsys.readouterr().err
     (run_dir,) = runs.iterdir()
-    capsys.readouterr()
+    assert main([*job, "train.max_steps=2"]) == 0  # the requeue: the same command resumes it
+    assert f"resumed from {run_dir}" in capsys.readouterr().out
+    assert list(runs.iterdir()) == [run_dir]
+    assert main([*job, "run_name=null"]) == 2
+    assert "train.resume=auto needs run_name=NAME" in capsys.readouterr().err
 
     monkeypatch.chdir(elsewhere)
-    assert main([f"train.resume={run_dir}", "train.max_steps=2"]) == 0
-    err = capsys.readouterr().err
-    assert f"resuming in {project}" in err
-    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 2
+    assert main([f"train.resume={run_dir}", "train.max_steps=3"]) == 0
+    assert f"resuming in {project}" in capsys.readouterr().err
+    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 3
     assert Path.cwd() == elsewhere
-
-    import arena
-
-    run = arena.train([f"train.resume={run_dir}", "train.max_steps=3"])  # the SDK's one call
-    assert run.summary["steps"] == 3 and Path.cwd() == elsewhere

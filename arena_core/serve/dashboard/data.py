@@ -26,6 +26,7 @@ from arena_core.store import index
 from arena_core.store.kinds import RunKind, kind_of, model_label
 from arena_core.store.metrics import METRICS_FILE, metric_value
 from arena_core.store.report import read_plan
+from arena_core.store.rundir import LOCK_FILE, run_holder
 
 # no summary.json and a file written this recently: the run is taken to be still training
 RUNNING_WINDOW_S = 120.0
@@ -64,9 +65,10 @@ def compare_keys(infos: list[index.RunInfo]) -> list[str]:
 
 
 def live_status(info: index.RunInfo) -> str:
-    """The index's status, with "incomplete" split into running (written to within
-    RUNNING_WINDOW_S) and incomplete (no summary and idle: killed, or still starting)."""
-    if info.status != "incomplete":
+    """The index's status ("running" while a process holds the run's run.lock). A directory
+    without run.lock (a filesystem without locks) splits "incomplete" by its files' age:
+    running when written to within RUNNING_WINDOW_S, else incomplete (killed)."""
+    if info.status != "incomplete" or (info.path / LOCK_FILE).exists():
         return info.status
     newest = 0.0
     for name in (METRICS_FILE, "config.yaml", "checkpoints"):
@@ -79,6 +81,8 @@ def live_status(info: index.RunInfo) -> str:
 
 def quick_status(run_dir: Path) -> str:
     """The status without listing checkpoints: what the live stream polls twice a second."""
+    if run_holder(Path(run_dir)) is not None:
+        return "running"  # a resumed run's summary.json is still its last attempt's
     try:
         summary = json.loads((Path(run_dir) / "summary.json").read_text(encoding="utf-8"))
     except FileNotFoundError:
