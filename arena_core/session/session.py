@@ -47,7 +47,12 @@ from arena_core.session.ending import (
     resume_command,
 )
 from arena_core.store.atomic import atomic_write_json
-from arena_core.store.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
+from arena_core.store.checkpoints import (
+    forget_missing_checkpoints,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
 from arena_core.store.rundir import (
     claim_run,
     new_run_dir,
@@ -160,7 +165,16 @@ class RunSession:
 
     # -- checkpoints -----------------------------------------------------------------------------
     def latest_checkpoint(self, error: type[ArenaError] = ArenaError) -> Path:
-        """The checkpoint a resume continues from (`error` when the run has none)."""
+        """The checkpoint a resume continues from: the newest that exists (`error` when the run
+        has none). Checkpoints deleted by hand are forgotten first, and said."""
+        gone = forget_missing_checkpoints(self.run_dir)
+        if gone:
+            print(
+                f"note: {', '.join(gone)} no longer exist in {self.run_dir / 'checkpoints'} "
+                "(deleted by hand?): index.json no longer lists them, and the run goes on from "
+                "its newest checkpoint left",
+                flush=True,
+            )
         ckpt = latest_checkpoint(self.run_dir)
         if ckpt is None:
             raise error(f"{self.run_dir} has no checkpoint to resume from")

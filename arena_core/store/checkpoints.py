@@ -21,6 +21,7 @@ import contextlib
 import os
 import random
 import shutil
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -315,6 +316,22 @@ def checkpoint_problems(run_dir: Path) -> tuple[list[str], list[str]]:
     return problems, leftovers
 
 
+def forget_missing_checkpoints(run_dir: Path) -> list[str]:
+    """Drop from index.json the checkpoints whose directory is gone (deleted by hand to free the
+    disk), so `latest` names one that exists; returns their names. Why: a resume continues from
+    `latest`, and one deleted would stop it with nothing else to go on from, though an earlier
+    checkpoint is there. Called by a resume, which holds the run's lock."""
+    root = checkpoints_dir(run_dir)
+    index = read_index(run_dir)
+    entries = index.get("checkpoints", [])
+    kept = [c for c in entries if (root / c["dir"]).is_dir()]
+    if len(kept) == len(entries):
+        return []
+    latest = kept[-1]["dir"] if kept else None
+    atomic_write_json(root / INDEX, {**index, "latest": latest, "checkpoints": kept})
+    return [c["dir"] for c in entries if c not in kept]
+
+
 def latest_checkpoint(run_dir: Path) -> Path | None:
     index = read_index(run_dir)
     return checkpoints_dir(run_dir) / index["latest"] if index.get("latest") else None
@@ -356,6 +373,11 @@ def load_checkpoint(
         raise ArenaError(f"{ckpt} is not a checkpoint (no adapter/ or model/ directory)")
     if optimizer is not None and (ckpt / "optimizer.pt").is_file():
         optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=True))
+    elif optimizer is not None:
+        print(
+            f"note: {ckpt} has no optimizer.pt: the optimizer's moments start from zero",
+            file=sys.stderr,
+        )
     state = read_json(ckpt / "state.json")
     if "rng" in state and (ckpt / "rng.safetensors").is_file():
         set_rng_state(state["rng"], load_file(str(ckpt / "rng.safetensors")))

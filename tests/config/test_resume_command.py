@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -122,7 +123,8 @@ def test_one_command_starts_and_requeues_a_job_that_resumes_from_anywhere(
     """`train.resume=auto` starts the run named run_name, then the same command resumes it (a
     scheduler's requeue). config.yaml keeps `model.chat_template=chat.jinja` as typed, relative
     to where the run started: resumed from elsewhere, the run goes back there for it, and the
-    caller's directory is its own again afterwards."""
+    caller's directory is its own again afterwards. Its newest checkpoint deleted by hand, the
+    resume goes on from the one before."""
     from arena_core.models.tokenizer import CHAT_TEMPLATE
 
     project, elsewhere, runs = tmp_path / "project", tmp_path / "elsewhere", tmp_path / "runs"
@@ -140,8 +142,13 @@ def test_one_command_starts_and_requeues_a_job_that_resumes_from_anywhere(
     assert main([*job, "run_name=null"]) == 2
     assert "train.resume=auto needs run_name=NAME" in capsys.readouterr().err
 
+    shutil.rmtree(run_dir / "checkpoints" / "step_000002")  # deleted by hand, to free the disk
     monkeypatch.chdir(elsewhere)
     assert main([f"train.resume={run_dir}", "train.max_steps=3"]) == 0
-    assert f"resuming in {project}" in capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert f"resuming in {project}" in err
+    assert "step_000002 no longer exist" in out and "step_000001 (step 1)" in out
     assert json.loads((run_dir / "summary.json").read_text())["steps"] == 3
+    index = json.loads((run_dir / "checkpoints" / "index.json").read_text())
+    assert [c["step"] for c in index["checkpoints"]] == [1, 3]
     assert Path.cwd() == elsewhere
