@@ -38,7 +38,12 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--model", help="the served model to ask (with --url; default: the first)")
     p.add_argument("--api-key", help="the server's key (default: ARENA_API_KEY)")
-    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        help="the answer's token budget (default: a run's evaluation budget, "
+        "eval.max_new_tokens, else 128)",
+    )
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--stop", action="append", help="stop string (repeatable)")
@@ -123,9 +128,9 @@ def _in_process_threads(args: argparse.Namespace) -> Any:
     return torch_threads(None if args.url else args.threads)
 
 
-def _params(args: argparse.Namespace) -> dict[str, Any]:
+def _params(args: argparse.Namespace, run: dict[str, Any] | None) -> dict[str, Any]:
     return {
-        "max_tokens": args.max_tokens,
+        "max_tokens": args.max_tokens or _run_budget(run) or DEFAULT_MAX_TOKENS,
         "temperature": args.temperature,
         "top_p": args.top_p,
         "stop": args.stop,
@@ -147,22 +152,48 @@ def run_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_prompt(client: Any, args: argparse.Namespace, *, chat: bool = False) -> tuple[str, str]:
-    """(system message, user template) to ask with: `--system`, else the env's of the run whose
-    checkpoint `client` loaded (said on stderr); none for a model, a server or `--as-is`. A
-    `chat`'s turns are the user's own words: the run's system prompt only."""
-    system = args.system or ""
-    if args.as_is or args.url or not getattr(client, "served", None):
-        return system, "{question}"
+DEFAULT_MAX_TOKENS = 128  # a model's answer budget, or a run's that says none
+
+
+def _trained_run(client: Any, args: argparse.Namespace) -> dict[str, Any] | None:
+    """The config of the run whose checkpoint `client` loaded here; None for a model or a
+    server (`--url`), or when the run's config.yaml cannot be read."""
+    if args.url or not getattr(client, "served", None):
+        return None
     run = client.served[0].source.get("run")
     if not run:
-        return system, "{question}"
+        return None
     from arena_core.store.rundir import read_config
 
     try:
-        env = read_config(Path(run)).get("env") or {}
+        cfg = read_config(Path(run))
     except (OSError, ValueError, yaml.YAMLError):
+        return None
+    return {**cfg, "run_dir": str(run)} if isinstance(cfg, dict) else None
+
+
+def _run_budget(run: dict[str, Any] | None) -> int | None:
+    """The token budget the run's held-out evaluation answered in (`eval.max_new_tokens`, which
+    defaults to `generation.max_new_tokens`): an answer cut shorter than the run's own would
+    look wrong where the run graded it right."""
+    if run is None:
+        return None
+    budget = (run.get("eval") or {}).get("max_new_tokens")
+    budget = budget or (run.get("generation") or {}).get("max_new_tokens")
+    return int(budget) if isinstance(budget, int) and budget > 0 else None
+
+
+def _run_prompt(
+    run: dict[str, Any] | None, args: argparse.Namespace, *, chat: bool = False, raw: bool = False
+) -> tuple[str, str]:
+    """(system message, user template) to ask with: `--system`, else the env's of `run`, the run
+    whose checkpoint is asked; none for a model, a server, `--as-is` or `--raw`. A `chat`'s
+    turns are the user's own words: the run's system prompt only. What is taken from the run
+    (its prompts, its evaluation's token budget) is said on stderr."""
+    system = args.system or ""
+    if run is None:
         return system, "{question}"
+    env = (run.get("env") or {}) if not (args.as_is or raw) else {}
     template = str(env.get("user_template") or "{question}")
     if chat or "{question}" not in template:
         template = "{question}"
@@ -170,12 +201,16 @@ def _run_prompt(client: Any, args: argparse.Namespace, *, chat: bool = False) ->
         system = str(env.get("system_prompt") or "")
         if "{" in system:  # a placeholder the env fills per example (AWM's {scenario})
             system = ""
-    used = ["system prompt"] if args.system is None and system else []
-    used += ["user template"] if template != "{question}" else []
+    used = ["env's system prompt"] if args.system is None and system else []
+    used += ["env's user template"] if template != "{question}" else []
+    prompts = bool(used)
+    budget = _run_budget(run)
+    if args.max_tokens is None and budget:
+        used.append(f"evaluation's {budget}-token budget")
     if used:
+        more = "; --as-is leaves out the prompts" if prompts else ""
         print(
-            f"(asked as {Path(run).name} was trained: its env's {' and '.join(used)}; "
-            "--as-is leaves them out)",
+            f"(asked as {Path(run['run_dir']).name} was trained: its {' and '.join(used)}{more})",
             file=sys.stderr,
         )
     return system, template
@@ -183,13 +218,15 @@ def _run_prompt(client: Any, args: argparse.Namespace, *, chat: bool = False) ->
 
 def _answer(client: Any, args: argparse.Namespace) -> str:
     """The answer (streamed to stdout as it comes with --stream; returns what is left to print)."""
-    params = _params(args)
+    run = _trained_run(client, args)
+    params = _params(args, run)
     if args.raw:
+        _run_prompt(run, args, raw=True)  # says the budget it took from the run
         if not args.stream:
             return client.generate([args.prompt], **params)[0]
         pieces = client.stream(args.prompt, **params)
     else:
-        system, template = _run_prompt(client, args)
+        system, template = _run_prompt(run, args)
         messages = [{"role": "system", "content": system}] if system else []
         messages.append({"role": "user", "content": template.replace("{question}", args.prompt)})
         if not args.stream:
@@ -210,7 +247,8 @@ def run_chat(args: argparse.Namespace) -> int:
 
 def _chat(args: argparse.Namespace) -> int:
     client = _client(args)
-    system, _ = _run_prompt(client, args, chat=True)
+    run = _trained_run(client, args)
+    system, _ = _run_prompt(run, args, chat=True)
     messages = [{"role": "system", "content": system}] if system else []
     interactive = sys.stdin.isatty()
     if interactive:
@@ -226,7 +264,7 @@ def _chat(args: argparse.Namespace) -> int:
             messages.append({"role": "user", "content": line})
             print("model> " if interactive else "", end="", flush=True)
             reply = ""
-            for piece in client.chat_stream(messages, **_params(args)):
+            for piece in client.chat_stream(messages, **_params(args, run)):
                 reply += piece
                 print(piece, end="", flush=True)
             print()

@@ -150,7 +150,8 @@ def test_cli_generate_in_process_and_against_a_deploy(quick_run, capsys) -> None
 def test_cli_generate_asks_a_run_as_its_prompts_were_written(runs_dir, capsys, monkeypatch) -> None:
     """A run trained behind a system prompt and a user template is asked behind them too (a
     GSM8K run's system prompt asks for the answer format it learned); `--system` replaces the
-    system prompt and `--as-is` sends the prompt alone."""
+    system prompt and `--as-is` sends the prompt alone. Its answer gets the run's evaluation
+    budget unless --max-tokens says otherwise."""
     import io
 
     from tests.serve.conftest import SHORT_RUN
@@ -169,6 +170,11 @@ def test_cli_generate_asks_a_run_as_its_prompts_were_written(runs_dir, capsys, m
     assert "asked as prompted" in out.err and "--as-is" in out.err
     assert main(["generate", ref, PROMPTS[1], "--max-tokens", "16", "--as-is"]) == 0
     assert capsys.readouterr().out.rstrip("\n") == _chat_in_process(best, PROMPTS[1])
+    # without --max-tokens, the budget its held-out evaluation answered in (SHORT_RUN's 12)
+    assert main(["generate", ref, PROMPTS[1], "--as-is"]) == 0
+    out = capsys.readouterr()
+    assert out.out.rstrip("\n") == _chat_in_process(best, PROMPTS[1], n=12)
+    assert "its evaluation's 12-token budget" in out.err
     assert main(["generate", ref, PROMPTS[1], "--max-tokens", "16", "--system", ""]) == 0
     assert capsys.readouterr().out.rstrip("\n") == _chat_in_process(best, f"Q: {PROMPTS[1]}")
     # a chat starts from the run's system prompt; its turns are the user's own words
