@@ -113,7 +113,13 @@ def run_show(args: argparse.Namespace) -> int:
         return 0
     r = data["run"]
     print(f"{r['name']}  ({r['path']})")
-    print(f"  status {r['status']}" + (f": {r['problem']}" if r["problem"] else ""))
+    holder = data["holder"]
+    by = (
+        f" (pid {holder.get('pid')} on {holder.get('host')}, since {holder.get('since')})"
+        if holder
+        else ""
+    )
+    print(f"  status {r['status']}{by}" + (f": {r['problem']}" if r["problem"] else ""))
     if data["error"]:  # a failed run: what stopped it
         print("  error: " + str(data["error"]).replace("\n", "\n    "))
     for w in data["warnings"]:  # a run that trained on nothing: what happened, what to try

@@ -14,6 +14,7 @@ from typing import Any
 from arena_core.store.index import RunInfo, read_run
 from arena_core.store.kinds import kind_of
 from arena_core.store.metrics import metric_value, read_metrics
+from arena_core.store.rundir import run_holder
 
 
 def config_diff(cfg: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
@@ -86,10 +87,14 @@ def show_run(run_dir: Path) -> dict[str, Any]:
     info = read_run(run_dir)
     plan = read_plan(run_dir)
     kind = kind_of(info.summary, plan)
+    running = info.status == "running"
     return {
         "run": info.to_dict(),
         "kind": kind.name,
-        **outcome(info.summary),
+        # the process training it now; a resumed run's summary.json (its error and warnings)
+        # is the last attempt's, not this one's
+        "holder": run_holder(run_dir) if running else None,
+        **outcome({} if running else info.summary),
         "config_diff": config_diff(info.config) if info.config else {},
         "plan": plan,
         "figures": kind.run_figures(info.summary),

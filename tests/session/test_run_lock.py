@@ -62,6 +62,8 @@ def test_a_run_being_trained_is_neither_trained_twice_nor_deleted(tmp_path: Path
 
         assert arena(["runs", "list", "--runs", str(runs)]) == 0
         assert "running" in capsys.readouterr().out
+        assert arena(["runs", "show", str(run_dir), "--runs", str(runs)]) == 0
+        assert f"status running (pid {proc.pid} on " in capsys.readouterr().out
         assert arena(["runs", "delete", str(run_dir), "--yes", "--runs", str(runs)]) != 0
         assert "being trained right now" in capsys.readouterr().err
         assert run_dir.is_dir()
