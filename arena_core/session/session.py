@@ -127,8 +127,7 @@ class RunSession:
                     release_run(lock)
                     return cls(core, run_dir, resuming=True, done=True)  # said so
                 check_resume_config(run_dir, cfg, allow=core.train.resume_allow_changes)
-            else:
-                write_launch_dir(run_dir)
+            write_launch_dir(run_dir)  # where config.yaml's relative paths were read this time
             write_config(run_dir, cfg)
             write_validation(run_dir, validation)
         except BaseException:

@@ -175,9 +175,11 @@ def _holder(fd: int) -> dict[str, Any]:
 
 
 def write_launch_dir(run_dir: Path) -> None:
-    """Record the directory a new run starts in. Its config.yaml keeps paths as the user wrote
-    them (`env.path=data/train.jsonl`, `model.chat_template=chat.jinja`, an MCP server's
-    `python server.py`), relative to this directory, so a resume goes back there to read them."""
+    """Record the directory a run (or its resume) starts in. Its config.yaml keeps paths as the
+    user wrote them (`env.path=data/train.jsonl`, `model.chat_template=chat.jinja`, an MCP
+    server's `python server.py`), relative to this directory, so a resume goes back there to
+    read them. A resume typed as a full command rewrites config.yaml from where it was typed,
+    and so this too."""
     atomic_write_json(run_dir / LAUNCH_FILE, {"cwd": str(Path.cwd())})
 
 
