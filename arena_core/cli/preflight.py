@@ -47,12 +47,25 @@ def preflight(
 
 
 def model_check(cfg: dict[str, Any], report: Report) -> None:
-    """`model.available`: the model named by `model.name_or_path` can be loaded here (a run that
-    starts from another run's checkpoint, `model.init_from`, is checked by its own resolver)."""
+    """`model.available`: the model named by `model.name_or_path` can be loaded here, or the
+    checkpoint `model.init_from` names exists: resolved by the run index, the one resolver the
+    model load uses, so a typo stops the run before its directory is made."""
     from arena_core.models.cache import model_availability
 
     model = cfg.get("model") or {}
-    if model.get("init_from"):
+    ref = model.get("init_from")
+    if ref:
+        from arena_core.errors import ArenaError
+        from arena_core.store.index import select_checkpoint
+
+        runs = (cfg.get("paths") or {}).get("runs") or "./runs"
+        try:
+            run_dir, ckpt = select_checkpoint(str(ref), runs)
+        except ArenaError as exc:
+            report.add("model.available", FAIL, f"model.init_from={ref}: {exc}")
+            return
+        detail = f"model.init_from={ref}: {run_dir.name} step {ckpt.step} ({ckpt.dir})"
+        report.add("model.available", PASS, detail)
         return
     ok, detail = model_availability(str(model.get("name_or_path") or ""))
     report.add("model.available", PASS if ok else FAIL, detail)

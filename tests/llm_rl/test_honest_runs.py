@@ -160,6 +160,20 @@ def test_a_run_that_fails_before_its_first_step_is_marked_failed(tmp_runs: Path)
     assert not (run_dir / "checkpoints").exists()
 
 
+def test_a_bad_init_from_stops_the_launch_before_a_run_directory_is_made(
+    tmp_runs: Path, capsys
+) -> None:
+    """With the pre-flight (arena-run's default), the checkpoint model.init_from names is
+    resolved before anything is written: a typo leaves no failed run behind."""
+    from arena_core.cli.run import main
+
+    assert main([*TINY_LLM, "model.init_from=no-such-run:best", f"paths.runs={tmp_runs}"]) == 1
+    assert (
+        "FAIL model.available: model.init_from=no-such-run:best: no run" in capsys.readouterr().err
+    )
+    assert not tmp_runs.exists() or not list(tmp_runs.iterdir())
+
+
 def test_warnings_follow_the_counts() -> None:
     """A few flat steps in a long run are normal (no warning); a quarter or more warn; a tool
     env whose policy never called a tool warns with its own fix."""
