@@ -209,10 +209,9 @@ def _run_prompt(
         used.append(f"evaluation's {budget}-token budget")
     if used:
         more = "; --as-is leaves out the prompts" if prompts else ""
-        print(
-            f"(asked as {Path(run['run_dir']).name} was trained: its {' and '.join(used)}{more})",
-            file=sys.stderr,
-        )
+        parts = [f"its {u}" for u in used]
+        said = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
+        print(f"(asked as {Path(run['run_dir']).name} was trained: {said}{more})", file=sys.stderr)
     return system, template
 
 
