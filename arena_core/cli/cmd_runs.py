@@ -12,6 +12,7 @@ from typing import Any
 from arena_core.cli.options import REF_HELP, add_json_flag, add_run_argument, add_runs_option
 from arena_core.store import index, report
 from arena_core.store.best import metric_name
+from arena_core.store.rundir import holder_text
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -114,11 +115,7 @@ def run_show(args: argparse.Namespace) -> int:
     r = data["run"]
     print(f"{r['name']}  ({r['path']})")
     holder = data["holder"]
-    by = (
-        f" (pid {holder.get('pid')} on {holder.get('host')}, since {holder.get('since')})"
-        if holder
-        else ""
-    )
+    by = f" ({holder_text(holder)})" if holder else ""
     print(f"  status {r['status']}{by}" + (f": {r['problem']}" if r["problem"] else ""))
     if data["error"]:  # a failed run: what stopped it
         print("  error: " + str(data["error"]).replace("\n", "\n    "))

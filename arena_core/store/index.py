@@ -31,7 +31,7 @@ import yaml
 from arena_core.errors import ArenaError
 from arena_core.store.best import Ranking, best_of, infer_ranking, ranking_for
 from arena_core.store.checkpoints import INDEX, checkpoints_dir
-from arena_core.store.rundir import STAMP_RE, run_holder, slug
+from arena_core.store.rundir import STAMP_RE, holder_text, run_holder, slug
 
 # no metric named: "best" ranks by the run's own headline score (arena_core.store.best)
 DEFAULT_METRIC: str | None = None
@@ -456,9 +456,8 @@ def check_deletable(run_dir: Path) -> None:
     holder = run_holder(run_dir)
     if holder is not None:
         raise ArenaError(
-            f"{run_dir} is being trained right now (pid {holder.get('pid')} on "
-            f"{holder.get('host')}, since {holder.get('since')}); nothing deleted. Stop it first "
-            f"(Ctrl-C in its terminal, or kill -INT {holder.get('pid')}), then delete it."
+            f"{run_dir} is being trained right now ({holder_text(holder)}); nothing deleted. "
+            "Stop it first (Ctrl-C in its terminal, or kill -INT its pid), then delete it."
         )
 
 

@@ -119,9 +119,8 @@ def claim_run(run_dir: Path) -> int | None:
     else:
         holder = _holder(fd)
         os.close(fd)
-        who = f"pid {holder.get('pid')} on {holder.get('host')}, since {holder.get('since')}"
         raise RunBusy(
-            f"{run_dir} is being trained by another process ({who if holder else 'unknown'}): "
+            f"{run_dir} is being trained by another process ({holder_text(holder)}): "
             "a second run in the same directory would overwrite its checkpoints, metrics and "
             "summary. Let it finish, or stop it first (Ctrl-C in its terminal, or "
             f"kill -INT {holder.get('pid', 'PID')}: it saves a checkpoint), then resume."
@@ -164,6 +163,13 @@ def run_holder(run_dir: Path) -> dict[str, Any] | None:
         return None
     finally:
         os.close(fd)
+
+
+def holder_text(holder: dict[str, Any]) -> str:
+    """`pid 4242 on node1, since 2026-12-06 10:04:01`: the process `run_holder` found."""
+    if not holder.get("pid"):
+        return "a process that did not say which"
+    return f"pid {holder['pid']} on {holder.get('host')}, since {holder.get('since')}"
 
 
 def _holder(fd: int) -> dict[str, Any]:
