@@ -24,6 +24,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 import sys
 import traceback
 from collections.abc import Sequence
@@ -254,8 +255,13 @@ def _shown(job_overrides: Sequence[str]) -> list[str]:
         key = text.lstrip("+~").split("=", 1)[0]
         if DELETE_MARK in text or is_hydra_key(key):
             continue
+        text = _HYDRA_ESCAPE.sub(r"\1", text)  # the sweeper's `$\{algo.lr\}` as typed
         shown.append(text[2:] if text.startswith("++") else text)
     return shown
+
+
+#: the characters Hydra's sweeper escapes when it writes a job's overrides back as text
+_HYDRA_ESCAPE = re.compile(r"\\([\\()\[\]{}:=, \t])")
 
 
 def _check_sweep(
@@ -266,6 +272,7 @@ def _check_sweep(
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.types import RunMode
+    from omegaconf import OmegaConf
 
     from arena_core.config.compose import hydra_errors, hydra_message
 
@@ -278,20 +285,46 @@ def _check_sweep(
         return
     parsed = OverridesParser.create().parse_overrides(list(prepared.hydra))
     jobs = [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
-    problems = []
+    swept = [o.get_key_element().lstrip("+~") for o in parsed if o.is_sweep_override()]
+    values: list[str] = []
+    problems: list[str] = []
+    fixes: list[str] = []
+    auto: dict[str, list[int]] = {}  # run_name -> the jobs that resume it with train.resume=auto
     for num, job in enumerate(jobs):
         label = f"job #{num} ({' '.join(_shown(job)) or 'no overrides'})"
         try:
             cfg = hydra.compose_config(
                 config_name=config_name, overrides=list(job), run_mode=RunMode.RUN
             )
+            if OmegaConf.select(cfg, "train.resume") == "auto" and cfg.get("run_name"):
+                auto.setdefault(str(cfg.run_name), []).append(num)
+                # what a name can interpolate: the swept keys that hold a value, not a group
+                values = [k for k in swept if not OmegaConf.is_config(OmegaConf.select(cfg, k))]
             _checked(cfg, prepared, overrides)
         except ConfigError as exc:
             problems += [f"{label}: {p}" for p in exc.problems]
+            fixes += [f for f in exc.fixes if f not in fixes]
         except hydra_errors() as exc:
             problems.append(f"{label}: {hydra_message(exc)}")
+    problems += [
+        _shared_auto_name(name, nums, values) for name, nums in auto.items() if len(nums) > 1
+    ]
     if problems:
-        raise ConfigError(problems, header=f"Sweep of {len(jobs)} jobs refused before any started")
+        raise ConfigError(
+            problems, header=f"Sweep of {len(jobs)} jobs refused before any started", fixes=fixes
+        )
+
+
+def _shared_auto_name(name: str, jobs: list[int], swept: list[str]) -> str:
+    """Why jobs that share a run name cannot each `train.resume=auto`: the second would find the
+    first one's run and resume it (or report it finished) instead of training its own settings."""
+    names = "-".join("${" + key + "}" for key in swept) or "${algo.lr}"
+    return (
+        f"jobs {', '.join(f'#{n}' for n in jobs)} all say run_name={name} with "
+        "train.resume=auto, so each would resume the run another job started instead of "
+        f"training its own settings: name every job's run after what it sweeps, e.g. "
+        f"'run_name={name}-{names}' (quoted, so the shell leaves the $ alone)"
+    )
 
 
 def _multirun(

@@ -123,10 +123,12 @@ class RunSession:
         lock = claim_run(run_dir)  # one process trains a directory; held until `scope` ends
         try:
             if resuming:
+                # changed settings are refused first: a finished run must not pass for the
+                # result of a config it never trained (a sweep job's other learning rate)
+                check_resume_config(run_dir, cfg, allow=core.train.resume_allow_changes)
                 if finished_already(run_dir, core.train.max_steps):
                     release_run(lock)
                     return cls(core, run_dir, resuming=True, done=True)  # said so
-                check_resume_config(run_dir, cfg, allow=core.train.resume_allow_changes)
             write_launch_dir(run_dir)  # where config.yaml's relative paths were read this time
             write_config(run_dir, cfg)
             write_validation(run_dir, validation)

@@ -5,6 +5,7 @@ and `~key` with Hydra's semantics, while every config problem stays one report (
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -137,6 +138,14 @@ def test_sweeps_need_multirun_and_a_bad_job_refuses_the_sweep_before_it_starts(
     assert "Sweep of 2 jobs refused before any started" in err
     assert "job #1 (" in err and "algo.lr: 'abc' is not a number" in err
     assert not list((tmp_path / "runs").glob("quickstart-*"))  # nothing trained
+    # jobs that share a name cannot each resume "their" run: the second would take the first's
+    auto = ["-m", *QUICK, "algo.lr=1e-4,3e-4", "seed=0,1", "run_name=sw", "train.resume=auto"]
+    assert main([*auto, runs]) == 2
+    err = _out(capsys)[1]
+    assert "Sweep of 4 jobs refused before any started" in err
+    assert "jobs #0, #1, #2, #3 all say run_name=sw with train.resume=auto" in err
+    assert "'run_name=sw-${algo.lr}-${seed}'" in err
+    assert not (tmp_path / "runs").exists()
     # flags that make no sense together are refused with the reason
     assert main(["--manifest", "m.yaml", "--cfg", "job"]) == 2
     assert "a manifest is one run" in _out(capsys)[1]
@@ -161,12 +170,20 @@ def test_range_and_choice_sweep_dry_runs_every_job(tmp_path, capsys) -> None:
 
 
 def test_a_two_job_sweep_trains_two_runs_and_tables_their_held_out_scores(tmp_path) -> None:
+    """Each job trains a run of its own, named after what it sweeps, so the same command
+    requeued (`train.resume=auto`) finds each job's own run again."""
     runs = tmp_path / "runs"
-    assert main(["-m", *QUICK, "algo.lr=1e-4,3e-4", f"paths.runs={runs}"]) == 0
+    sweep = ["-m", *QUICK, "algo.lr=1e-4,3e-4", "run_name=sw-${algo.lr}", "train.resume=auto"]
+    assert main([*sweep, f"paths.runs={runs}"]) == 0
+    first = _sweep_dir(runs)
+    assert "run_name=sw-${algo.lr} train.resume=auto" in (first / "sweep.md").read_text()
+    shutil.rmtree(first)
+    assert main([*sweep, f"paths.runs={runs}"]) == 0  # the requeue: nothing left to train
     sweep = _sweep_dir(runs)
     jobs = [json.loads((sweep / str(n) / "job.json").read_text()) for n in (0, 1)]
     run_dirs = [Path(job["run_dir"]) for job in jobs]
     assert len(set(run_dirs)) == 2  # each job is a run of its own
+    assert sorted(p.name for p in runs.glob("sw-*")) == sorted(p.name for p in run_dirs)
     table = (sweep / "sweep.md").read_text()
     for job, run_dir in zip(jobs, run_dirs, strict=True):
         summary = json.loads((run_dir / "summary.json").read_text())
