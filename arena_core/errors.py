@@ -22,12 +22,20 @@ class ConfigError(ArenaError):
 
     exit_code = 2
 
-    def __init__(self, problems: list[str] | str, header: str = "Invalid configuration") -> None:
+    def __init__(
+        self,
+        problems: list[str] | str,
+        header: str = "Invalid configuration",
+        fixes: Iterable[str] = (),
+    ) -> None:
+        """`fixes`: what to do about the problems, printed after them and not counted as one."""
         self.problems = [problems] if isinstance(problems, str) else list(problems)
+        self.fixes = list(fixes)
         lines = [
             f"{header} ({len(self.problems)} problem{'s' if len(self.problems) != 1 else ''}):"
         ]
         lines += [f"  - {p}" for p in self.problems]
+        lines += [f"  {f}" for f in self.fixes]
         super().__init__("\n".join(lines))
 
 

@@ -383,8 +383,11 @@ def require_job(
         )
         missing.append(f"{section}: {how} (installed: {installed})")
     if missing:
-        missing.append("or run the offline default: arena-run +experiment=quickstart")
-        raise ConfigError(missing, header="Nothing to train")
+        raise ConfigError(
+            missing,
+            header="Nothing to train",
+            fixes=["Or run the offline default: arena-run +experiment=quickstart"],
+        )
 
 
 def run_checks(

@@ -299,14 +299,16 @@ def compose_manifest(
     data = load_manifest(path)
     overrides, problems, origin = manifest_overrides(data, str(path))
     missing = any(": missing; a manifest names" in p for p in problems)
+    fixes: list[str] = []
     try:  # without an algorithm or environment, arena-run's own "nothing to train" adds nothing
         compose = compose_run_config if run and not missing else compose_config
         cfg = compose([*overrides, *(extra or [])])
     except ConfigError as exc:
         problems += [translate_problem(p, origin) for p in exc.problems]
+        fixes = exc.fixes
         cfg = None
     if problems or cfg is None:
-        raise ConfigError(problems, header=f"Invalid manifest {path}")
+        raise ConfigError(problems, header=f"Invalid manifest {path}", fixes=fixes)
     return cfg
 
 

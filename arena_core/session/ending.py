@@ -102,17 +102,17 @@ def check_resume_config(run_dir: Path, cfg: dict[str, Any], *, allow: bool) -> l
         return []
     if not allow:
         raise ConfigError(
-            [
-                *changes,
-                f"to continue the run as it was, resume it alone: {resume_command(run_dir)} "
-                "(it takes only overrides that cannot change what it learns: threads, progress, "
-                "logging, more steps, evaluation and checkpoint cadence; docs/runs.md)",
-                "to train with these settings from its weights, start a new run with "
-                f"model.init_from={run_dir}:latest; or force them into this run with "
-                "train.resume_allow_changes=true",
-            ],
+            changes,
             header=f"Cannot resume {run_dir}: these settings differ from its {CONFIG_FILE} and "
             "would change what the run learns",
+            fixes=[
+                f"To continue the run as it was, resume it alone: {resume_command(run_dir)} "
+                "(it takes only overrides that cannot change what it learns: threads, progress, "
+                "logging, more steps, evaluation and checkpoint cadence; docs/runs.md).",
+                "To train with these settings from its weights, start a new run with "
+                f"model.init_from={run_dir}:latest; or force them into this run with "
+                "train.resume_allow_changes=true.",
+            ],
         )
     print(f"resuming {run_dir} with a changed config (train.resume_allow_changes=true):")
     for line in changes:

@@ -25,6 +25,8 @@ def validate_run_config(
     except ConfigError as exc:
         for problem in exc.problems:
             report.add("config", FAIL, problem)
+        if exc.fixes:  # what to do, said once after the problems
+            report.checks[-1].detail += f" ({'; '.join(f[:1].lower() + f[1:] for f in exc.fixes)})"
         report.fail_exit_code = exc.exit_code
         return report, None
     except ArenaError as exc:

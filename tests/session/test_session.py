@@ -128,6 +128,7 @@ def test_a_resume_refuses_a_changed_config_unless_allowed(tmp_path: Path, capsys
     with pytest.raises(ConfigError, match="seed: 3 -> 4") as err:
         _open(changed)
     assert "train.resume_allow_changes=true" in str(err.value)
+    assert "(1 problem)" in str(err.value)  # one setting changed; the ways out are not problems
 
     allowed = _open({**changed, "train": {**changed["train"], "resume_allow_changes": True}})
     assert allowed.run_dir == first.run_dir and allowed.resuming
@@ -137,7 +138,13 @@ def test_a_resume_refuses_a_changed_config_unless_allowed(tmp_path: Path, capsys
     assert _summary(first.run_dir)["steps"] == 4
     assert _steps_logged(first.run_dir) == [1, 2, 3, 4]  # the csv went on from step 2
 
-    again = _open(_cfg(tmp_path, resume=str(first.run_dir), max_steps=4))  # nothing left
+    # nothing is left to train, but a finished run is never passed off as the result of
+    # settings it did not train with (config.yaml now holds seed 4): refused, as above
+    finished = _cfg(tmp_path, resume=str(first.run_dir), max_steps=4)
+    with pytest.raises(ConfigError, match="seed: 4 -> 3"):
+        _open(finished)
+    assert "already finished" not in capsys.readouterr().out
+    again = _open({**finished, "seed": 4})
     assert again.done
     assert "already finished" in capsys.readouterr().out
 
