@@ -56,11 +56,11 @@ def model_check(cfg: dict[str, Any], report: Report) -> None:
     ref = model.get("init_from")
     if ref:
         from arena_core.errors import ArenaError
-        from arena_core.store.index import select_checkpoint
+        from arena_core.store.index import select_model_checkpoint
 
         runs = (cfg.get("paths") or {}).get("runs") or "./runs"
         try:
-            run_dir, ckpt = select_checkpoint(str(ref), runs)
+            run_dir, ckpt = select_model_checkpoint(str(ref), runs)
         except ArenaError as exc:
             report.add("model.available", FAIL, f"model.init_from={ref}: {exc}")
             return

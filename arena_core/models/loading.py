@@ -126,10 +126,10 @@ def _init_from(cfg: dict[str, Any], ref: str, *, device: str, runs: str | Path) 
     `init_adapter=continue` keeps a LoRA checkpoint's adapter trainable instead (see
     `_continue_adapter`).
     """
-    from arena_core.store.index import select_checkpoint
+    from arena_core.store.index import select_model_checkpoint
 
     try:  # the run index's one resolver: a path, run id or run_name; RUN:best by its own score
-        _, ckpt = select_checkpoint(ref, runs)
+        _, ckpt = select_model_checkpoint(ref, runs)
     except ArenaError as exc:
         raise ModelLoadError(f"model.init_from={ref}: {exc}") from None
     source = {**cfg, "init_from": None, "name_or_path": str(ckpt.weights_dir), "lora": {"r": 0}}

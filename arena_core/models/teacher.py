@@ -50,10 +50,12 @@ def load_teacher(
 
 def _load(ref: str, *, device: str, runs: str | Path, dtype: str) -> Any:
     """A run checkpoint when `ref` names a run, else a model name or path."""
-    from arena_core.store.index import select_checkpoint, split_ref
+    from arena_core.store.index import NotALanguageModel, select_model_checkpoint, split_ref
 
     try:
-        _, ckpt = select_checkpoint(ref, runs)
+        _, ckpt = select_model_checkpoint(ref, runs)
+    except NotALanguageModel as exc:  # a run, certainly, but not one that can teach
+        raise ModelLoadError(f"algo.teacher={ref}: {exc}") from None
     except ArenaError as run_error:
         if split_ref(ref)[1] is not None:  # RUN:STEP|best|latest: certainly meant as a run
             raise ModelLoadError(f"algo.teacher={ref}: {run_error}") from None

@@ -23,7 +23,8 @@ from starlette.concurrency import run_in_threadpool
 from arena_core.classic_rl.policy import load_gym_policy
 from arena_core.errors import ArenaError
 from arena_core.serve.app import ApiError, parse_body
-from arena_core.serve.models import KindServing, ServedModel, checkpoint_kind
+from arena_core.serve.models import KindServing, ServedModel
+from arena_core.store.index import checkpoint_kind
 
 if TYPE_CHECKING:
     from arena_core.store.index import CheckpointInfo

@@ -124,6 +124,13 @@ class LocalClient:
         from arena_core.serve.models import load_models
 
         self.served = load_models(refs, runs, metric=metric)
+        for model in self.served:
+            if model.kind != "llm":  # a policy answers observations, not prompts
+                raise ArenaError(
+                    f"{model.name} is a '{model.kind}' policy, not a language model: it answers "
+                    "observations, not prompts. Serve it with `arena deploy` and send them to its "
+                    "route (POST /v1/act for PPO and IPPO; docs/serving.md)"
+                )
         self.batcher = RequestBatcher(self.served)
         self.model = self.served[0].name
 

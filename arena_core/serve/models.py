@@ -29,7 +29,12 @@ from typing import Any
 import yaml
 
 from arena_core.errors import ArenaError
-from arena_core.store.index import DEFAULT_METRIC, CheckpointInfo, select_checkpoint
+from arena_core.store.index import (
+    DEFAULT_METRIC,
+    CheckpointInfo,
+    checkpoint_kind,
+    select_checkpoint,
+)
 from arena_core.store.rundir import read_config
 from arena_core.tools.listing import ToolPrompt, trained_tool_prompt
 
@@ -119,18 +124,6 @@ def kind_serving(kind: str) -> KindServing | None:
             f"{support!r}, not a KindServing (docs/serving.md, other kinds of models)"
         )
     return support
-
-
-def checkpoint_kind(run_dir: Path, ckpt: CheckpointInfo) -> str:
-    """ "llm" for a Hugging Face model or PEFT adapter, else the run's algorithm name."""
-    weights = ckpt.weights_dir
-    if (weights / "config.json").is_file() or (weights / "adapter_config.json").is_file():
-        return "llm"
-    try:
-        algo = (read_config(run_dir).get("algo") or {}).get("name")
-    except (OSError, ValueError, yaml.YAMLError):
-        algo = None
-    return str(algo or "unknown")
 
 
 def _tool_prompt(run_dir: Path | None) -> ToolPrompt:

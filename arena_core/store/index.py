@@ -31,7 +31,7 @@ import yaml
 from arena_core.errors import ArenaError
 from arena_core.store.best import Ranking, best_of, infer_ranking, ranking_for
 from arena_core.store.checkpoints import INDEX, checkpoints_dir
-from arena_core.store.rundir import STAMP_RE, holder_text, run_holder, slug
+from arena_core.store.rundir import STAMP_RE, holder_text, read_config, run_holder, slug
 
 # no metric named: "best" ranks by the run's own headline score (arena_core.store.best)
 DEFAULT_METRIC: str | None = None
@@ -439,6 +439,38 @@ def select_checkpoint(
     raise ArenaError(
         f"{run_dir} has no checkpoint at step {step}; steps: {', '.join(str(c.step) for c in ckpts)}"
     )
+
+
+class NotALanguageModel(ArenaError):
+    """A run's checkpoint was asked for as a language model but holds something else."""
+
+
+def checkpoint_kind(run_dir: Path, ckpt: CheckpointInfo) -> str:
+    """ "llm" for a Hugging Face model or PEFT adapter, else the run's algorithm name (a
+    classic-RL run's checkpoints are its policy network: "ppo")."""
+    weights = ckpt.weights_dir
+    if (weights / "config.json").is_file() or (weights / "adapter_config.json").is_file():
+        return "llm"
+    try:
+        algo = (read_config(run_dir).get("algo") or {}).get("name")
+    except (OSError, ValueError, yaml.YAMLError):
+        algo = None
+    return str(algo or "unknown")
+
+
+def select_model_checkpoint(ref: str, runs: str | Path = "./runs") -> tuple[Path, CheckpointInfo]:
+    """`select_checkpoint` for what loads a checkpoint as a language model (`model.init_from`,
+    an OPD teacher): a run whose checkpoints are something else (a PPO policy) is refused here,
+    by name and kind, instead of failing later as a model directory without config.json."""
+    run_dir, ckpt = select_checkpoint(ref, runs)
+    kind = checkpoint_kind(run_dir, ckpt)
+    if kind != "llm":
+        raise NotALanguageModel(
+            f"{run_dir.name} is a '{kind}' run: its checkpoints are a policy network, not a "
+            "language model, so an LLM run cannot load them; name an LLM run's checkpoint "
+            "(`arena runs list`) or a model"
+        )
+    return run_dir, ckpt
 
 
 def delete_run(run_dir: Path) -> None:

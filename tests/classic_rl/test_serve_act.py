@@ -82,3 +82,39 @@ def test_a_multi_agent_policy_acts_per_agent_beside_a_ppo_one(
         # with two policies served the request must name one
         unnamed = client.post("/v1/act", json={"observation": [0.0] * 4})
         assert unnamed.status_code == 404 and "cartpole" in unnamed.json()["error"]["message"]
+
+
+def test_a_policy_run_is_refused_wherever_a_language_model_is_asked_for(
+    tiny_cartpole: Path, tmp_path: Path, capsys
+) -> None:
+    """A PPO run's checkpoint holds a policy network: `arena generate`, an LLM run's
+    `model.init_from` (at the pre-flight, before a run directory exists) and an OPD teacher
+    each say so by name and kind, instead of a chat-template attribute error or 'not a model
+    directory (no config.json)' after the run started."""
+    import pytest
+
+    from arena_core.cli.main import main as arena
+    from arena_core.cli.run import main as arena_run
+    from arena_core.errors import ModelLoadError
+    from arena_core.models.loading import load_policy
+    from arena_core.models.teacher import load_teacher
+
+    runs = tiny_cartpole.parent
+    name = tiny_cartpole.name
+    assert arena(["generate", str(tiny_cartpole), "hello", "--runs", str(runs)]) != 0
+    err = capsys.readouterr().err
+    assert f"{name} is a 'ppo' policy, not a language model" in err and "arena deploy" in err
+
+    new_runs = tmp_path / "llm-runs"
+    code = arena_run(
+        ["+experiment=quickstart", f"model.init_from={tiny_cartpole}", f"paths.runs={new_runs}"]
+    )
+    assert code != 0
+    out = capsys.readouterr()
+    assert f"{name} is a 'ppo' run: its checkpoints are a policy network" in out.out + out.err
+    assert not new_runs.exists()  # refused before any run directory was made
+
+    with pytest.raises(ModelLoadError, match=f"init_from={tiny_cartpole}: {name} is a 'ppo' run"):
+        load_policy({"name_or_path": "arena:tiny", "init_from": str(tiny_cartpole)}, runs=runs)
+    with pytest.raises(ModelLoadError, match=f"algo.teacher={name}: {name} is a 'ppo' run"):
+        load_teacher(name, runs=runs)
