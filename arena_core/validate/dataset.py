@@ -8,7 +8,9 @@ Reading and column mapping are arena_core.data's, the code training uses (`local
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -84,10 +86,31 @@ def load_rows(
     return out
 
 
+def mapping_flag(mapping: dict[str, str]) -> str:
+    """A column mapping as `arena validate dataset|reward` takes it."""
+    return f"--column-mapping '{json.dumps(mapping)}'"
+
+
+def mapping_override(mapping: dict[str, str]) -> str:
+    """A column mapping as `arena-run` takes it: Hydra's dict syntax, whose keys (the canonical
+    names) take no quotes and whose values need them only beyond a plain name."""
+    inner = ", ".join(
+        f"{k}: {v if re.fullmatch(r'[A-Za-z_][A-Za-z0-9_-]*', v) else json.dumps(v)}"
+        for k, v in mapping.items()
+    )
+    return f"'env.column_mapping={{{inner}}}'"
+
+
 def validate_dataset(
-    source: str, *, category: str = "reasoning", column_mapping: dict[str, str] | None = None
+    source: str,
+    *,
+    category: str = "reasoning",
+    column_mapping: dict[str, str] | None = None,
+    mapping_fix: Callable[[dict[str, str]], str] = mapping_flag,
 ) -> Report:
-    """Check a dataset for training: required columns (after mapping), types, empties, dups."""
+    """Check a dataset for training: required columns (after mapping), types, empties, dups.
+    `mapping_fix` spells the column mapping a missing column's fix offers, as the command the
+    user typed takes it (`mapping_override` for a run's pre-flight)."""
     report = Report(subject=str(source), kind="dataset")
     try:
         required = required_columns(category)
@@ -127,13 +150,13 @@ def validate_dataset(
         for col in missing:
             guess = did_you_mean(col, columns)
             hints.append(f"'{col}'{guess}".rstrip("?").replace(", did you mean", " (did you mean"))
-        example = json.dumps(guess_mapping(missing, rows[0], tuple(required), category))
+        example = mapping_fix(guess_mapping(missing, rows[0], tuple(required), category))
         report.add(
             "columns",
             FAIL,
             f"a {category} dataset needs columns {', '.join(required)}; missing "
             f"{', '.join(missing)}. Columns found: {', '.join(columns) or 'none'}. Map yours "
-            f"with --column-mapping '{example}'",
+            f"with {example}",
             missing=missing,
             found=columns,
         )

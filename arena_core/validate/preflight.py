@@ -45,7 +45,7 @@ def preflight_report(cfg: dict[str, Any]) -> Report:
     """
     from arena_core.plugin_loader import get_plugins
     from arena_core.sandbox import SandboxPolicy
-    from arena_core.validate.dataset import validate_dataset
+    from arena_core.validate.dataset import mapping_override, validate_dataset
     from arena_core.validate.env import validate_env
     from arena_core.validate.isolation import add_isolation_check
     from arena_core.validate.reward import validate_reward
@@ -71,7 +71,10 @@ def preflight_report(cfg: dict[str, Any]) -> Report:
     category = str(env_cfg.get("category") or "reasoning")
     local = bool(path) and Path(str(path)).expanduser().exists()
     if local:
-        _merge(report, validate_dataset(str(path), category=category, column_mapping=mapping))
+        part = validate_dataset(
+            str(path), category=category, column_mapping=mapping, mapping_fix=mapping_override
+        )
+        _merge(report, part)
     elif path:
         where = f" (relative paths are resolved from the working directory, {Path.cwd()})"
         report.add("dataset.load", FAIL, f"env.path {path} does not exist{where}")

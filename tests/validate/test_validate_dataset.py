@@ -85,3 +85,24 @@ def test_the_offered_column_mapping_is_the_fix(tmp_path, columns):
     trained = json.loads(re.search(r"--column-mapping '(\{.*\})'", str(err.value)).group(1))
     rows = load_dataset(path, "sft", trained)
     assert [(r["prompt"], r["response"]) for r in rows] == [(f"q{i}", f"a{i}") for i in range(4)]
+
+
+def test_arena_run_offers_the_mapping_as_an_override_it_takes(tmp_path, capsys, monkeypatch):
+    """The pre-flight of `arena-run` offers the fix as an `arena-run` argument (Hydra's dict
+    syntax), not `arena validate`'s --column-mapping flag; typed as offered, the run passes."""
+    import re
+    import shlex
+
+    from arena_core.cli.run import main
+
+    monkeypatch.chdir(tmp_path)
+    rows = [{"prompt": f"q{i}", "my answer": f"a{i}"} for i in range(4)]
+    path = write(tmp_path, rows)
+    run = ["+algo=sft", "+env=dataset", f"env.path={path}", "model=tiny", "dry_run=true"]
+    assert main(run) == 1
+    err = capsys.readouterr().err
+    assert "--column-mapping" not in err
+    offered = re.search(r"Map yours with ('env\.column_mapping=\{.*?\}')", err).group(1)
+    assert offered == """'env.column_mapping={response: "my answer"}'"""
+    assert main([*run, *shlex.split(offered)]) == 0
+    assert "pre-flight: PASS" in capsys.readouterr().out
