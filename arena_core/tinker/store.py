@@ -37,6 +37,7 @@ from safetensors.torch import load_file, save_file
 
 from arena_core.errors import ArenaError
 from arena_core.store.atomic import atomic_write_json, atomic_write_text, fsync_dir, fsync_tree
+from arena_core.store.rundir import claim_run, release_run
 
 KINDS = {"weights": "training", "sampler_weights": "sampler"}
 DEFAULT_STATE_DIR = "./runs/tinker"  # Arena's runs directory, project "tinker"
@@ -84,6 +85,7 @@ class Store:
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root).expanduser().resolve()
         self.root.mkdir(parents=True, exist_ok=True)
+        self._locks: dict[str, int | None] = {}  # run id -> its run.lock, while its client lives
 
     def run_dir(self, run_id: str) -> Path:
         return self.root / dir_name(_check_name(run_id, "training run"))
@@ -102,18 +104,24 @@ class Store:
         return self.root / ".tokenizers" / base_model.replace("/", "--").replace(":", "-")
 
     def start_run(self, run_id: str, config: dict[str, Any]) -> None:
-        """The run's `config.yaml` (what `arena runs list` reads), written once, atomically."""
+        """The run's `config.yaml` (what `arena runs list` reads), written once, atomically, and
+        its run.lock held while the client lives, as a training run holds it: `arena runs list`
+        and the dashboard say "running" and `arena runs delete` refuses to pull its directory
+        from under the next `save_state`."""
         import yaml
 
         path = self.run_dir(run_id) / "config.yaml"
         if not path.is_file():
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_text(path, yaml.safe_dump(config, sort_keys=False))
+        if run_id not in self._locks:
+            self._locks[run_id] = claim_run(path.parent)
 
     def finish_run(self, run_id: str, summary: dict[str, Any]) -> None:
         """The run's `summary.json`: its session finished (`arena runs list` says so)."""
         if (self.run_dir(run_id) / "config.yaml").is_file():
             atomic_write_json(self.run_dir(run_id) / "summary.json", summary)
+        release_run(self._locks.pop(run_id, None))
 
     def write(
         self,

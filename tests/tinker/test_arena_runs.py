@@ -34,7 +34,10 @@ def test_runs_list_and_checkpoints_show_a_tinker_client(service, state_dir, sft_
     assert main(["runs", "list", "--runs", str(state_dir), "--json"]) == 0
     runs = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
     assert runs[run]["algorithm"] == "tinker" and runs[run]["checkpoints"] == 2
-    assert runs[run]["status"] != "corrupt", runs[run]["problem"]
+    assert runs[run]["status"] == "running", runs[run]["problem"]  # its client is alive
+    # its directory is not pulled from under the client's next save_state
+    assert main(["runs", "delete", run, "--runs", str(state_dir), "--yes"]) != 0
+    assert "is being trained right now" in capsys.readouterr().err
 
     assert main(["checkpoints", "list", run, "--runs", str(state_dir)]) == 0
     listing = capsys.readouterr().out
