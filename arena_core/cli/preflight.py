@@ -28,6 +28,7 @@ def preflight(
     whose forecast warns past the limit. Returns the report, which the run keeps as
     `validation.json` in its directory."""
     report = preflight_report(cfg)
+    runs_check(cfg, report)
     if model:
         model_check(cfg, report)
         if plan is None and not cfg.get("dry_run") and report.verdict != FAIL:
@@ -44,6 +45,18 @@ def preflight(
     if report.verdict == PASS and check is not None:
         print(f"{prefix}{check.detail}", flush=True)
     return report
+
+
+def runs_check(cfg: dict[str, Any], report: Report) -> None:
+    """`paths.runs`: a FAIL when no run directory can be made there (a file in the way, a folder
+    not writable), before the plan and the model load rather than as a traceback after them."""
+    from arena_core.store.rundir import runs_root_problem
+
+    runs = (cfg.get("paths") or {}).get("runs") or "./runs"
+    problem = runs_root_problem(runs)
+    if problem is not None:
+        fix = "point paths.runs at a folder you can write (default ./runs)"
+        report.add("paths.runs", FAIL, f"paths.runs={runs}: {problem}; {fix}")
 
 
 def model_check(cfg: dict[str, Any], report: Report) -> None:

@@ -275,12 +275,20 @@ def _check_sweep(
     from omegaconf import OmegaConf
 
     from arena_core.config.compose import hydra_errors, hydra_message
+    from arena_core.store.rundir import runs_root_problem
 
     if prepared.problems:
         raise ConfigError(prepared.problems, header="Sweep refused before any job started")
     master = hydra.compose_config(
         config_name=config_name, overrides=[*prepared.hydra, *extra], run_mode=RunMode.MULTIRUN
     )
+    sweep_dir = str(master.hydra.sweep.dir)
+    if (problem := runs_root_problem(sweep_dir)) is not None:  # Hydra makes it first
+        raise ConfigError(
+            f"hydra.sweep.dir={sweep_dir}: {problem}",
+            header="Sweep refused before any job started",
+            fixes=["Point paths.runs (or hydra.sweep.dir) at a folder you can write."],
+        )
     if master.hydra.sweeper.get("_target_") != BASIC_SWEEPER:
         return
     parsed = OverridesParser.create().parse_overrides(list(prepared.hydra))

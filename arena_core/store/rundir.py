@@ -57,10 +57,28 @@ def slug(text: str) -> str:
 STAMP_RE = r"\d{8}-\d{6}(-\d+)?"  # what new_run_dir appends to a run's name
 
 
+def runs_root_problem(runs: str | Path) -> str | None:
+    """Why no run directory can be made under `runs` (a file in the way, a folder this user
+    cannot write), or None: checked before a run spends anything, and again when it makes one."""
+    path = Path(runs).expanduser().absolute()
+    found = next((p for p in (path, *path.parents) if p.exists()), None)
+    if found is None or not found.is_dir():
+        return f"{found} is a file, not a folder, so no run directory can be made in {runs}"
+    if not os.access(found, os.W_OK | os.X_OK):
+        return f"{found} is not writable by this user, so no run directory can be made in {runs}"
+    return None
+
+
 def new_run_dir(runs: str | Path, name: str) -> Path:
     """A fresh `<runs>/<name>-<YYYYmmdd-HHMMSS>` directory (suffixed if the second is taken)."""
     root = Path(runs)
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        why = runs_root_problem(root) or f"{exc.strerror or exc} ({exc.filename or root})"
+        raise ArenaError(
+            f"paths.runs={runs}: {why}; point paths.runs at a folder you can write"
+        ) from None
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = f"{slug(name)}-{stamp}"
     for k in range(1000):

@@ -84,6 +84,32 @@ def test_a_missing_dataset_path_says_where_relative_paths_are_resolved(
     assert f"relative paths are resolved from the working directory, {tmp_path}" in err
 
 
+def test_a_runs_folder_that_cannot_be_made_fails_the_preflight_not_a_traceback(
+    tmp_path: Path, capsys
+) -> None:
+    """paths.runs under a file (a typo naming the dataset): a FAIL naming the file, in the dry
+    run and the run, before the plan; the SDK without checks gets the same words, no OSError."""
+    import arena
+    from arena_core.errors import ArenaError
+
+    data = tmp_path / "train.jsonl"
+    data.write_text("{}\n")
+    for runs in (data, data / "runs"):
+        for dry in ("dry_run=true", "dry_run=false"):
+            assert main([*QUICK, dry, f"paths.runs={runs}"]) == 1
+            out = capsys.readouterr()
+            assert f"FAIL paths.runs: paths.runs={runs}: {data} is a file, not a folder" in out.err
+            assert "Traceback" not in out.err
+            if dry == "dry_run=false":
+                assert "1 trainer" not in out.out  # stopped before the plan
+    assert main(["-m", *QUICK, "seed=0,1", f"paths.runs={data}"]) == 2  # Hydra's sweep folder
+    err = capsys.readouterr().err
+    assert "Sweep refused before any job started" in err and f"{data} is a file" in err
+    with pytest.raises(ArenaError, match=f"paths.runs={data}: {data} is a file, not a folder"):
+        arena.train([*QUICK, f"paths.runs={data}"], check=False)
+    assert data.read_text() == "{}\n"
+
+
 def test_a_model_that_fails_to_load_ends_failed_not_interrupted(
     tmp_runs: Path, tmp_path: Path, capsys
 ) -> None:
