@@ -30,7 +30,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from arena_core.session.recipe import Recipe, RunInputs
+from arena_core.session.recipe import Recipe, RunInputs, choose_recipe
 
 
 def launch(cfg: dict[str, Any], *, check: bool = True) -> Path | None:
@@ -60,24 +60,6 @@ def launch(cfg: dict[str, Any], *, check: bool = True) -> Path | None:
     validation = report.to_dict() if report is not None else None
     with sigterm_interrupts():
         return recipe.run(replace(inputs, plan=plan, validation=validation))
-
-
-def choose_recipe(cfg: dict[str, Any]) -> tuple[str, Recipe]:
-    """(name, a fresh instance) of the recipe that trains `cfg`'s algorithm."""
-    from arena_core.plugin_loader import get_plugins
-    from arena_core.registry import DEFAULT_RECIPE, algorithm_recipe
-    from arena_core.session.recipe import registered_recipe
-
-    plugins = get_plugins()
-    algo = str((cfg.get("algo") or {}).get("name"))
-    entry = plugins.registries.algorithms.entries.get(algo)  # unknown: the config names it
-    name = algorithm_recipe(entry.obj) if entry is not None else DEFAULT_RECIPE
-    where = f"algorithm '{algo}' (from {entry.origin})" if entry is not None else "the run"
-    recipe_cls = registered_recipe(name, where)
-    if (cfg.get("evolution") or {}).get("enabled") is True and recipe_cls.population_recipe:
-        name = recipe_cls.population_recipe
-        recipe_cls = registered_recipe(name, f"recipe '{name}' (evolution.enabled)")
-    return name, recipe_cls()
 
 
 def print_config(cfg: dict[str, Any]) -> None:

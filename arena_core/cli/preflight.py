@@ -14,7 +14,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from arena_core.validate.preflight import ValidationFailed, preflight_report
+from arena_core.validate.preflight import (
+    ValidationFailed,
+    model_check,
+    preflight_report,
+    runs_check,
+)
 from arena_core.validate.report import FAIL, PASS, SKIP, WARN, Report
 
 
@@ -45,43 +50,6 @@ def preflight(
     if report.verdict == PASS and check is not None:
         print(f"{prefix}{check.detail}", flush=True)
     return report
-
-
-def runs_check(cfg: dict[str, Any], report: Report) -> None:
-    """`paths.runs`: a FAIL when no run directory can be made there (a file in the way, a folder
-    not writable), before the plan and the model load rather than as a traceback after them."""
-    from arena_core.store.rundir import runs_root_problem
-
-    runs = (cfg.get("paths") or {}).get("runs") or "./runs"
-    problem = runs_root_problem(runs)
-    if problem is not None:
-        fix = "point paths.runs at a folder you can write (default ./runs)"
-        report.add("paths.runs", FAIL, f"paths.runs={runs}: {problem}; {fix}")
-
-
-def model_check(cfg: dict[str, Any], report: Report) -> None:
-    """`model.available`: the model named by `model.name_or_path` can be loaded here, or the
-    checkpoint `model.init_from` names exists: resolved by the run index, the one resolver the
-    model load uses, so a typo stops the run before its directory is made."""
-    from arena_core.models.cache import model_availability
-
-    model = cfg.get("model") or {}
-    ref = model.get("init_from")
-    if ref:
-        from arena_core.errors import ArenaError
-        from arena_core.store.index import select_model_checkpoint
-
-        runs = (cfg.get("paths") or {}).get("runs") or "./runs"
-        try:
-            run_dir, ckpt = select_model_checkpoint(str(ref), runs)
-        except ArenaError as exc:
-            report.add("model.available", FAIL, f"model.init_from={ref}: {exc}")
-            return
-        detail = f"model.init_from={ref}: {run_dir.name} step {ckpt.step} ({ckpt.dir})"
-        report.add("model.available", PASS, detail)
-        return
-    ok, detail = model_availability(str(model.get("name_or_path") or ""))
-    report.add("model.available", PASS if ok else FAIL, detail)
 
 
 def flat_check(cfg: dict[str, Any], report: Report) -> None:

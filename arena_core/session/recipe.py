@@ -161,3 +161,20 @@ def registered_recipe(name: str, where: str) -> type[Recipe]:
             "(docs/plugins.md, Recipes)"
         )
     return obj
+
+
+def choose_recipe(cfg: dict[str, Any]) -> tuple[str, Recipe]:
+    """(name, a fresh instance) of the recipe that trains `cfg`'s algorithm."""
+    from arena_core.plugin_loader import get_plugins
+    from arena_core.registry import DEFAULT_RECIPE, algorithm_recipe
+
+    plugins = get_plugins()
+    algo = str((cfg.get("algo") or {}).get("name"))
+    entry = plugins.registries.algorithms.entries.get(algo)  # unknown: the config names it
+    name = algorithm_recipe(entry.obj) if entry is not None else DEFAULT_RECIPE
+    where = f"algorithm '{algo}' (from {entry.origin})" if entry is not None else "the run"
+    recipe_cls = registered_recipe(name, where)
+    if (cfg.get("evolution") or {}).get("enabled") is True and recipe_cls.population_recipe:
+        name = recipe_cls.population_recipe
+        recipe_cls = registered_recipe(name, f"recipe '{name}' (evolution.enabled)")
+    return name, recipe_cls()

@@ -1,4 +1,5 @@
-"""The checks `arena-run` makes before loading any model: reward, dataset, environment.
+"""The checks `arena-run` makes before loading any model: reward, dataset, environment, where
+its directory goes (`runs_check`) and whether its model can be had (`model_check`).
 
 They are `arena validate`'s validators, so a run stops with the report a user would get from
 `arena validate`, before spending minutes loading a model.
@@ -11,7 +12,7 @@ from typing import Any
 
 from arena_core.errors import ArenaError
 from arena_core.validate.env import CLASSIC_SOURCES, classic_source
-from arena_core.validate.report import FAIL, SKIP, Report
+from arena_core.validate.report import FAIL, PASS, SKIP, Report
 
 
 class ValidationFailed(ArenaError):
@@ -150,3 +151,40 @@ def validate_before_run(cfg: dict[str, Any]) -> Report:
     if report.verdict == FAIL:
         raise ValidationFailed(report)
     return report
+
+
+def runs_check(cfg: dict[str, Any], report: Report) -> None:
+    """`paths.runs`: a FAIL when no run directory can be made there (a file in the way, a folder
+    not writable), before the plan and the model load rather than as a traceback after them."""
+    from arena_core.store.rundir import runs_root_problem
+
+    runs = (cfg.get("paths") or {}).get("runs") or "./runs"
+    problem = runs_root_problem(runs)
+    if problem is not None:
+        fix = "point paths.runs at a folder you can write (default ./runs)"
+        report.add("paths.runs", FAIL, f"paths.runs={runs}: {problem}; {fix}")
+
+
+def model_check(cfg: dict[str, Any], report: Report) -> None:
+    """`model.available`: the model named by `model.name_or_path` can be loaded here, or the
+    checkpoint `model.init_from` names exists: resolved by the run index, the one resolver the
+    model load uses, so a typo stops the run before its directory is made."""
+    from arena_core.models.cache import model_availability
+
+    model = cfg.get("model") or {}
+    ref = model.get("init_from")
+    if ref:
+        from arena_core.errors import ArenaError
+        from arena_core.store.index import select_model_checkpoint
+
+        runs = (cfg.get("paths") or {}).get("runs") or "./runs"
+        try:
+            run_dir, ckpt = select_model_checkpoint(str(ref), runs)
+        except ArenaError as exc:
+            report.add("model.available", FAIL, f"model.init_from={ref}: {exc}")
+            return
+        detail = f"model.init_from={ref}: {run_dir.name} step {ckpt.step} ({ckpt.dir})"
+        report.add("model.available", PASS, detail)
+        return
+    ok, detail = model_availability(str(model.get("name_or_path") or ""))
+    report.add("model.available", PASS if ok else FAIL, detail)

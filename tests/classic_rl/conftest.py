@@ -36,8 +36,7 @@ def compose(tmp_path: Path, *overrides: str) -> dict[str, Any]:
 def train(tmp_path: Path, *overrides: str) -> Path:
     """Compose and run through the recipe the algorithm names (as arena-run chooses it), without
     arena-run's pre-flight."""
-    from arena_core.cli.launch import choose_recipe
-    from arena_core.session.recipe import RunInputs
+    from arena_core.session.recipe import RunInputs, choose_recipe
 
     cfg = compose(tmp_path, *overrides)
     return choose_recipe(cfg)[1].run(RunInputs.of(cfg))

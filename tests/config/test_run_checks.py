@@ -32,6 +32,34 @@ def test_dry_run_and_validate_config_refuse_what_a_run_refuses(
     assert message in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("case", ["data category", "runs folder", "init_from"])
+def test_validate_config_refuses_what_the_launcher_and_preflight_refuse(
+    case: str, tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`arena validate config` ends with the run's own verdict and exit code, past composition:
+    the data that do not fit the algorithm (exit 2), a paths.runs no run directory can be made
+    in, a model.init_from that names no run (exit 1). It said PASS to each before."""
+    sft = tmp_path / "sft.jsonl"
+    sft.write_text('{"prompt": "hi", "response": "hello"}\n{"prompt": "a", "response": "b"}\n')
+    overrides, code, message = {
+        "data category": (
+            ["+algo=grpo", "+env=dataset", f"env.path={sft}", "env.category=sft", "model=tiny"],
+            2,
+            "algo=grpo trains on reasoning (question, answer) data",
+        ),
+        "runs folder": (["+experiment=quickstart", f"paths.runs={sft}"], 1, "is a file"),
+        "init_from": (
+            ["+experiment=quickstart", f"paths.runs={tmp_path}", "model.init_from=nope:best"],
+            1,
+            "model.init_from=nope:best",
+        ),
+    }[case]
+    assert arena_run.main([*overrides, "dry_run=true"]) == code
+    assert message in " ".join(capsys.readouterr().err.split())
+    assert arena_cli.main(["validate", "config", *overrides, "--json"]) == code
+    assert message in capsys.readouterr().out
+
+
 def test_preset_env_is_replaced_not_appended() -> None:
     cfg = compose_run_config(["+experiment=quickstart", "env=gsm8k", "env.path=/data/x.jsonl"])
     assert cfg["env"]["name"] == "gsm8k" and cfg["env"]["path"] == "/data/x.jsonl"

@@ -170,10 +170,9 @@ def test_the_sdk_refuses_a_wrong_dataset_category_like_the_cli(
 
 
 def test_a_population_run_selects_the_population_recipe(own_recipe) -> None:  # noqa: ANN001
-    from arena_core.cli.launch import choose_recipe
     from arena_core.llm_rl.recipe import LLMRecipe
     from arena_core.population.recipe import PopulationRecipe
-    from arena_core.session.recipe import RunInputs
+    from arena_core.session.recipe import RunInputs, choose_recipe
 
     single = {"algo": {"name": "grpo"}, "evolution": {"enabled": False}}
     population = {"algo": {"name": "grpo"}, "evolution": {"enabled": True}}
