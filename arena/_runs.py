@@ -130,8 +130,10 @@ class Run:
         """`arena runs show`: config diff against defaults, plan and figures."""
         return report.show_run(self.path)
 
-    def delete(self) -> None:
-        index.delete_run(self.path)
+    def delete(self, *, force: bool = False) -> None:
+        """`arena runs delete`: refused while the run trains, and (unless `force`) while other
+        runs' LoRA checkpoints sit on its weights."""
+        index.delete_run(self.path, force=force)
 
     def __repr__(self) -> str:
         return f"Run({str(self.path)!r})"

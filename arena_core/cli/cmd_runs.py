@@ -50,6 +50,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     rm = sub.add_parser("delete", help="delete a run directory (asks first)")
     add_run_argument(rm)
     rm.add_argument("--yes", "-y", action="store_true", help="do not ask")
+    rm.add_argument(
+        "--force",
+        action="store_true",
+        help="delete it even when other runs' LoRA checkpoints sit on its weights (they then no "
+        "longer load)",
+    )
     rm.set_defaults(func=run_delete)
 
 
@@ -157,7 +163,7 @@ def run_compare(args: argparse.Namespace) -> int:
 
 def run_delete(args: argparse.Namespace) -> int:
     run_dir = index.resolve_run(args.run, args.runs)
-    index.check_deletable(run_dir)  # before asking: a live run is refused either way
+    index.check_deletable(run_dir, force=args.force)  # before asking: refused either way
     if not args.yes:
         if not sys.stdin.isatty():
             print(f"not deleting {run_dir}: pass --yes to delete without asking", file=sys.stderr)
@@ -166,6 +172,6 @@ def run_delete(args: argparse.Namespace) -> int:
         if answer.strip().lower() not in ("y", "yes"):
             print("kept")
             return 1
-    index.delete_run(run_dir)
+    index.delete_run(run_dir, force=args.force)
     print(f"deleted {run_dir}")
     return 0

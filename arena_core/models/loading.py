@@ -145,9 +145,10 @@ def _init_from(cfg: dict[str, Any], ref: str, *, device: str, runs: str | Path) 
         model = _wrap_lora(model, lora, str(ckpt.weights_dir))
         # The new adapter sits on the start, not on the original model that peft reads from the
         # config (`_name_or_path`): a saved checkpoint must name the start so that `arena deploy`,
-        # `load_policy` and an export rebuild the whole chain (`_load_adapter` merges it again).
+        # `load_policy` and an export rebuild the whole chain (`_load_adapter` merges it again),
+        # absolute so that they do from any working directory.
         for adapter in model.peft_config.values():
-            adapter.base_model_name_or_path = str(ckpt.weights_dir)
+            adapter.base_model_name_or_path = str(ckpt.weights_dir.resolve())
     else:
         model.requires_grad_(True)
     print(f"model: initialised from {ckpt.dir} (step {ckpt.step}, {ckpt.kind})", flush=True)

@@ -473,16 +473,18 @@ def select_model_checkpoint(ref: str, runs: str | Path = "./runs") -> tuple[Path
     return run_dir, ckpt
 
 
-def delete_run(run_dir: Path) -> None:
+def delete_run(run_dir: Path, *, force: bool = False) -> None:
     """Remove a run directory (the index forgets it because the index is the directories); a
-    run that a process is training is refused: its next checkpoint would fail mid-run."""
+    run that a process is training is refused: its next checkpoint would fail mid-run; so is a
+    run other runs' LoRA checkpoints sit on, unless `force` (see `check_deletable`)."""
     run_dir = Path(run_dir)
-    check_deletable(run_dir)
+    check_deletable(run_dir, force=force)
     shutil.rmtree(run_dir)
 
 
-def check_deletable(run_dir: Path) -> None:
-    """ArenaError unless `run_dir` is a run directory that no process is training."""
+def check_deletable(run_dir: Path, *, force: bool = False) -> None:
+    """ArenaError unless `run_dir` is a run directory that no process is training and, unless
+    `force`, whose weights no other run's LoRA checkpoint names as its base (`built_on`)."""
     if not is_run_dir(run_dir):
         raise ArenaError(f"{run_dir} is not a run directory; nothing deleted.")
     holder = run_holder(run_dir)
@@ -491,6 +493,42 @@ def check_deletable(run_dir: Path) -> None:
             f"{run_dir} is being trained right now ({holder_text(holder)}); nothing deleted. "
             "Stop it first (Ctrl-C in its terminal, or kill -INT its pid), then delete it."
         )
+    users = [] if force else built_on(run_dir)
+    if users:
+        shown = ", ".join(f"{run.name} step {step}" for run, step in users[:5])
+        more = f" and {len(users) - 5} more" if len(users) > 5 else ""
+        first = users[0][0]
+        raise ArenaError(
+            f"{run_dir} holds the weights that {len(users)} LoRA checkpoint(s) of other runs "
+            f"sit on ({shown}{more}, started with model.init_from): without it they no longer "
+            f"load; nothing deleted. Export them merged first (arena checkpoints export "
+            f"{first}:STEP --format merged --out DIR), delete those runs first, or pass --force."
+        )
+
+
+def built_on(run_dir: Path) -> list[tuple[Path, int]]:
+    """(run, step) of the other runs' LoRA checkpoints whose adapter names a base inside
+    `run_dir` (a run started with `model.init_from` on it and a fresh adapter), among the runs
+    beside it: its runs directory, or the one above its project folder."""
+    run_dir = Path(run_dir).resolve()
+    try:
+        project = read_config(run_dir).get("project")
+    except (OSError, ValueError, yaml.YAMLError):
+        project = None
+    root = run_dir.parent.parent if project and project == run_dir.parent.name else run_dir.parent
+    found = []
+    for other, _ in run_dirs(root):
+        if other.resolve() == run_dir:
+            continue
+        for config in sorted((other / "checkpoints").glob("*/adapter/adapter_config.json")):
+            try:
+                base = json.loads(config.read_text()).get("base_model_name_or_path") or ""
+            except (OSError, ValueError):
+                continue
+            if base and Path(base).expanduser().resolve().is_relative_to(run_dir):
+                step = re.search(r"(\d+)$", config.parent.parent.name)
+                found.append((other, int(step.group(1)) if step else 0))
+    return found
 
 
 def _dir_size(path: Path) -> int:

@@ -30,7 +30,9 @@ def _run(overrides: list[str], runs: Path) -> Path:
     return run
 
 
-def test_sft_then_dpo_then_grpo(pref_file: Path, tmp_runs: Path, common: list[str]):
+def test_sft_then_dpo_then_grpo(
+    pref_file: Path, tmp_runs: Path, common: list[str], monkeypatch: pytest.MonkeyPatch, capsys
+):
     quick = ["eval.num_prompts=8", "generation.max_new_tokens=24"]
     # 1. SFT of the untrained tiny model on the quickstart task's demonstrations, evaluated by
     # held-out reward as well
@@ -52,7 +54,8 @@ def test_sft_then_dpo_then_grpo(pref_file: Path, tmp_runs: Path, common: list[st
     assert s["eval_reward_initial"] is not None and s["eval_accuracy_final"] is not None
 
     # 2. DPO with a fresh LoRA adapter on the SFT weights: the reference (adapter disabled) is
-    # the SFT result, not arena:tiny
+    # the SFT result, not arena:tiny. Started with a relative paths.runs, as ./runs is
+    monkeypatch.chdir(tmp_runs.parent)
     dpo = _run(
         [
             "+algo=dpo",
@@ -65,9 +68,18 @@ def test_sft_then_dpo_then_grpo(pref_file: Path, tmp_runs: Path, common: list[st
             "algo.lr=1e-3",
             "train.max_steps=2",
             *common,
+            f"paths.runs={tmp_runs.name}",
         ],
         tmp_runs,
     )
+    # its adapter names the SFT weights it sits on by an absolute path: it loads from anywhere
+    adapter = dpo / "checkpoints/step_000002/adapter"
+    base = json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"]
+    assert Path(base) == (sft / "checkpoints/step_000002/model").resolve()
+    elsewhere = tmp_runs.parent / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert load_policy({"name_or_path": str(adapter)}).is_lora
     sft_weights = load_policy({"name_or_path": str(sft / "checkpoints/step_000002/model")})
     enc = Encoder(sft_weights.tokenizer, 1024)
     rows = [json.loads(x) for x in pref_file.read_text().splitlines()]
@@ -112,6 +124,17 @@ def test_sft_then_dpo_then_grpo(pref_file: Path, tmp_runs: Path, common: list[st
     )
     g = json.loads((grpo / "summary.json").read_text())
     assert g["steps"] == 1 and g["eval_reward_initial"] is not None
+
+    # the SFT run holds the weights the DPO adapters sit on: not deleted from under them
+    from arena_core.cli.main import main as arena
+
+    capsys.readouterr()
+    assert arena(["runs", "delete", str(sft), "--yes"]) != 0
+    err = capsys.readouterr().err
+    assert f"({dpo.name} step 2, started with model.init_from)" in err
+    assert "no longer load; nothing deleted" in err and sft.is_dir()
+    assert arena(["runs", "delete", str(grpo), "--yes"]) == 0  # its weights are merged: alone
+    assert arena(["runs", "delete", str(sft), "--yes", "--force"]) == 0 and not sft.exists()
 
 
 def test_init_from_names_what_is_wrong(tmp_runs: Path):
