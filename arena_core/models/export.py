@@ -22,7 +22,7 @@ from arena_core.models.loading import load_policy
 from arena_core.store.atomic import atomic_write_json
 from arena_core.store.export_manifest import FORMATS, check_lora_alpha, write_manifest
 from arena_core.store.index import CheckpointInfo
-from arena_core.store.rundir import read_config
+from arena_core.store.rundir import folder_problem, read_config
 
 MAX_SHARD = "2GB"
 
@@ -34,6 +34,9 @@ def export_checkpoint(
     if fmt not in FORMATS:
         raise ArenaError(f"unknown export format '{fmt}'; use one of: {', '.join(FORMATS)}")
     out = Path(out)
+    if out.is_file() or (problem := folder_problem(out.parent)) is not None:
+        why = f"{out} is a file" if out.is_file() else problem
+        raise ArenaError(f"cannot export to {out}: {why}; pick another --out.")
     if out.exists() and any(out.iterdir()):
         raise ArenaError(f"{out} already exists and is not empty; pick a new --out or delete it.")
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"

@@ -11,10 +11,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from arena_core.errors import ArenaError
 from arena_core.store.index import RunInfo, read_run
 from arena_core.store.kinds import kind_of
 from arena_core.store.metrics import metric_value, read_metrics
-from arena_core.store.rundir import run_holder
+from arena_core.store.rundir import folder_problem, run_holder
 
 
 def config_diff(cfg: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
@@ -35,7 +36,6 @@ def run_defaults(cfg: dict[str, Any]) -> dict[str, Any]:
     validation, then shown unset (None)."""
     from arena_core.config import compose_raw
     from arena_core.config.checks import validate_config
-    from arena_core.errors import ArenaError
     from arena_core.plugin_loader import get_plugins
 
     overrides = []
@@ -154,6 +154,10 @@ def metrics_table(run_dir: Path, keys: list[str] | None = None) -> dict[str, lis
 def compare(run_dirs: list[Path], png: Path | None = None) -> dict[str, Any]:
     """Held-out figures of several runs side by side (each run's own kind's), and one PNG of
     their curves on the panels of their kinds."""
+    if png is not None:  # said before reading every run, not as an OSError after
+        problem = f"{png} is a folder" if png.is_dir() else folder_problem(png.parent)
+        if problem is not None:
+            raise ArenaError(f"cannot write the curves to {png}: {problem}; pick another --png")
     infos = [read_run(d) for d in run_dirs]
     kinds = [kind_of(i.summary, read_plan(i.path)) for i in infos]
     table = {i.name: k.run_figures(i.summary) for i, k in zip(infos, kinds, strict=True)}

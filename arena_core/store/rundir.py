@@ -57,16 +57,23 @@ def slug(text: str) -> str:
 STAMP_RE = r"\d{8}-\d{6}(-\d+)?"  # what new_run_dir appends to a run's name
 
 
-def runs_root_problem(runs: str | Path) -> str | None:
-    """Why no run directory can be made under `runs` (a file in the way, a folder this user
-    cannot write), or None: checked before a run spends anything, and again when it makes one."""
-    path = Path(runs).expanduser().absolute()
+def folder_problem(folder: str | Path) -> str | None:
+    """Why `folder` cannot be made or written in (a file on its path, a folder this user cannot
+    write), or None: what to say before writing there rather than an OSError after."""
+    path = Path(folder).expanduser().absolute()
     found = next((p for p in (path, *path.parents) if p.exists()), None)
     if found is None or not found.is_dir():
-        return f"{found} is a file, not a folder, so no run directory can be made in {runs}"
+        return f"{found} is a file, not a folder"
     if not os.access(found, os.W_OK | os.X_OK):
-        return f"{found} is not writable by this user, so no run directory can be made in {runs}"
+        return f"{found} is not writable by this user"
     return None
+
+
+def runs_root_problem(runs: str | Path) -> str | None:
+    """Why no run directory can be made under `runs` (`folder_problem`), or None: checked before
+    a run spends anything, and again when it makes one."""
+    problem = folder_problem(runs)
+    return f"{problem}, so no run directory can be made in {runs}" if problem else None
 
 
 def new_run_dir(runs: str | Path, name: str) -> Path:

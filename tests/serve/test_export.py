@@ -72,3 +72,8 @@ def test_adapter_export_of_a_full_run_says_what_to_do(quick_run, tmp_path) -> No
     with pytest.raises(ArenaError, match="not empty"):
         quick_run.best().export(out)
     assert not (out / MANIFEST).exists()
+    # a file where the folder, or one of its parents, would go: said, not a NotADirectoryError
+    for target, why in ((out / "x", "is a file"), (out / "x" / "y", "is a file, not a folder")):
+        with pytest.raises(ArenaError, match=f"cannot export to {target}: .*{why}"):
+            quick_run.best().export(target)
+    assert (out / "x").read_text() == "x"

@@ -131,6 +131,11 @@ def test_cli_lists_shows_and_deletes(runs: Path, capsys) -> None:
         == 0
     )
     assert (runs / "c.png").stat().st_size > 1000
+    for png, why in ((runs / "c.png" / "d.png", "is a file, not a folder"), (runs, "is a folder")):
+        compare = ["runs", "compare", "good", "failed", "--runs", str(runs), "--png", str(png)]
+        assert main(compare) != 0
+        err = " ".join(capsys.readouterr().err.split())
+        assert f"cannot write the curves to {png}: " in err and why in err
     assert main(["runs", "delete", "killed", "--runs", str(runs)]) == 1  # not a tty: asks for --yes
     assert (runs / "killed").is_dir()
     assert main(["runs", "delete", "killed", "--runs", str(runs), "--yes"]) == 0
