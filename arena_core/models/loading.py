@@ -300,6 +300,12 @@ def _load_adapter(path: Path, *, dtype: torch.dtype, trust: bool) -> tuple[nn.Mo
     )
     if not base_name:
         raise ModelLoadError(f"{path}/adapter_config.json names no base_model_name_or_path")
+    if Path(base_name).is_absolute() and not Path(base_name).exists():
+        raise ModelLoadError(  # a run's checkpoint another run's adapter sat on, deleted or moved
+            f"{path} is a LoRA adapter on {base_name}, which no longer exists (its run deleted "
+            "with --force, or moved?): put those weights back there, or set "
+            "base_model_name_or_path in its adapter_config.json to where they are now"
+        )
     base = load_policy({"name_or_path": base_name, "dtype": "float32", "lora": {"r": 0}})
     # an adapter trained on a merged adapter (model.init_from a LoRA run) names that adapter
     base_model = base.model.merge_and_unload() if base.is_lora else base.model

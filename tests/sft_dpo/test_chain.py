@@ -135,6 +135,8 @@ def test_sft_then_dpo_then_grpo(
     assert "no longer load; nothing deleted" in err and sft.is_dir()
     assert arena(["runs", "delete", str(grpo), "--yes"]) == 0  # its weights are merged: alone
     assert arena(["runs", "delete", str(sft), "--yes", "--force"]) == 0 and not sft.exists()
+    with pytest.raises(ArenaError, match=f"LoRA adapter on {base}, which no longer exists"):
+        load_policy({"name_or_path": str(adapter)})
 
 
 def test_init_from_names_what_is_wrong(tmp_runs: Path):
