@@ -1,11 +1,12 @@
-"""`arena validate config`: exactly the checks `arena-run` makes before training.
+"""`arena validate config`: the checks `arena-run` makes before its plan, with its verdict.
 
 The config checks (composition, every schema, an algorithm and an environment chosen) are
 arena_core.config.compose_run_config, the function arena-run and its dry run call, then the
 launcher's check that the data fit the algorithm; the pre-flight (environment, dataset, reward,
 where the run directory goes, that the model can be had) is arena_core.validate.preflight, also
-arena-run's. A config that
-arena-run refuses with exit 2 gives exit 2 here, a failed pre-flight exit 1, as there.
+arena-run's. A config that arena-run refuses with exit 2 gives exit 2 here, a failed pre-flight
+exit 1, as there. Left to the run: what needs the model loaded or the plan (`reward.base_samples`,
+the forecast).
 """
 
 from __future__ import annotations
