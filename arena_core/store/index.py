@@ -520,14 +520,17 @@ def built_on(run_dir: Path) -> list[tuple[Path, int]]:
     for other, _ in run_dirs(root):
         if other.resolve() == run_dir:
             continue
-        for config in sorted((other / "checkpoints").glob("*/adapter/adapter_config.json")):
+        sitting = set()  # checkpoint directories whose adapter names a base inside run_dir
+        for config in (other / "checkpoints").glob("*/adapter/adapter_config.json"):
             try:
                 base = json.loads(config.read_text()).get("base_model_name_or_path") or ""
             except (OSError, ValueError):
                 continue
             if base and Path(base).expanduser().resolve().is_relative_to(run_dir):
-                step = re.search(r"(\d+)$", config.parent.parent.name)
-                found.append((other, int(step.group(1)) if step else 0))
+                sitting.add(config.parent.parent.resolve())
+        if sitting:  # their steps as the run's own index records them
+            ckpts = list_checkpoints(other)
+            found += [(other, c.step) for c in ckpts if c.dir.resolve() in sitting]
     return found
 
 
