@@ -110,7 +110,10 @@ class TrainConfig(Strict):
         "checkpointed too (RUN:best is the best evaluation).",
     )
     keep_checkpoints: int | None = Field(
-        None, ge=1, description="None keeps every checkpoint; N keeps the N newest plus the best."
+        None,
+        ge=1,
+        description="None keeps every checkpoint; N keeps the N newest plus the best (and any "
+        "that other runs' LoRA checkpoints sit on, via model.init_from).",
     )
     log_every: int = Field(1, ge=1)
     resume: str | None = Field(

@@ -53,6 +53,7 @@ from arena_core.store.checkpoints import (
     load_checkpoint,
     save_checkpoint,
 )
+from arena_core.store.index import pinned_checkpoints
 from arena_core.store.rundir import (
     claim_run,
     new_run_dir,
@@ -215,6 +216,7 @@ class RunSession:
             state,
             tokenizer=tokenizer,
             keep=self.core.train.keep_checkpoints,
+            pinned=lambda: pinned_checkpoints(self.run_dir),
             scores=scores,
             best_only=best_only,
             **more,

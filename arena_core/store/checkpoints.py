@@ -115,6 +115,7 @@ def save_checkpoint(
     extra_bytes: int = 0,
     entry_extra: dict[str, Any] | None = None,
     best_only: bool = False,
+    pinned: Callable[[], set[str]] | None = None,
 ) -> Path:
     """Write checkpoint `step` atomically and record it in the index with its `scores` (the
     held-out evaluation at that step, when there was one); returns its directory. `extra(dir)`
@@ -125,7 +126,10 @@ def save_checkpoint(
     The run's best checkpoint (`arena_core.store.best`) is never deleted: `keep` keeps the
     `keep` newest plus the best. `best_only=True` marks a checkpoint saved only because its
     evaluation is a new best (none was due): it is deleted once a later checkpoint beats it,
-    so such saves add at most one checkpoint to what the schedule keeps. Old checkpoints are
+    so such saves add at most one checkpoint to what the schedule keeps. `pinned()` names the
+    checkpoint directories other runs still need (their LoRA adapters sit on these weights,
+    `arena_core.store.index.pinned_checkpoints`): asked only when a save would delete some, and
+    none of those is deleted, whatever `keep` says. Old checkpoints are
     deleted only after the new index (which no longer names them) is in place, so a kill at any
     moment leaves the best one named and whole; what a kill left half-written (a `.tmp-` dir, a
     directory the index does not name) is removed before the next save. A save that does not
@@ -157,6 +161,11 @@ def save_checkpoint(
         fsync_dir(root)
         entries, entry = _new_entries(index, name, step, kind, scores, best_only, entry_extra)
         entries, removed = _retained(entries, entry, keep)
+        if removed and pinned is not None:
+            needed_elsewhere = pinned()
+            entries += [e for e in removed if e["dir"] in needed_elsewhere]
+            entries.sort(key=lambda c: c["step"])
+            removed = [e for e in removed if e["dir"] not in needed_elsewhere]
         atomic_write_json(root / INDEX, {"latest": name, "checkpoints": entries})
     except Exception as exc:
         free_after = free_bytes(existing(tmp))  # before the partial files go

@@ -510,28 +510,48 @@ def built_on(run_dir: Path) -> list[tuple[Path, int]]:
     """(run, step) of the other runs' LoRA checkpoints whose adapter names a base inside
     `run_dir` (a run started with `model.init_from` on it and a fresh adapter), among the runs
     beside it: its runs directory, or the one above its project folder."""
+    sitting: dict[Path, set[Path]] = {}
+    for other, ckpt, _ in _adapters_on(Path(run_dir).resolve()):
+        sitting.setdefault(other, set()).add(ckpt)
+    found = []
+    for other, dirs in sitting.items():
+        ckpts = list_checkpoints(other)  # their steps as the run's own index records them
+        found += [(other, c.step) for c in ckpts if c.dir.resolve() in dirs]
+    return found
+
+
+def pinned_checkpoints(run_dir: Path) -> set[str]:
+    """The names of `run_dir`'s checkpoint directories that other runs' LoRA adapters sit on:
+    `train.keep_checkpoints` never deletes these (save_checkpoint's `pinned`), or resuming a base
+    run would break the runs started from it."""
     run_dir = Path(run_dir).resolve()
+    root = checkpoints_dir(run_dir)
+    return {
+        base.relative_to(root).parts[0]
+        for _, _, base in _adapters_on(run_dir)
+        if base.is_relative_to(root) and base != root
+    }
+
+
+def _adapters_on(run_dir: Path) -> Iterator[tuple[Path, Path, Path]]:
+    """(other run, its checkpoint directory, the base it names) for each LoRA checkpoint of the
+    runs beside `run_dir` (resolved) whose adapter names a base inside `run_dir`."""
     try:
         project = read_config(run_dir).get("project")
     except (OSError, ValueError, yaml.YAMLError):
         project = None
     root = run_dir.parent.parent if project and project == run_dir.parent.name else run_dir.parent
-    found = []
     for other, _ in run_dirs(root):
         if other.resolve() == run_dir:
             continue
-        sitting = set()  # checkpoint directories whose adapter names a base inside run_dir
         for config in (other / "checkpoints").glob("*/adapter/adapter_config.json"):
             try:
-                base = json.loads(config.read_text()).get("base_model_name_or_path") or ""
+                named = json.loads(config.read_text()).get("base_model_name_or_path") or ""
             except (OSError, ValueError):
                 continue
-            if base and Path(base).expanduser().resolve().is_relative_to(run_dir):
-                sitting.add(config.parent.parent.resolve())
-        if sitting:  # their steps as the run's own index records them
-            ckpts = list_checkpoints(other)
-            found += [(other, c.step) for c in ckpts if c.dir.resolve() in sitting]
-    return found
+            base = Path(named).expanduser().resolve() if named else None
+            if base is not None and base.is_relative_to(run_dir):
+                yield other, config.parent.parent.resolve(), base
 
 
 def _dir_size(path: Path) -> int:

@@ -211,3 +211,44 @@ def test_a_named_metric_ranks_in_its_own_direction(tmp_path: Path, capsys) -> No
     assert main(["checkpoints", "list", "sft", "--runs", str(tmp_path)]) == 0
     rows = capsys.readouterr().out.splitlines()[1:]
     assert "best" in rows[0] and "best" not in rows[1]  # step 10: the lowest loss
+
+
+def test_resuming_a_base_run_keeps_the_checkpoint_other_runs_adapters_sit_on(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """train.keep_checkpoints rotates a resumed run's old checkpoints away, but not one that a
+    run started with model.init_from (a fresh LoRA adapter) sits on: that run must still load."""
+    from arena_core.cli.run import execute
+    from arena_core.models import load_policy
+
+    runs = tmp_path / "runs"
+    quick = [
+        "+experiment=quickstart",
+        f"paths.runs={runs}",
+        "eval.every=0",
+        "train.prompts_per_step=2",
+        "algo.group_size=2",
+        "generation.max_new_tokens=8",
+        "eval.num_prompts=2",
+        "logger.names=[csv]",
+        "runtime.progress=off",
+    ]
+    monkeypatch.setenv("ARENA_PREFLIGHT_SAMPLE_PROMPTS", "0")
+    assert execute([*quick, "run_name=base", "train.max_steps=2", "train.checkpoint_every=1"]) == 0
+    (base,) = runs.iterdir()
+    assert execute([*quick, "model.init_from=base:1", "model.lora.r=4", "train.max_steps=1"]) == 0
+    (child,) = set(runs.iterdir()) - {base}
+    adapter = child / "checkpoints/step_000001/adapter"
+    assert load_policy({"name_or_path": str(adapter)}).is_lora
+
+    # the base run resumed for two more steps, keeping the newest checkpoint only
+    resumed = ["train.max_steps=4", "train.keep_checkpoints=1", f"train.resume={base}"]
+    assert execute([*quick, "run_name=base", "train.checkpoint_every=1", *resumed]) == 0
+    kept = _on_disk(base)  # the newest, the best (the end-of-run evaluation) and step 1
+    assert 1 in kept and 3 not in kept and kept[-1] == 4
+    assert load_policy({"name_or_path": str(adapter)}).is_lora
+    # once the child is gone, the next rotation lets step 1 go too
+    assert main(["runs", "delete", str(child), "--yes"]) == 0
+    more = ["train.max_steps=5", "train.keep_checkpoints=1", f"train.resume={base}"]
+    assert execute([*quick, "run_name=base", "train.checkpoint_every=1", *more]) == 0
+    assert 1 not in _on_disk(base) and _on_disk(base)[-1] == 5
