@@ -97,6 +97,8 @@ def register_loggers(register: Register) -> None:
         ``run_name``, ``config``, ``resume_step``) and returns an object with
         ``log(step, metrics)`` (once per step; ``None``/NaN = not measured) and ``close()``,
         and optionally ``log_summary(summary)`` (summary.json, with its ``status``, before close).
+        A factory may have a static ``missing() -> str | None`` (what its logger lacks, e.g. an
+        uninstalled package): the config check refuses the name when it says something.
     """
 
 

@@ -69,6 +69,20 @@ def algorithm_recipe(algorithm: Any) -> str:
     return str(named or DEFAULT_RECIPE)  # `recipe = None` (or "") is the LLM loop too
 
 
+@runtime_checkable
+class NamesWhatItLacks(Protocol):
+    """A registered object that needs packages Arena does not install (the mlflow logger): its
+    `missing()` says what is missing and how to install it, or None, so a config check refuses
+    the name before a run directory exists instead of the run failing once it has started."""
+
+    def missing(self) -> str | None: ...
+
+
+def registered_missing(obj: Any) -> str | None:
+    """What the registered `obj` lacks (its `missing()`), or None when it lacks nothing."""
+    return obj.missing() if isinstance(obj, NamesWhatItLacks) else None
+
+
 @dataclass(frozen=True)
 class Entry:
     """One registered thing and where it came from."""

@@ -19,6 +19,7 @@ from arena_core.config.evolution import evolution_problems
 from arena_core.config.schema import CoreConfig
 from arena_core.errors import ConfigError, UnknownNameError, did_you_mean
 from arena_core.plugin_loader import PluginSet
+from arena_core.registry import registered_missing
 
 _FRIENDLY = {
     "float_parsing": "is not a number",
@@ -118,6 +119,10 @@ def _check_names(cfg: dict[str, Any], plugins: PluginSet, problems: list[str]) -
         for name in cfg["logger"]["names"]:
             if name not in plugins.registries.loggers:
                 problems.append(f"logger.names: {plugins.registries.loggers.unknown_message(name)}")
+            elif (
+                lacking := registered_missing(plugins.registries.loggers.get(name).obj)
+            ) is not None:
+                problems.append(f"logger.names: {lacking}")
     reward = cfg.get("reward")
     if reward and reward not in plugins.registries.rewards:
         if reward.endswith(".py") or "/" in reward:

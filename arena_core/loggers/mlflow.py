@@ -38,16 +38,26 @@ def _flatten(node: Any, prefix: str = "") -> dict[str, str]:
 class MlflowLogger:
     """Writes through `MlflowClient` (no global active run, so it is safe beside other code)."""
 
-    def __init__(self, ctx: LoggerContext) -> None:
+    @staticmethod
+    def missing() -> str | None:
+        """What this logger lacks where MLflow does not import (the config check asks)."""
         try:
-            from mlflow.tracking import MlflowClient
+            import mlflow.tracking  # noqa: F401 - imported to see that it imports
         except ImportError as exc:
-            from arena_core.errors import ArenaError
-
-            raise ArenaError(
+            return (
                 f"logger 'mlflow' needs MLflow ({exc}): pip install 'arena-rl[mlflow]', or drop "
                 "mlflow from logger.names"
-            ) from None
+            )
+        return None
+
+    def __init__(self, ctx: LoggerContext) -> None:
+        lacking = self.missing()
+        if lacking is not None:
+            from arena_core.errors import ArenaError
+
+            raise ArenaError(lacking)
+        from mlflow.tracking import MlflowClient
+
         from arena_core.store.atomic import atomic_write_json, read_json
 
         logging.getLogger("mlflow").setLevel(logging.WARNING)  # its table-creation chatter
@@ -102,15 +112,11 @@ class MlflowLogger:
         self.client.set_terminated(self.run_id, status=getattr(self, "_status", "FAILED"))
 
 
-def mlflow_logger(ctx: LoggerContext) -> MlflowLogger:
-    return MlflowLogger(ctx)
-
-
 @hookimpl
 def register_loggers(register: Register) -> None:
     register(
         "mlflow",
-        mlflow_logger,
+        MlflowLogger,  # the class: its missing() is asked before a run starts
         description="MLflow tracking: a local SQLite store in the run directory by default "
         "(MLFLOW_TRACKING_URI to use a server); needs pip install 'arena-rl[mlflow]'",
     )

@@ -5,6 +5,7 @@ store inside the run directory."""
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -61,6 +62,21 @@ def test_an_unknown_logger_name_is_a_config_error_with_a_suggestion() -> None:
     message = str(info.value)
     assert "logger.names: unknown logger 'tensorbord', did you mean 'tensorboard'?" in message
     assert "Installed: csv, mlflow, tensorboard" in message
+
+
+def test_a_logger_whose_package_is_missing_is_refused_before_a_run_directory_exists(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    from arena_core.cli.run import main as arena_run
+
+    monkeypatch.setitem(sys.modules, "mlflow", None)  # as where MLflow is not installed
+    monkeypatch.setitem(sys.modules, "mlflow.tracking", None)
+    runs = tmp_path / "runs"
+    code = arena_run(["+experiment=quickstart", f"paths.runs={runs}", "logger.names=[csv,mlflow]"])
+    err = capsys.readouterr().err
+    assert code != 0 and not runs.exists()
+    assert "logger.names: logger 'mlflow' needs MLflow" in err
+    assert "pip install 'arena-rl[mlflow]', or drop mlflow from logger.names" in err
 
 
 def test_a_plugin_logger_gets_every_step_and_the_summary(
