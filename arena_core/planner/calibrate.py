@@ -52,6 +52,7 @@ from arena_core.planner.microbench import (
     spec_of,
     tiny_qwen2,
 )
+from arena_core.store.home import writable_home
 
 
 # -- fitting ---------------------------------------------------------------------------------------
@@ -253,6 +254,7 @@ def run_calibration(
             f"{local.description or local.name}. Calibrate where the hardware is, "
             "then copy the calibration file."
         )
+    writable_home(f"the calibration of {hw.name}")  # before a minute of measuring, not after
     cal = calibrate_cpu(progress) if hw.kind == "cpu" else calibrate_gpu(hw, progress)
     if hw.kind == "gpu" and cal.profile != hw.name:
         cal = cal.model_copy(update={"profile": hw.name})

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from arena_core.store.atomic import atomic_write_text
-from arena_core.store.home import arena_home
+from arena_core.store.home import arena_home, writable_home
 
 if TYPE_CHECKING:
     from arena_core.planner.hardware import HardwareProfile
@@ -125,6 +125,7 @@ def coefficients_for(hw: HardwareProfile) -> Coefficients:
 
 def save_calibration(cal: Calibration) -> Path:
     """Write atomically: a reader sees the old file or the new one, never half of one."""
+    writable_home(f"the calibration of {cal.profile}")
     path = calibration_path(cal.profile)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, cal.model_dump_json(indent=2))

@@ -99,3 +99,15 @@ class _suppress:
 
     def __exit__(self, *exc: object) -> bool:
         return True
+
+
+def folder_problem(folder: str | Path) -> str | None:
+    """Why `folder` cannot be made or written in (a file on its path, a folder this user cannot
+    write), or None: what to say before writing there rather than an OSError after."""
+    path = Path(folder).expanduser().absolute()
+    found = next((p for p in (path, *path.parents) if p.exists()), None)
+    if found is None or not found.is_dir():
+        return f"{found} is a file, not a folder"
+    if not os.access(found, os.W_OK | os.X_OK):
+        return f"{found} is not writable by this user"
+    return None

@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from arena_core.errors import ArenaError
+from arena_core.store.atomic import folder_problem
 from arena_core.store.index import RunInfo, read_run
 from arena_core.store.kinds import kind_of
 from arena_core.store.metrics import metric_value, read_metrics
-from arena_core.store.rundir import folder_problem, run_holder
+from arena_core.store.rundir import run_holder
 
 
 def config_diff(cfg: dict[str, Any]) -> dict[str, tuple[Any, Any]]:

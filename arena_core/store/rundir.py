@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from arena_core.errors import ArenaError
-from arena_core.store.atomic import atomic_write_json, atomic_write_text
+from arena_core.store.atomic import atomic_write_json, atomic_write_text, folder_problem
 
 CONFIG_FILE = "config.yaml"
 VALIDATION_FILE = "validation.json"  # arena-run's pre-flight report (reward, env, dataset checks)
@@ -55,18 +55,6 @@ def slug(text: str) -> str:
 
 
 STAMP_RE = r"\d{8}-\d{6}(-\d+)?"  # what new_run_dir appends to a run's name
-
-
-def folder_problem(folder: str | Path) -> str | None:
-    """Why `folder` cannot be made or written in (a file on its path, a folder this user cannot
-    write), or None: what to say before writing there rather than an OSError after."""
-    path = Path(folder).expanduser().absolute()
-    found = next((p for p in (path, *path.parents) if p.exists()), None)
-    if found is None or not found.is_dir():
-        return f"{found} is a file, not a folder"
-    if not os.access(found, os.W_OK | os.X_OK):
-        return f"{found} is not writable by this user"
-    return None
 
 
 def runs_root_problem(runs: str | Path) -> str | None:
