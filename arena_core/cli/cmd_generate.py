@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -84,7 +85,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "chat",
         help="chat with a checkpoint, streaming (in process or via --url)",
         description="An interactive chat (the model's chat template); an empty line, /exit, "
-        "/quit or Ctrl-D ends it.",
+        "/quit or Ctrl-D ends it, /clear starts over (the system message kept), /help lists "
+        "these; a line that starts with // is sent with one / (a message that is not a command).",
     )
     _common(c)
     c.add_argument(
@@ -237,6 +239,26 @@ def _answer(client: Any, args: argparse.Namespace) -> str:
 
 
 END_CHAT = ("", "/exit", "/quit")  # what ends `arena chat` (besides Ctrl-D)
+CHAT_COMMANDS = {
+    "/exit": "end the chat (so do /quit, an empty line and Ctrl-D)",
+    "/clear": "forget the conversation so far (the system message is kept)",
+    "/help": "this list",
+}
+_COMMAND = re.compile(r"/[A-Za-z?]+")  # `/usr/bin/env` or `/ 2` are messages, not commands
+
+
+def _chat_command(line: str) -> str | None:
+    """The chat command `line` is (lower case), or None when it is a message to send."""
+    word = line.strip()
+    return word.lower() if word == "" or _COMMAND.fullmatch(word) else None
+
+
+def _commands_help(command: str) -> str:
+    """The chat's commands (on stderr, so a piped chat's stdout stays the model's answers)."""
+    listed = "\n".join(f"  {name:<7} {what}" for name, what in CHAT_COMMANDS.items())
+    if command in CHAT_COMMANDS:
+        return listed
+    return f"(no command {command}; a message that starts with / is typed as //...)\n{listed}"
 
 
 def run_chat(args: argparse.Namespace) -> int:
@@ -251,15 +273,25 @@ def _chat(args: argparse.Namespace) -> int:
     messages = [{"role": "system", "content": system}] if system else []
     interactive = sys.stdin.isatty()
     if interactive:
-        print("(an empty line, /exit or /quit ends the chat)", flush=True)
+        print("(an empty line, /exit or /quit ends the chat; /help lists the commands)", flush=True)
     try:
         while True:
             try:
                 line = input("you> " if interactive else "")
             except EOFError:
                 break
-            if line.strip().lower() in END_CHAT:
+            command = _chat_command(line)
+            if command in END_CHAT:
                 break
+            if command == "/clear":
+                messages = messages[:1] if system else []
+                print("(cleared: the next message starts a new conversation)", file=sys.stderr)
+                continue
+            if command is not None:  # /help, or a command this chat does not have
+                print(_commands_help(command), file=sys.stderr)
+                continue
+            if line.startswith("//"):
+                line = line[1:]
             messages.append({"role": "user", "content": line})
             print("model> " if interactive else "", end="", flush=True)
             reply = ""

@@ -195,6 +195,17 @@ def test_cli_chat_and_runs_show_on_a_real_run(quick_run, runs_dir, capsys, monke
         assert main(["chat", f"{quick_run.path}:best", "--max-tokens", "12"]) == 0
         answers = capsys.readouterr().out.splitlines()
         assert answers == lines[:1], end  # the first answer, then the chat ended
+    # commands are not sent: /clear starts over (so the same question gets the same answer),
+    # /help and an unknown command list the commands; //... sends a message that starts with /
+    chat = "What is 2+2?\n/clear\n/bogus\n/HELP\nWhat is 2+2?\n//exit\n\n"
+    monkeypatch.setattr("sys.stdin", io.StringIO(chat))
+    assert main(["chat", f"{quick_run.path}:best", "--max-tokens", "12"]) == 0
+    out = capsys.readouterr()
+    answers = out.out.splitlines()
+    assert len(answers) == 3 and answers[:2] == lines[:1] * 2  # a third answer, to "/exit"
+    assert "(cleared: the next message starts a new conversation)" in out.err
+    assert "(no command /bogus; a message that starts with / is typed as //...)" in out.err
+    assert out.err.count("/clear  forget the conversation so far") == 2
     assert main(["runs", "show", quick_run.name, "--runs", str(runs_dir)]) == 0
     out = capsys.readouterr().out
     assert "train.max_steps = 2" in out and "status finished" in out
