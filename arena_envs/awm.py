@@ -387,6 +387,12 @@ class AWMTask(PromptedTask):
             {"role": "user", "content": user}
         ]
 
+    def gold_completion(self, example: Example) -> str:
+        """None to write: the scenario's verifier scores the database an episode leaves, and the
+        example's answer is that verifier's spec, not text to imitate (SFT refuses an env without
+        demonstrations; `demonstrations` writes the oracle's transcripts instead)."""
+        return ""
+
     def problem_key(self, example: Example) -> str:
         return f"{example.meta.get('scenario')}/{example.meta.get('task_idx')}"
 

@@ -81,7 +81,7 @@ def dry_run(inputs: RunInputs, name: str, recipe: Recipe) -> None:
         sft_plan_lines,
     )
     from arena_core.cli.preflight import preflight
-    from arena_core.errors import ArenaError
+    from arena_core.errors import ArenaError, ConfigError
     from arena_core.threads import run_threads
 
     cfg = inputs.cfg
@@ -96,7 +96,8 @@ def dry_run(inputs: RunInputs, name: str, recipe: Recipe) -> None:
             try:
                 print("\n".join(f"# {line}" for line in sft_plan_lines(sft_plan(cfg))))
             except ArenaError as exc:  # advice, not a gate: the pre-flight checks the rest
-                print(f"# plan: no step price ({str(exc).splitlines()[0]})")
+                why = exc.problems[0] if isinstance(exc, ConfigError) else str(exc).splitlines()[0]
+                print(f"# plan: no step price ({why})")
     elif (found := print_plan_summary(cfg)) is None:
         print("# plan: unavailable (the reason is on stderr)")
     sys.stdout.flush()

@@ -132,7 +132,8 @@ def sft_plan(cfg: dict[str, Any]) -> dict[str, Any]:
     set_chat_template(tokenizer, model.get("chat_template"))
     rows = int(algo.get("batch_size") or 1)
     budget = int(train.get("micro_batch_tokens") or DEFAULT_MICRO_BATCH_TOKENS)
-    data = SftDpoData(make_env(cfg.get("env")), 0)
+    env = cfg.get("env") or {}
+    data = SftDpoData(make_env(env), 0, str(env.get("name", "")))
     encoder = Encoder(
         tokenizer, int(algo.get("max_length") or 512), bool(algo.get("completion_only", True))
     )

@@ -17,10 +17,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from arena_core.errors import ConfigError
 from arena_core.learn.packing import Sample
 from arena_core.run_parts.prompts import chat_prompt
 from arena_core.tasks import Example, gold_completion, shuffled_epochs
 from arena_core.tools.listing import first_session_tools, tool_listing, with_listing
+from arena_core.tools.protocol import is_tool_task
 
 
 def task_category(task: Any) -> str:
@@ -45,6 +47,40 @@ def demonstration(task: Any, ex: Example) -> str:
     return str(demo) if demo else gold_completion(task, ex)
 
 
+def check_demonstrations(task: Any, env_name: str) -> None:
+    """ConfigError unless a text task's examples carry completions to imitate: SFT on an env
+    trains on its demonstrations (`demo`) or gold completions, and a tool env without either
+    (AWM, MCP: its answer is what the reward checks, a verifier's spec) or an env whose gold
+    completion is empty (OpenEnv: the environment scores) would teach the model that text."""
+    examples = task.eval_examples(1)
+    if not examples:
+        return
+    ex = examples[0]
+    own = bool(ex.meta and ex.meta.get("demo")) or callable(getattr(task, "gold_completion", None))
+    if is_tool_task(task) and not own:
+        why = (
+            "it is a tool env whose examples' answers are what its reward checks, not "
+            "completions, and SFT would train the model to write them"
+        )
+    elif not demonstration(task, ex).strip():
+        why = (
+            "its gold completions are empty (its environment scores, not a reference answer), "
+            "so SFT would train on empty completions"
+        )
+    else:
+        return
+    raise ConfigError(
+        [f"env.name={env_name}: no demonstrations to imitate: {why}"],
+        fixes=[
+            "train SFT on transcripts instead: a JSONL of `messages` rows (each assistant turn, "
+            "tool calls included, carries the loss) with +env=dataset env.category=sft "
+            "env.path=FILE (for AWM: python -m arena_envs.awm demonstrations OUT.jsonl "
+            "+experiment=awm_smollm2, then +experiment=awm_smollm2_coldstart env.path=OUT.jsonl)",
+            f"or train env {env_name} with an RL algorithm (+algo=grpo, +algo=cispo)",
+        ],
+    )
+
+
 def _tool_listing(task: Any) -> str | None:
     """A tool task's listing of its tools under `tools_in_prompt`, which its episodes' prompts
     carry (`ToolRenderer`): its demonstrations are trained behind the prompt RL then samples
@@ -60,7 +96,9 @@ def _tool_listing(task: Any) -> str | None:
 class SftDpoData:
     """Training stream and held-out rows of a task for an SFT or DPO algorithm."""
 
-    def __init__(self, task: Any, eval_n: int) -> None:
+    def __init__(self, task: Any, eval_n: int, env_name: str) -> None:
+        """`env_name`: the env section's name, which a task without demonstrations is refused
+        by (`check_demonstrations`)."""
         self.task = task
         self.category = task_category(task)
         self.listing = _tool_listing(task)
@@ -68,6 +106,7 @@ class SftDpoData:
             self.rows = [self._row(i, r) for i, r in enumerate(task.train_rows)]
             self.eval_rows = [self._row(-1, r) for r in task.eval_rows[:eval_n]]
         else:  # a text task: its (endless) example stream and its demonstrations
+            check_demonstrations(task, env_name)
             self.rows = []
             self.eval_rows = [self._example(ex) for ex in task.eval_examples(eval_n)]
 

@@ -30,7 +30,7 @@ from arena_core.learn.settings import DEFAULT_MICRO_BATCH_TOKENS
 from arena_core.planner.sft_price import sft_reprice
 from arena_core.run_parts.build import build_algorithm, make_env
 from arena_core.session import RunSession
-from arena_core.session.recipe import Recipe
+from arena_core.session.recipe import Recipe, RunInputs
 from arena_core.sft_dpo.data import Encoder, SftDpoData, task_category
 from arena_core.sft_dpo.eval import Evaluator
 from arena_core.store.best import save_reason
@@ -48,34 +48,49 @@ class SftDpoRecipe(Recipe):
 
     needs_model = True
 
+    def check(self, inputs: RunInputs) -> str | None:
+        """What a dry run checks: the env's data fit the algorithm and have demonstrations."""
+        core = inputs.core
+        with torch_threads(core.runtime.threads):
+            _, _, data = _task_and_data(inputs, build_algorithm(core.algo, inputs.algo))
+        return f"env {core.env['name']}: {data.category} data"  # type: ignore[index]
+
     def train(self) -> Path:
         inputs = self._inputs()
         core = inputs.core
         with torch_threads(core.runtime.threads):
             algorithm = build_algorithm(core.algo, inputs.algo)
-            task = make_env(core.env, inputs.env)
-            category = task_category(task)
-            algo_name = str((core.algo or {})["name"])
-            if category not in algorithm.data_categories:
-                raise ConfigError(
-                    category_mismatch(
-                        algo_name, algorithm.data_categories, core.env or {}, category
-                    )
-                )
-            name = f"{algo_name}-{core.env['name']}"  # type: ignore[index]
+            name, task, data = _task_and_data(inputs, algorithm)  # refused before a run dir
             session = RunSession.open(core, inputs.cfg, name)
             if session.done:
                 return session.run_dir  # said so; nothing to train
             with session.scope():  # a crash anywhere leaves a failed summary.json
                 session.seed()
-                _SftDpoRun(core, session, algorithm, task).run()
+                _SftDpoRun(core, session, algorithm, task, data).run()
             return session.run_dir
+
+
+def _task_and_data(inputs: RunInputs, algorithm: Any) -> tuple[str, Any, SftDpoData]:
+    """(run name, task, its rows and demonstrations); ConfigError for data the algorithm cannot
+    train on (its category, or a text env without demonstrations)."""
+    core = inputs.core
+    task = make_env(core.env, inputs.env)
+    category = task_category(task)
+    algo_name = str((core.algo or {})["name"])
+    if category not in algorithm.data_categories:
+        raise ConfigError(
+            category_mismatch(algo_name, algorithm.data_categories, core.env or {}, category)
+        )
+    env_name = str(core.env["name"])  # type: ignore[index]
+    return f"{algo_name}-{env_name}", task, SftDpoData(task, core.eval.num_prompts, env_name)
 
 
 class _SftDpoRun:
     """The state of one SFT or DPO run; methods are the loop's phases."""
 
-    def __init__(self, core: CoreConfig, session: RunSession, algorithm: Any, task: Any) -> None:
+    def __init__(
+        self, core: CoreConfig, session: RunSession, algorithm: Any, task: Any, data: SftDpoData
+    ) -> None:
         from arena_core.models import load_policy
 
         self.core, self.session, self.algorithm = core, session, algorithm
@@ -94,7 +109,7 @@ class _SftDpoRun:
         self.encoder = Encoder(
             self.policy.tokenizer, cfg.max_length, getattr(cfg, "completion_only", True)
         )
-        self.data = SftDpoData(task, core.eval.num_prompts)
+        self.data = data
         self._write_plan()
         self.state = session.restore(self.policy.model, self.learner.optimizer)
         self.step = int(self.state.get("step", 0))

@@ -251,3 +251,21 @@ def test_missing_packages_name_the_awm_extra(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "sqlalchemy", None)
     with pytest.raises(MissingExtraError, match=r"arena-rl\[awm\]"):
         make_awm({"probe": False})
+
+
+def test_sft_on_the_env_itself_is_refused_before_a_run_directory(tmp_path: Path, capsys) -> None:
+    """An AWM example's answer is its verifier's spec, not a completion: SFT on the env would
+    teach the model to write it. Refused (dry run too), pointing at the oracle's transcripts."""
+    from arena_core.cli.run import main as arena_run
+
+    runs = tmp_path / "runs"
+    args = ["+algo=sft", "+env=awm", "model=tiny", f"paths.runs={runs}", "train.max_steps=1"]
+    assert arena_run(args) == 2
+    err = capsys.readouterr().err
+    assert "env.name=awm: no demonstrations to imitate" in err
+    assert "python -m arena_envs.awm demonstrations OUT.jsonl +experiment=awm_smollm2" in err
+    assert not runs.exists()
+    assert arena_run([*args, "dry_run=true"]) == 2
+    out = capsys.readouterr().out
+    assert "# plan: no step price (env.name=awm: no demonstrations to imitate" in out
+    assert "# pre-flight: FAIL: a run would stop here, exit code 2" in out

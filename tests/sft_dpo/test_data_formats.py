@@ -153,7 +153,9 @@ def test_trl_conversational_preference_rows_load_as_prompt_turns_and_answers(tmp
         }
         assert validate_dataset(str(path), category="preference").verdict == "PASS"
         task = DatasetTask(DatasetEnvConfig(path=str(path), category="preference", eval_size=2))
-        row = SftDpoData(task, 2).rows[0]  # the prompt is the row's turns, not the env's template
+        row = SftDpoData(task, 2, "dataset").rows[
+            0
+        ]  # the prompt is the row's turns, not the env's template
         assert row.messages[0]["content"] == "You add numbers." and row.chosen.isdigit()
 
     # answers to two different conversations, and a conversation that ends with the user
@@ -245,7 +247,7 @@ def test_a_tool_tasks_demonstrations_carry_the_listing_its_episodes_show() -> No
 
     for listed in (False, True):
         task = build_task({"name": "tool_calc", "tools": "python", "tools_in_prompt": listed})
-        data = SftDpoData(task, 2)
+        data = SftDpoData(task, 2, "dataset")
         row = next(data.stream(0))
         system = row.messages[0]["content"] if row.messages[0]["role"] == "system" else ""
         assert ("add(a: number, b: number) - Add two numbers: a + b." in system) is listed
