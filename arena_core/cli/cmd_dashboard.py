@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from arena_core.cli.options import add_runs_option
+from arena_core.cli.options import add_runs_option, port_number
 
 EPILOG = """examples:
   arena dashboard                              the runs under ./runs at http://127.0.0.1:8265
@@ -32,7 +32,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_runs_option(p)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s)")
     p.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help="port (0: a free one; default %(default)s)"
+        "--port",
+        type=port_number,
+        default=DEFAULT_PORT,
+        help="port (0: a free one; default %(default)s)",
     )
     p.add_argument("--api-key", help="require this key (or ARENA_API_KEY); needed off loopback")
     p.add_argument("--log-level", default="warning", help="uvicorn log level")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from arena_core.cli.options import METRIC_HELP, add_runs_option
+from arena_core.cli.options import METRIC_HELP, add_runs_option, port_number
 from arena_core.serve.protocol import Limits
 
 EPILOG = """examples:
@@ -76,7 +76,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     add_runs_option(p)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s)")
-    p.add_argument("--port", type=int, default=8000, help="port (0: a free one; default 8000)")
+    p.add_argument(
+        "--port", type=port_number, default=8000, help="port (0: a free one; default 8000)"
+    )
     p.add_argument("--api-key", help="require `Authorization: Bearer KEY` (or ARENA_API_KEY)")
     p.add_argument("--metric", help=METRIC_HELP)
     p.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:1)")

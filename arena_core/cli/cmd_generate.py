@@ -132,7 +132,11 @@ def _in_process_threads(args: argparse.Namespace) -> Any:
 
 def _params(args: argparse.Namespace, run: dict[str, Any] | None) -> dict[str, Any]:
     return {
-        "max_tokens": args.max_tokens or _run_budget(run) or DEFAULT_MAX_TOKENS,
+        "max_tokens": (
+            args.max_tokens
+            if args.max_tokens is not None
+            else _run_budget(run) or DEFAULT_MAX_TOKENS
+        ),
         "temperature": args.temperature,
         "top_p": args.top_p,
         "stop": args.stop,

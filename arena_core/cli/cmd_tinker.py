@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from arena_core.cli.options import add_threads_option
+from arena_core.cli.options import add_threads_option, port_number
 
 EPILOG = """examples:
   arena tinker serve                                   127.0.0.1:8000, runs in ./runs/tinker
@@ -41,7 +41,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s)")
-    s.add_argument("--port", type=int, default=8000, help="port (0: a free one; default 8000)")
+    s.add_argument(
+        "--port", type=port_number, default=8000, help="port (0: a free one; default 8000)"
+    )
     s.add_argument(
         "--api-key",
         help="the key clients must send (starts with tml-; default $TINKER_API_KEY, else a "

@@ -77,6 +77,17 @@ def parse_column_mapping(text: str | None, flag: str) -> dict[str, str] | None:
     return mapping
 
 
+def port_number(text: str) -> int:
+    """argparse `type` of --port: a TCP port, 0-65535 (0: the system picks a free one)."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port: give 0-65535 (0: a free one)")
+    return port
+
+
 def add_threads_option(p: argparse.ArgumentParser, help: str) -> None:
     """--threads N: torch threads for this process's generation (default 1: steady on a busy
     machine; 0: torch's own default)."""

@@ -25,11 +25,21 @@ def _params(
     stop: str | list[str] | None = None,
     seed: int | None = None,
 ) -> dict[str, Any]:
+    """The sampling fields of a request, checked as a server checks them (max_tokens >= 1,
+    temperature 0-2, top_p in (0, 1]...), so in process and `--url` refuse the same values."""
+    from pydantic import ValidationError
+
+    from arena_core.serve.protocol import SamplingRequest, validation_message
+
     out: dict[str, Any] = {"max_tokens": max_tokens, "temperature": temperature, "top_p": top_p}
     if stop:
         out["stop"] = stop
     if seed is not None:
         out["seed"] = seed
+    try:
+        SamplingRequest.model_validate(out)
+    except ValidationError as exc:
+        raise ArenaError(validation_message(exc, SamplingRequest)[0]) from None
     return out
 
 

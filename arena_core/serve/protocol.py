@@ -40,7 +40,9 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
-class _Req(BaseModel):
+class SamplingRequest(BaseModel):
+    """The fields both endpoints take (and `arena generate`/`chat` in process check too)."""
+
     model_config = _STRICT
 
     model: str | None = None
@@ -175,7 +177,7 @@ class ResponseFormat(BaseModel):
         return self
 
 
-class ChatRequest(_Req):
+class ChatRequest(SamplingRequest):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool = False
@@ -198,7 +200,7 @@ class ChatRequest(_Req):
         return (self.top_logprobs or 0) if self.logprobs else None
 
 
-class CompletionRequest(_Req):
+class CompletionRequest(SamplingRequest):
     prompt: str | list[str] | list[int] | list[list[int]]
     echo: Literal[False] = False
     logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)

@@ -6,6 +6,7 @@ requires an API key: a server reachable from the network must not answer strange
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import os
 import signal
@@ -69,6 +70,12 @@ def bind(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
+        if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:
+            raise ArenaError(
+                f"cannot listen on {host}:{port}: {exc.strerror}. --host takes an address of "
+                "this machine: 127.0.0.1 (this machine only, the default) or 0.0.0.0 (every "
+                "interface)."
+            ) from None
         raise ArenaError(
             f"cannot listen on {host}:{port}: {exc.strerror}. Pick another --port "
             "(0 picks a free one)."

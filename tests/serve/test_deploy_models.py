@@ -99,6 +99,28 @@ def test_generate_answers_with_a_model_by_name(local_dir: Path, capsys) -> None:
     assert answer() == _greedy(str(local_dir), "12+3=").strip()
 
 
+def test_bad_sampling_values_and_addresses_are_refused_as_a_server_refuses_them(capsys) -> None:
+    """In process, `arena generate` checks what the server checks (its 400 says the same), and
+    a port or host that cannot be listened on is named before any model loads."""
+    from arena_core.cli.main import main
+
+    for flags, said in [
+        (["--max-tokens", "0"], "max_tokens: Input should be greater than or equal to 1"),
+        (["--temperature", "-1"], "temperature: Input should be greater than or equal to 0"),
+        (["--top-p", "5"], "top_p: Input should be less than or equal to 1"),
+    ]:
+        assert main(["generate", "tiny", "12+3=", "--raw", *flags]) != 0
+        err = capsys.readouterr().err
+        assert said in err and "Traceback" not in err, flags
+    for cmd in (["deploy", "tiny"], ["dashboard", "--no-open"], ["tinker", "serve"]):
+        with pytest.raises(SystemExit):
+            main([*cmd, "--port", "99999"])
+        assert "argument --port: '99999' is not a port: give 0-65535" in capsys.readouterr().err
+    assert main(["deploy", "tiny", "--port", "0", "--host", "nonsense.invalid", "--api-key", "k"])
+    err = capsys.readouterr().err
+    assert "cannot listen on nonsense.invalid:0" in err and "--host takes an address" in err
+
+
 def _smollm2_cached() -> bool:
     from arena_core.models.cache import cached_dir
 
