@@ -239,7 +239,12 @@ class SandboxConfig(Strict):
 
 
 class PathsConfig(Strict):
-    runs: str = "./runs"
+    runs: str = Field(
+        "./runs",
+        min_length=1,
+        description="Where run directories go (relative: from the working directory; '.' for "
+        "the working directory itself).",
+    )
 
 
 class HardwareConfig(Strict):

@@ -112,6 +112,15 @@ def test_a_missing_resume_target_is_refused_before_the_run(
     assert not (tmp_path / "does").exists()
 
 
+def test_an_empty_runs_folder_is_refused_not_read_as_the_working_directory(
+    tmp_path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert arena_run.main(["+experiment=quickstart", "paths.runs="]) == 2
+    assert "paths.runs: '' string should have at least 1 character" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # no run directory in the working directory
+
+
 def test_validate_config_prints_overrides_with_brackets_verbatim(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
