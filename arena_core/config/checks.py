@@ -7,6 +7,7 @@ plugin registered. Messages name the dotted key, the value, the plugin and the f
 
 from __future__ import annotations
 
+import math
 import re
 import typing
 from collections.abc import Sequence
@@ -68,8 +69,12 @@ def _describe(error: dict[str, Any], prefix: str, schema: type[BaseModel], plugi
         keys = ", ".join(".".join([*filter(None, [key]), f]) for f in named) or key or "config"
         return f"{keys}: {msg}{where}"
     text = _FRIENDLY.get(error["type"], error["msg"][0].lower() + error["msg"][1:])
-    if error["type"] == "missing":
-        return f"{key}: {text}{where}"
+    if error["type"] == "missing" or (error.get("input") is None and error["type"] in _FRIENDLY):
+        # a preset's `key: null` placeholder the user has to fill: what the key takes
+        owner, name = _model_at(schema, loc[:-1]), str(loc[-1]) if loc else ""
+        field = owner.model_fields.get(name) if owner is not None else None
+        what = f" ({field.description})" if field is not None and field.description else ""
+        return f"{key}: is required but not set{what}{where}"
     return f"{key}: {error.get('input')!r} {text}{where}"
 
 
@@ -77,11 +82,27 @@ def check_section(
     data: Any, schema: type[BaseModel], prefix: str, plugin: str
 ) -> tuple[dict[str, Any] | None, list[str]]:
     """Validate one section; returns (normalised dict or None, problems)."""
+    problems = _non_finite(data, prefix)
+    if problems:  # the JSON-mode dump below would turn nan/inf into null: "required but not set"
+        return None, problems
     try:
         model = schema.model_validate(data if data is not None else {})
     except ValidationError as exc:
         return None, [_describe(e, prefix, schema, plugin) for e in exc.errors()]
     return model.model_dump(mode="json"), []
+
+
+def _non_finite(data: Any, key: str) -> list[str]:
+    """`key: nan is not a finite number` for each nan/inf anywhere in `data`."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return [f"{key}: {data} is not a finite number"]
+    if isinstance(data, dict):
+        items = ((f"{key}.{k}" if key else str(k), v) for k, v in data.items())
+    elif isinstance(data, list):
+        items = ((f"{key}[{i}]", v) for i, v in enumerate(data))
+    else:
+        return []
+    return [p for k, v in items for p in _non_finite(v, k)]
 
 
 def _check_plugin_section(
@@ -194,7 +215,9 @@ def deleted_key_problems(
 
 def validate_config(raw: dict[str, Any], plugins: PluginSet) -> dict[str, Any]:
     """The validated, normalised config as a plain dict; a ConfigError lists every problem."""
-    problems: list[str] = []
+    problems = _non_finite(raw, "")
+    if problems:  # every section at once, each named once (not again by its plugin's schema)
+        raise ConfigError(problems)
     core, errors = check_section(raw, CoreConfig, "", "arena_core")
     problems.extend(errors)
     cfg = core if core is not None else dict(raw)

@@ -51,6 +51,20 @@ def test_every_problem_is_reported_at_once() -> None:
     assert "seed: 'x' is not an integer (plugin arena_core)" in text
 
 
+def test_nan_and_inf_are_named_as_typed_and_a_null_placeholder_says_what_it_takes() -> None:
+    problems = _problems(["+experiment=quickstart", "algo.lr=nan", "train.tis_cap=-inf"])
+    assert sorted(problems) == [
+        "algo.lr: nan is not a finite number",
+        "train.tis_cap: -inf is not a finite number",
+    ]
+    # the MCP preset leaves env.reward null: the user fills it in
+    problems = _problems(["+algo=grpo", "+env=mcp", "env.command=python server.py"])
+    assert any(
+        p.startswith("env.reward: is required but not set (Reward file: reward(question, answer")
+        for p in problems
+    ), problems
+
+
 def test_unknown_key_without_a_close_match_lists_valid_keys() -> None:
     (problem,) = _problems(["+algo=grpo", "algo.zzz=1"])
     assert problem.startswith("algo.zzz: unknown key (plugin arena_algorithms")
