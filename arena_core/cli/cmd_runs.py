@@ -44,7 +44,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="held-out figures of each run's kind side by side, and one PNG of their curves",
     )
     add_run_argument(cmp, nargs="+")
-    cmp.add_argument("--png", default="compare.png", help="where to write the curves (PNG)")
+    cmp.add_argument(
+        "--png",
+        default="compare.png",
+        help="where to write the curves (PNG; default: %(default)s in the working directory)",
+    )
     add_json_flag(cmp)
     cmp.set_defaults(func=run_compare)
     rm = sub.add_parser("delete", help="delete a run directory (asks first)")
