@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from arena_core.config.schema import CoreConfig
+from arena_core.llm_rl.step_row import rate
 from arena_core.store.checkpoints import latest_checkpoint
 from arena_core.store.index import best_checkpoint_entry
 
@@ -36,6 +37,9 @@ def population_summary(trainer: Any, status: str, elite: Member) -> dict[str, An
         "eval_prompts": len(trainer.fitness_examples),
         "eval_final_step": last.get("step"),
         "wall_seconds": t.get("wall_seconds", 0.0),
+        # every member's tokens over the time spent generating / learning them, as a single run's
+        "tokens_per_s/generated": rate(t.get("tokens/generated"), t.get("time/generate_s")),
+        "tokens_per_s/trained": rate(t.get("tokens/trained"), t.get("time/learn_s")),
         "tokens/generated": t.get("tokens/generated", 0.0),
         "tokens/trained": t.get("tokens/trained", 0.0),
         "final_checkpoint": str(ckpt) if ckpt else None,

@@ -202,6 +202,9 @@ def test_lora_members_a_mutated_group_size_and_one_batch_for_fitness(tmp_path: P
     for r in last:  # completions this step = prompts_per_step (2) x the member's group_size
         n = float(r["tokens/generated"]) / float(r["completion_len/mean"])
         assert round(n) == 2 * int(r["hp/group_size"])
+    # the run's throughput, as `arena runs show` and the dashboard read it for a single run
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["tokens_per_s/generated"] > 0 and summary["tokens_per_s/trained"] > 0
     ckpt = run / "checkpoints" / "step_000002"
     assert (ckpt / "adapter" / "adapter_model.safetensors").is_file()  # the elite, deployable
     adapter = (ckpt / "adapter" / "adapter_model.safetensors").stat().st_size
