@@ -89,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
     from arena_core.planner import NoPlanFits, plan_from_config, render_result
 
     cfg = compose(overrides)
+    _check_plannable(cfg)
     kind = sft_dpo_kind(cfg)
     if kind == "sft":  # no generation to balance: the step's price from the run's own rows
         found = sft_plan(cfg)
@@ -123,6 +124,34 @@ def run(args: argparse.Namespace) -> int:
     else:
         render_result(result)
     return 0
+
+
+def _check_plannable(cfg: dict[str, Any]) -> None:
+    """ConfigError for a config the planner cannot price, naming why: no algorithm chosen (the
+    step is an algorithm's), or one whose recipe the planner does not plan (PPO/IPPO: no
+    generation to balance; their dry run shows the CPU plan they run with)."""
+    from arena_core.cli.plan_summary import sft_dpo_kind
+    from arena_core.config.compose import require_job
+    from arena_core.errors import ConfigError
+    from arena_core.plugin_loader import get_plugins
+    from arena_core.session.recipe import choose_recipe
+
+    try:
+        require_job(cfg)
+    except ConfigError as exc:
+        algo = [p for p in exc.problems if p.startswith("algo:")]
+        if algo:  # an env is optional here: the prompts' length has a default
+            raise ConfigError(algo, header="Nothing to plan", fixes=exc.fixes) from None
+    if str(cfg["algo"]["name"]) not in get_plugins().registries.algorithms:
+        return  # a config composed elsewhere (the planner's own tests): the planner checks it
+    name, recipe = choose_recipe(cfg)
+    if not recipe.planned and sft_dpo_kind(cfg) is None:
+        algo = (cfg.get("algo") or {}).get("name")
+        raise ArenaError(
+            f"algo={algo} trains with the '{name}' recipe, which the planner does not price (no "
+            "generation to balance against learning): its dry run shows the CPU plan the run "
+            "uses (arena-run ... dry_run=true)"
+        )
 
 
 def _progress(message: str) -> None:

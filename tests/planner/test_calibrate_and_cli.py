@@ -99,6 +99,7 @@ def _run_cli(monkeypatch, capsys, argv: list[str]) -> tuple[int, str, str]:
 
 
 BASE = [
+    "algo.name=grpo",
     "train.prompts_per_step=32",
     "algo.group_size=8",
     "generation.max_new_tokens=2048",
