@@ -36,8 +36,11 @@ def cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def resolve_device(requested: str | None, *, has_cuda: bool | None = None) -> str:
-    """`auto` -> `cuda` when a GPU is present, else `cpu`; `cuda` without a GPU is an error.
+def resolve_device(
+    requested: str | None, *, has_cuda: bool | None = None, key: str = "runtime.device"
+) -> str:
+    """`auto` -> `cuda` when a GPU is present, else `cpu`; `cuda` without a GPU is an error
+    naming `key` (the config key or flag the user set).
 
     `has_cuda` overrides detection (tests exercise both answers on one machine)."""
     name = str(requested or "auto").strip().lower()
@@ -49,13 +52,13 @@ def resolve_device(requested: str | None, *, has_cuda: bool | None = None) -> st
     if name == "cuda" or name.startswith("cuda:"):
         if not gpu:
             raise ConfigError(
-                f"runtime.device={name}: torch sees no CUDA device here (torch "
-                f"{torch.__version__}). Use runtime.device=cpu (or auto), or install a CUDA "
+                f"{key}={name}: torch sees no CUDA device here (torch "
+                f"{torch.__version__}). Use {key}=cpu (or auto), or install a CUDA "
                 "build of torch on a machine with a GPU."
             )
         return name
     raise ConfigError(
-        f"runtime.device={name!r} is not a device: use one of {', '.join(DEVICES)} (or cuda:N)"
+        f"{key}={name!r} is not a device: use one of {', '.join(DEVICES)} (or cuda:N)"
     )
 
 

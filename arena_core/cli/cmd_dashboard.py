@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from arena_core.cli.options import add_runs_option, port_number
+from arena_core.cli.options import LOG_LEVELS, add_runs_option, port_number
 
 EPILOG = """examples:
   arena dashboard                              the runs under ./runs at http://127.0.0.1:8265
@@ -38,7 +38,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="port (0: a free one; default %(default)s)",
     )
     p.add_argument("--api-key", help="require this key (or ARENA_API_KEY); needed off loopback")
-    p.add_argument("--log-level", default="warning", help="uvicorn log level")
+    p.add_argument(
+        "--log-level", choices=LOG_LEVELS, default="warning", help="uvicorn log level (%(default)s)"
+    )
     p.set_defaults(func=run)
 
 

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import argparse
 
-from arena_core.cli.options import METRIC_HELP, add_runs_option, port_number
+from arena_core.cli.options import (
+    METRIC_HELP,
+    add_runs_option,
+    add_server_options,
+    port_number,
+    positive_int,
+    seconds,
+)
 from arena_core.serve.protocol import Limits
 
 EPILOG = """examples:
@@ -81,7 +88,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--api-key", help="require `Authorization: Bearer KEY` (or ARENA_API_KEY)")
     p.add_argument("--metric", help=METRIC_HELP)
-    p.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:1)")
     p.add_argument("--threads", type=int, default=None, metavar="N", help=THREADS_HELP)
     p.add_argument(
         "--backend",
@@ -92,32 +98,33 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "(20-70 s on CPU) and serves LoRA checkpoints merged; its streams arrive as chunks once "
         "each choice is complete (no per-token hook), torch streams token by token",
     )
-    p.add_argument("--max-tokens", type=int, default=lim.max_tokens, help="per request")
-    p.add_argument("--max-n", type=int, default=lim.max_n, help="choices per request")
+    p.add_argument("--max-tokens", type=positive_int, default=lim.max_tokens, help="per request")
+    p.add_argument("--max-n", type=positive_int, default=lim.max_n, help="choices per request")
     p.add_argument(
         "--max-pending",
-        "--max-queue",
-        dest="max_pending",
-        type=int,
+        type=positive_int,
         default=lim.max_pending,
         help="requests admitted (waiting or decoding); past it a request gets 429 with "
         "Retry-After at once instead of queueing without bound (default %(default)s)",
     )
     p.add_argument(
         "--grace-s",
-        type=float,
+        type=seconds,
         default=5.0,
         metavar="S",
         help="on SIGTERM or Ctrl-C: stop accepting, let in-flight requests finish for up to S "
         "seconds, cancel the rest, exit 0 (default %(default)s)",
     )
     p.add_argument(
-        "--max-batch", type=int, default=lim.max_batch_rows, help="rows decoded together"
+        "--max-batch", type=positive_int, default=lim.max_batch_rows, help="rows decoded together"
     )
     p.add_argument(
-        "--max-request-bytes", type=int, default=lim.max_request_bytes, help="body size limit"
+        "--max-request-bytes",
+        type=positive_int,
+        default=lim.max_request_bytes,
+        help="body size limit",
     )
-    p.add_argument("--log-level", default="warning", help="uvicorn log level")
+    add_server_options(p)
     p.set_defaults(func=run)
 
 
@@ -126,11 +133,6 @@ def run(args: argparse.Namespace) -> int:
     from arena_core.serve.server import ServeOptions, Server
     from arena_core.threads import torch_threads
 
-    if args.grace_s < 0 or args.max_pending < 1:
-        raise ArenaError(
-            f"--grace-s {args.grace_s} / --max-queue {args.max_pending}: the grace period must be "
-            "0 or more seconds and the queue hold at least 1 request"
-        )
     if args.threads is not None and args.threads < 1:
         raise ArenaError(
             f"--threads {args.threads}: give a count of 1 or more, or leave it out for the "

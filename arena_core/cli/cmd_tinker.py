@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from arena_core.cli.options import add_threads_option, port_number
+from arena_core.cli.options import (
+    add_server_options,
+    add_threads_option,
+    port_number,
+    positive_int,
+)
 
 EPILOG = """examples:
   arena tinker serve                                   127.0.0.1:8000, runs in ./runs/tinker
@@ -56,7 +61,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "written; the default is project 'tinker' of Arena's runs directory, so `arena runs "
         "list`, `arena checkpoints` and `arena deploy` see them (default %(default)s)",
     )
-    s.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:1)")
     s.add_argument(
         "--engine",
         choices=("torch", "vllm"),
@@ -67,14 +71,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     s.add_argument(
         "--max-clients",
-        type=int,
+        type=positive_int,
         default=None,
         metavar="N",
         help="training clients held at once (default: as many as the planner's memory model "
         "fits on --device; one more is refused with a 400 saying why)",
     )
     add_threads_option(s, "torch threads (default 1; 0: torch's own default, one per core)")
-    s.add_argument("--log-level", default="warning", help="uvicorn log level")
+    add_server_options(s)
     s.set_defaults(func=serve)
     p.set_defaults(func=lambda args: _usage(p))
 
@@ -89,8 +93,6 @@ def serve(args: argparse.Namespace) -> int:
     from arena_core.threads import torch_threads
     from arena_core.tinker.server import TinkerHost
 
-    if args.max_clients is not None and args.max_clients < 1:
-        raise ArenaError(f"--max-clients {args.max_clients}: give 1 or more")
     if args.threads < 0:
         raise ArenaError(f"--threads {args.threads}: give a count of 1 or more (0: torch's own)")
     from transformers.utils import logging as hf_logging

@@ -88,6 +88,56 @@ def port_number(text: str) -> int:
     return port
 
 
+def positive_int(text: str) -> int:
+    """argparse `type` of a count or a limit: an integer of 1 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 1 or more")
+    return value
+
+
+def seconds(text: str) -> float:
+    """argparse `type` of a duration: 0 or more seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (0 or more)")
+    return value
+
+
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")  # uvicorn's
+
+
+def add_server_options(p: argparse.ArgumentParser) -> None:
+    """--device and --log-level of a command that starts a server (deploy, tinker serve)."""
+    p.add_argument(
+        "--device",
+        type=torch_device,
+        default="cpu",
+        help="torch device: cpu (default), cuda, cuda:N, or auto (a GPU when torch sees one)",
+    )
+    p.add_argument(
+        "--log-level", choices=LOG_LEVELS, default="warning", help="uvicorn log level (%(default)s)"
+    )
+
+
+def torch_device(text: str) -> str:
+    """argparse `type` of --device: cpu, cuda or cuda:N, and a GPU only where torch sees one."""
+    from arena_core.device import resolve_device
+    from arena_core.errors import ConfigError
+
+    try:
+        return resolve_device(text, key="--device")
+    except ConfigError as exc:
+        why = exc.problems[0].removeprefix(f"--device={text.strip().lower()}: ")
+        raise argparse.ArgumentTypeError(why) from None
+
+
 def add_threads_option(p: argparse.ArgumentParser, help: str) -> None:
     """--threads N: torch threads for this process's generation (default 1: steady on a busy
     machine; 0: torch's own default)."""

@@ -99,7 +99,7 @@ def test_generate_answers_with_a_model_by_name(local_dir: Path, capsys) -> None:
     assert answer() == _greedy(str(local_dir), "12+3=").strip()
 
 
-def test_bad_sampling_values_and_addresses_are_refused_as_a_server_refuses_them(capsys) -> None:
+def test_bad_sampling_values_limits_and_addresses_are_refused_before_a_model_loads(capsys) -> None:
     """In process, `arena generate` checks what the server checks (its 400 says the same), and
     a port or host that cannot be listened on is named before any model loads."""
     from arena_core.cli.main import main
@@ -116,6 +116,21 @@ def test_bad_sampling_values_and_addresses_are_refused_as_a_server_refuses_them(
         with pytest.raises(SystemExit):
             main([*cmd, "--port", "99999"])
         assert "argument --port: '99999' is not a port: give 0-65535" in capsys.readouterr().err
+        with pytest.raises(SystemExit):
+            main([*cmd, "--log-level", "loud"])
+        assert "argument --log-level: invalid choice: 'loud'" in capsys.readouterr().err
+    for flags, said in [
+        (["--max-tokens", "0"], "argument --max-tokens: '0' is not a whole number of 1 or more"),
+        (["--max-pending", "-1"], "argument --max-pending: '-1' is not a whole number of 1"),
+        (["--grace-s", "-5"], "argument --grace-s: '-5' is not a number of seconds (0 or more)"),
+        (["--device", "cuda:1"], "argument --device: torch sees no CUDA device here"),
+        (["--device", "gpu"], "argument --device: --device='gpu' is not a device"),
+    ]:
+        if flags[0] == "--device" and torch.cuda.is_available():
+            continue  # a GPU machine has cuda:1 maybe; the CPU-only answer is what is checked
+        with pytest.raises(SystemExit):
+            main(["deploy", "tiny", "--port", "0", *flags])
+        assert said in capsys.readouterr().err, flags
     assert main(["deploy", "tiny", "--port", "0", "--host", "nonsense.invalid", "--api-key", "k"])
     err = capsys.readouterr().err
     assert "cannot listen on nonsense.invalid:0" in err and "--host takes an address" in err
