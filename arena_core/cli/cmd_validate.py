@@ -15,7 +15,10 @@ from arena_core.cli.options import (
     MAPPING_HELP,
     ONE_JSON_OBJECT,
     add_json_flag,
+    count,
     parse_column_mapping,
+    positive_int,
+    timeout_seconds,
 )
 from arena_core.errors import ArenaError
 
@@ -85,15 +88,17 @@ def _add_reward_parser(sub: Any) -> None:
     reward.add_argument("--dataset", help="dataset name or path whose rows are scored (no --env)")
     reward.add_argument("--column-mapping", metavar="MAPPING", help=MAPPING_HELP)
     reward.add_argument(
-        "--samples", type=int, default=8, help="env or dataset rows to use (default 8)"
+        "--samples", type=positive_int, default=8, help="env or dataset rows to use (default 8)"
     )
     reward.add_argument(
         "--timeout",
-        type=float,
+        type=timeout_seconds,
         default=None,
         help="seconds per call (default: the run's sandbox.reward_timeout_s, 5 unless overridden)",
     )
-    reward.add_argument("--import-timeout", type=float, default=60.0, help="seconds to import")
+    reward.add_argument(
+        "--import-timeout", type=timeout_seconds, default=60.0, help="seconds to import"
+    )
     add_json_flag(reward, ONE_JSON_OBJECT)
 
 
@@ -112,11 +117,11 @@ def _add_env_parser(sub: Any) -> None:
         nargs="*",
         help="arena-run overrides: env.path=data.jsonl model=tiny sandbox.network=true ...",
     )
-    env.add_argument("--rollouts", type=int, default=0, help="random episodes to run and time")
+    env.add_argument("--rollouts", type=count, default=0, help="random episodes to run and time")
     env.add_argument("--seed", type=int, default=0)
     env.add_argument(
         "--timeout",
-        type=float,
+        type=timeout_seconds,
         default=None,
         help="seconds per operation (default 10); per MCP tool call (default 30 for "
         "--mcp-command/--mcp-url, the env's tool_timeout_s for an MCP env)",
@@ -139,7 +144,9 @@ def _add_env_parser(sub: Any) -> None:
         "their schemas checked), all (every tool, listed before the calls; with --episode-state "
         "fresh or reset they run against the check's own state directory), none",
     )
-    env.add_argument("--start-timeout", type=float, default=30.0, help="MCP server start (s)")
+    env.add_argument(
+        "--start-timeout", type=timeout_seconds, default=30.0, help="MCP server start (s)"
+    )
     env.add_argument(
         "--isolate-server",
         action="store_true",

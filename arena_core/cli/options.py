@@ -99,14 +99,36 @@ def positive_int(text: str) -> int:
     return value
 
 
+def count(text: str) -> int:
+    """argparse `type` of how many things to do: an integer of 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 0 or more")
+    return value
+
+
 def seconds(text: str) -> float:
-    """argparse `type` of a duration: 0 or more seconds."""
+    """argparse `type` of a grace period: 0 or more seconds."""
     try:
         value = float(text)
     except ValueError:
         value = -1.0
     if not 0.0 <= value < float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (0 or more)")
+    return value
+
+
+def timeout_seconds(text: str) -> float:
+    """argparse `type` of a time limit: more than 0 seconds (0 would fail every call)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0.0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a time limit: give seconds above 0")
     return value
 
 

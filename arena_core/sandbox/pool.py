@@ -21,6 +21,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from arena_core.errors import ArenaError
 from arena_core.sandbox._child import FILLED
 from arena_core.sandbox.contract import (
     WORKER,
@@ -88,6 +89,9 @@ class RewardPool:
         self.expose = [self.path, *(expose or [])]
         self.policy = policy or SandboxPolicy()
         self.isolation = check_isolation(self.policy)  # raises when required and missing
+        for name, limit in (("timeout_s", timeout_s), ("import_timeout_s", import_timeout_s)):
+            if not 0 < float(limit) < math.inf:  # 0 would time every call out before it starts
+                raise ArenaError(f"reward {name}={limit}: give a time limit above 0 seconds")
         self.timeout_s = float(timeout_s)
         self.fallback = float(fallback)
         self.memory_mb = memory_mb
@@ -275,8 +279,8 @@ class _Scoring:
             self._garbage(index, slot)
         elif slot.child.eof:
             self._died(index, slot)
-        elif time.monotonic() >= slot.until:
-            self._timed_out(index, slot)
+        elif (slot.job is not None or not slot.ready) and time.monotonic() >= slot.until:
+            self._timed_out(index, slot)  # (a ready worker without a job has no clock running)
 
     def _record(self, slot: _Slot, msg: list[Any]) -> None:
         i, kind, value, seconds, detail, etype, line, output, nbytes, comps = msg

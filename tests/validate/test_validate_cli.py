@@ -24,6 +24,28 @@ def test_reward_pass_prints_a_table(fixtures, capsys):
     assert "gold_vs_garbage" in out and "Verdict: PASS" in out
 
 
+@pytest.mark.parametrize(
+    "flags, said",
+    [
+        (["--timeout", "0"], "argument --timeout: '0' is not a time limit: give seconds above 0"),
+        (["--import-timeout", "-1"], "argument --import-timeout: '-1' is not a time limit"),
+        (["--samples", "0"], "argument --samples: '0' is not a whole number of 1 or more"),
+    ],
+)
+def test_a_limit_that_cannot_work_is_refused_by_the_flag(fixtures, capsys, flags, said):
+    with pytest.raises(SystemExit):
+        run_cli("reward", str(fixtures / "hostile_rewards" / "good.py"), *flags)
+    assert said in capsys.readouterr().err
+
+
+def test_the_sdk_refuses_a_zero_timeout_naming_it(fixtures):
+    from arena_core.validate import validate_reward
+
+    good = str(fixtures / "hostile_rewards" / "good.py")
+    with pytest.raises(ArenaError, match="reward timeout_s=0: give a time limit above 0"):
+        validate_reward(good, timeout_s=0)  # an AssertionError from inside the pool before
+
+
 def test_reward_fail_json_and_exit_code(fixtures, capsys):
     path = fixtures / "hostile_rewards" / "constant.py"
     assert run_cli("reward", str(path), "--json") == 1
