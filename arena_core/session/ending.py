@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from arena_core.errors import ArenaError, ConfigError
 from arena_core.interrupts import Interrupted, signal_name
 from arena_core.store.atomic import atomic_write_json, read_json
@@ -97,7 +99,24 @@ def check_resume_config(run_dir: Path, cfg: dict[str, Any], *, allow: bool) -> l
     `allow`; returns the changes (printed when allowed)."""
     if not (run_dir / CONFIG_FILE).is_file():
         return []
-    changes = config_changes(_normalised(read_config(run_dir)), _normalised(cfg))
+    try:
+        saved = read_config(run_dir)
+        if not isinstance(saved, dict):
+            raise ValueError(f"a {type(saved).__name__}, not a mapping")
+    except (OSError, ValueError, yaml.YAMLError) as exc:  # UnicodeDecodeError is a ValueError
+        why = f"{run_dir / CONFIG_FILE} does not parse ({str(exc).splitlines()[0]})"
+        if allow:  # this command's config becomes the run's (config.yaml is written next)
+            return [f"{why}: this command's config replaces it"]
+        raise ConfigError(
+            [f"{why}, so what the run trained with cannot be compared with this command"],
+            header=f"Cannot resume {run_dir}",
+            fixes=[
+                f"Restore {CONFIG_FILE}, or take this command's config as the run's with "
+                "train.resume_allow_changes=true (config.yaml is rewritten), or start a new run "
+                f"from its weights: model.init_from={run_dir}:latest.",
+            ],
+        ) from None
+    changes = config_changes(_normalised(saved), _normalised(cfg))
     if not changes:
         return []
     if not allow:

@@ -48,6 +48,7 @@ from arena_core.session.ending import (
 )
 from arena_core.store.atomic import atomic_write_json
 from arena_core.store.checkpoints import (
+    checkpoint_problems,
     forget_missing_checkpoints,
     latest_checkpoint,
     load_checkpoint,
@@ -188,6 +189,13 @@ class RunSession:
         if not self.resuming:
             return {}
         ckpt = self.latest_checkpoint()
+        damaged = [p for p in checkpoint_problems(self.run_dir)[0] if p.startswith(f"{ckpt}/")]
+        if damaged:  # a file deleted or lost by hand: say so, not a FileNotFoundError mid-load
+            raise ArenaError(
+                f"cannot resume from {ckpt}: {'; '.join(damaged)}. Delete that checkpoint "
+                f"(rm -r {ckpt}) and resume again: a resume goes on from the newest checkpoint "
+                "left."
+            )
         state = load_checkpoint(ckpt, model, optimizer)
         print(f"resumed from {ckpt} (step {state['step']})", flush=True)
         return state

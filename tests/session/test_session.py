@@ -17,9 +17,10 @@ from typing import Any
 
 import pytest
 import torch
+import yaml
 
 from arena_core.config.schema import CoreConfig
-from arena_core.errors import ConfigError
+from arena_core.errors import ArenaError, ConfigError
 from arena_core.session import RunInterrupted, RunSession
 from arena_core.store.checkpoints import read_index
 from arena_core.store.index import best_checkpoint_entry
@@ -147,6 +148,34 @@ def test_a_resume_refuses_a_changed_config_unless_allowed(tmp_path: Path, capsys
     again = _open({**finished, "seed": 4})
     assert again.done
     assert "already finished" in capsys.readouterr().out
+
+
+def test_a_damaged_run_says_what_is_wrong_and_how_to_go_on(tmp_path: Path, capsys) -> None:
+    first = _open(_cfg(tmp_path, max_steps=4))
+    _train(first)  # checkpoints at steps 2 and 4
+    run = first.run_dir
+    resume = _cfg(tmp_path, resume=str(run), max_steps=6)
+    (run / "config.yaml").write_text("seed: [\n")  # edited by hand, and broken
+    with pytest.raises(ConfigError, match="config.yaml does not parse") as err:
+        _open(resume)
+    assert "cannot be compared with this command" in str(err.value)
+    assert "train.resume_allow_changes=true" in str(err.value)
+    assert f"model.init_from={run}:latest" in str(err.value)
+
+    (run / "checkpoints" / "step_000004" / "optimizer.pt").unlink()  # lost by hand
+    allowed = _open({**resume, "train": {**resume["train"], "resume_allow_changes": True}})
+    with pytest.raises(ArenaError) as err:
+        _train(allowed)
+    assert f"cannot resume from {run / 'checkpoints' / 'step_000004'}:" in str(err.value)
+    assert "optimizer.pt is missing. Delete that checkpoint" in str(err.value)
+    assert CoreConfig.model_validate(yaml.safe_load((run / "config.yaml").read_text()))
+
+    import shutil
+
+    shutil.rmtree(run / "checkpoints" / "step_000004")  # as the message says
+    again = _open(resume)
+    _train(again)
+    assert "resumed from" in capsys.readouterr().out and _summary(run)["steps"] == 6
 
 
 @pytest.mark.parametrize(
