@@ -135,9 +135,17 @@ def dataset_fields(name: str, *, category: str | None = None) -> dict[str, Any]:
             f"{category} data ({'question, answer' if category == 'reasoning' else category} "
             "columns)"
         )
+    local = entry.get("kind", "local") == "local"
+    if local and not Path(str(entry["source"])).exists():
+        raise DatasetError(
+            f"env.dataset={name}: the dataset registered as '{name}' is {entry['source']}, which "
+            f"no longer exists (moved or deleted). Register it where it is now (`arena datasets "
+            f"add {name} NEW_PATH --category {entry['category']} --force`), or forget it "
+            f"(`arena datasets rm {name}`)"
+        )
     return {
         "source": entry["source"],
-        "local": entry.get("kind", "local") == "local",
+        "local": local,
         "category": entry["category"],
         "column_mapping": entry.get("column_mapping"),
         "config": entry.get("config"),

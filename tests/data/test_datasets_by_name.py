@@ -67,6 +67,14 @@ def test_add_list_show_rm_and_a_run_by_name(
     registry = json.loads((home / "datasets.json").read_text())["datasets"]
     assert registry["other"]["column_mapping"] == {"prompt": "instruction", "response": "output"}
 
+    # the file moved after it was registered: the name says so, not a missing env.path
+    moved = data.rename(tmp_path / "moved.jsonl")
+    assert arena_run([*run, "dry_run=true", f"paths.runs={tmp_runs}"]) == 2
+    err = capsys.readouterr().err
+    assert f"the dataset registered as 'demos' is {data}, which no longer exists" in err
+    assert "arena datasets add demos NEW_PATH --category sft --force" in err
+    moved.rename(data)
+
     assert arena(["datasets", "rm", "demos"]) == 0
     assert data.is_file()  # the data stay
     assert arena_run([*run, "dry_run=true", f"paths.runs={tmp_runs}"]) == 2
