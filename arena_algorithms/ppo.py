@@ -13,7 +13,7 @@ knows which loop runs it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -47,8 +47,9 @@ class PPOConfig(BaseModel):
     network: Literal["auto", "mlp", "cnn"] = Field(
         "auto", description="auto: a CNN encoder for image observations, else an MLP."
     )
-    hidden_sizes: list[int] = Field(
-        default_factory=lambda: [64, 64], description="MLP layer widths (actor and critic)."
+    hidden_sizes: list[Annotated[int, Field(ge=1)]] = Field(
+        default_factory=lambda: [64, 64],
+        description="MLP layer widths (actor and critic); [] for a linear policy.",
     )
     activation: Literal["tanh", "relu"] = "tanh"
     norm_obs: bool = Field(False, description="Running mean/std observation normalisation.")

@@ -53,7 +53,9 @@ def _model_at(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> type[BaseM
 
 def _describe(error: dict[str, Any], prefix: str, schema: type[BaseModel], plugin: str) -> str:
     loc = tuple(error["loc"])
-    key = ".".join([prefix, *map(str, loc)] if prefix else map(str, loc))
+    key = prefix
+    for part in loc:  # list items as [i]: algo.hidden_sizes[1]
+        key += f"[{part}]" if isinstance(part, int) else f".{part}" if key else str(part)
     where = f" (plugin {plugin})" if plugin else ""
     if error["type"] == "extra_forbidden":
         owner = _model_at(schema, loc[:-1])

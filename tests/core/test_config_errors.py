@@ -65,6 +65,16 @@ def test_nan_and_inf_are_named_as_typed_and_a_null_placeholder_says_what_it_take
     ), problems
 
 
+def test_a_list_item_is_named_by_its_index() -> None:
+    problems = _problems(
+        ["+algo=ppo", "+env=gym", "env.id=CartPole-v1", "algo.hidden_sizes=[64,0]"]
+    )
+    assert problems == [
+        "algo.hidden_sizes[1]: 0 input should be greater than or equal to 1 "
+        "(plugin arena_algorithms (arena-rl))"
+    ]  # a zero-width layer trained a network that outputs a constant
+
+
 def test_unknown_key_without_a_close_match_lists_valid_keys() -> None:
     (problem,) = _problems(["+algo=grpo", "algo.zzz=1"])
     assert problem.startswith("algo.zzz: unknown key (plugin arena_algorithms")
