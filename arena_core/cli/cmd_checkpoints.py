@@ -56,6 +56,8 @@ def _mib(n: int) -> str:
 def run_list(args: argparse.Namespace) -> int:
     run_dir = index.resolve_run(args.run, args.runs)
     ckpts = index.list_checkpoints(run_dir, metric=args.metric)
+    if args.metric and ckpts and not any(c.best for c in ckpts):
+        index.best_checkpoint(run_dir, metric=args.metric)  # says which metrics are scored
     if args.json:
         print(json.dumps([c.to_dict() for c in ckpts], indent=2))
         return 0

@@ -118,6 +118,9 @@ def test_cli_lists_shows_and_deletes(runs: Path, capsys) -> None:
     assert capsys.readouterr().out.startswith("step 2  eval/accuracy=0.4000")
     assert main(["checkpoints", "list", "good", "--runs", str(runs)]) == 0
     assert "best latest" in capsys.readouterr().out
+    # a metric no checkpoint has is a typo to name, not a listing without a "best" mark
+    assert main(["checkpoints", "list", "good", "--runs", str(runs), "--metric", "eval/acc"]) == 1
+    assert "has a held-out score 'eval/acc'. Scored metrics:" in capsys.readouterr().err
     assert main(["metrics", "good", "--runs", str(runs), "--csv"]) == 0
     assert capsys.readouterr().out.splitlines() == ["step,reward/mean,loss", "1,0.5,0.1", "2,0.75,"]
     assert main(["metrics", "good", "--runs", str(runs), "--json", "--keys", "loss"]) == 0
