@@ -10,6 +10,8 @@ peft sees them: a name the model does not have is an error that lists the names 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from torch import nn
 
 from arena_core.errors import ArenaError
@@ -100,3 +102,34 @@ def _module_for(role: str, model_type: str, present: list[str], label: str) -> s
             f"model's adaptable modules are: {', '.join(present)}."
         )
     return table[role]
+
+
+def targets_problem(name_or_path: str, requested: list[str] | None) -> str | None:
+    """What `resolve_targets` would refuse for the model `name_or_path`, found before any weight
+    loads (the pre-flight asks): its architecture built on the meta device from the config.json
+    on this machine (an embedded model's own); None when it resolves, or when the config is not
+    here to check (a hub id not cached: the load checks it)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from arena_core.models.cache import resolve_model
+
+    try:
+        if name_or_path.startswith("arena:"):
+            from arena_core.models.tiny import tiny_config
+
+            config = tiny_config()
+        else:
+            local = Path(resolve_model(name_or_path, fetch=False))
+            if not (local / "config.json").is_file():
+                return None
+            config = AutoConfig.from_pretrained(str(local))
+        with torch.device("meta"):
+            skeleton = AutoModelForCausalLM.from_config(config)
+    except Exception:  # noqa: BLE001 - a config this cannot build: the load says what is wrong
+        return None
+    try:
+        resolve_targets(skeleton, requested, where=name_or_path)
+    except LoraTargetError as exc:
+        return str(exc)
+    return None

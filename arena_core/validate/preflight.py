@@ -186,5 +186,13 @@ def model_check(cfg: dict[str, Any], report: Report) -> None:
         detail = f"model.init_from={ref}: {run_dir.name} step {ckpt.step} ({ckpt.dir})"
         report.add("model.available", PASS, detail)
         return
-    ok, detail = model_availability(str(model.get("name_or_path") or ""))
+    name = str(model.get("name_or_path") or "")
+    ok, detail = model_availability(name)
     report.add("model.available", PASS if ok else FAIL, detail)
+    lora = model.get("lora") or {}
+    if ok and int(lora.get("r") or 0) > 0:  # a target typo, before the weights load
+        from arena_core.models.lora_targets import targets_problem
+
+        problem = targets_problem(name, lora.get("target_modules"))
+        if problem is not None:
+            report.add("model.lora_targets", FAIL, problem)

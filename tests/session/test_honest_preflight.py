@@ -6,6 +6,8 @@
   overrides that would make the run fit;
 - a dry run reports the thread count the run will set;
 - a missing dataset path says where relative paths are looked up;
+- a LoRA target the model does not have fails the pre-flight (the architecture on the meta
+  device), not the load after the run directory is made;
 - a model that fails to load ends the run `failed`, not also `interrupted`;
 - saving a LoRA adapter whose base is another run's adapter asks no hub and warns nothing.
 """
@@ -44,6 +46,17 @@ def test_a_missing_model_directory_says_where_it_was_looked_up(
     err = " ".join(capsys.readouterr().err.split())  # the report's table wraps lines
     assert "relative paths are resolved from the working directory" in err
     assert str(tmp_path) in err.replace("│ ", "").replace(" │", "")
+
+
+def test_a_lora_target_the_model_lacks_fails_the_preflight_before_a_run_directory(
+    tmp_runs: Path, capsys
+) -> None:
+    lora = ["model.lora.r=4", "model.lora.target_modules=[q,v,qkv_proj]"]
+    assert main([*QUICK, *lora, f"paths.runs={tmp_runs}"]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "FAIL model.lora_targets: model.lora.target_modules=['q', 'v', 'qkv_proj']" in err
+    assert "'arena:tiny' (qwen2) has no module named qkv_proj" in err
+    assert not list(tmp_runs.iterdir())  # found before the weights load, not after
 
 
 def test_the_forecast_is_printed_and_warns_past_the_limit(
