@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+from collections.abc import Callable
+from typing import Any
 
 from arena_core.errors import ArenaError
 
@@ -77,59 +80,42 @@ def parse_column_mapping(text: str | None, flag: str) -> dict[str, str] | None:
     return mapping
 
 
+def _number(
+    text: str, kind: type[int] | type[float], fits: Callable[[Any], bool], what: str
+) -> Any:
+    """`text` as `kind` when `fits(value)`; else argparse's error, `'TEXT' is not WHAT`."""
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    if value is None or not fits(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+    return value
+
+
 def port_number(text: str) -> int:
     """argparse `type` of --port: a TCP port, 0-65535 (0: the system picks a free one)."""
-    try:
-        port = int(text)
-    except ValueError:
-        port = -1
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port: give 0-65535 (0: a free one)")
-    return port
+    return _number(text, int, lambda v: 0 <= v <= 65535, "a port: give 0-65535 (0: a free one)")
 
 
 def positive_int(text: str) -> int:
     """argparse `type` of a count or a limit: an integer of 1 or more."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 1 or more")
-    return value
+    return _number(text, int, lambda v: v >= 1, "a whole number of 1 or more")
 
 
 def count(text: str) -> int:
     """argparse `type` of how many things to do: an integer of 0 or more."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 0 or more")
-    return value
+    return _number(text, int, lambda v: v >= 0, "a whole number of 0 or more")
 
 
 def seconds(text: str) -> float:
     """argparse `type` of a grace period: 0 or more seconds."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0.0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (0 or more)")
-    return value
+    return _number(text, float, lambda v: 0 <= v < math.inf, "a number of seconds (0 or more)")
 
 
 def timeout_seconds(text: str) -> float:
     """argparse `type` of a time limit: more than 0 seconds (0 would fail every call)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not 0.0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a time limit: give seconds above 0")
-    return value
+    return _number(text, float, lambda v: 0 < v < math.inf, "a time limit: give seconds above 0")
 
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")  # uvicorn's
