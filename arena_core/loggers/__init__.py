@@ -12,8 +12,8 @@ A logger is registered through the ``register_loggers`` hook like any other plug
   ``status`` is ``finished``, ``failed`` or ``interrupted``) just before ``close``.
 
 A factory whose logger needs packages Arena does not install may also have a
-``missing() -> str | None`` (static or class method; ``arena_core.registry.NamesWhatItLacks``): what is missing and
-how to install it, or None. The config check asks it, so ``arena validate config`` and the
+``missing() -> str | None`` (static or class method; ``arena_core.registry.NamesWhatItLacks``):
+what is missing and how to install it, or None. The config check asks it, so ``arena validate config`` and the
 launcher refuse ``logger.names=[mlflow]`` without MLflow before a run directory exists.
 
 Loggers are called directly by the loop, never through pluggy, so per-step cost is a method call.

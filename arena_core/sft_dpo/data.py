@@ -49,9 +49,10 @@ def demonstration(task: Any, ex: Example) -> str:
 
 def check_demonstrations(task: Any, env_name: str) -> None:
     """ConfigError unless a text task's examples carry completions to imitate: SFT on an env
-    trains on its demonstrations (`demo`) or gold completions, and a tool env without either
-    (AWM, MCP: its answer is what the reward checks, a verifier's spec) or an env whose gold
-    completion is empty (OpenEnv: the environment scores) would teach the model that text."""
+    trains on its demonstrations (`demo`) or gold completions, and a tool env that defines
+    neither (its answer is what its reward checks) or an env whose gold completions are empty
+    (AWM: the answer is a verifier's spec; OpenEnv: the environment scores) would teach the
+    model that text, or nothing."""
     examples = task.eval_examples(1)
     if not examples:
         return
