@@ -106,7 +106,7 @@ def check_resume_config(run_dir: Path, cfg: dict[str, Any], *, allow: bool) -> l
     except (OSError, ValueError, yaml.YAMLError) as exc:  # UnicodeDecodeError is a ValueError
         why = f"{run_dir / CONFIG_FILE} does not parse ({str(exc).splitlines()[0]})"
         if allow:  # this command's config becomes the run's (config.yaml is written next)
-            return [f"{why}: this command's config replaces it"]
+            return _allowed(run_dir, [f"{why}: this command's config replaces it"])
         raise ConfigError(
             [f"{why}, so what the run trained with cannot be compared with this command"],
             header=f"Cannot resume {run_dir}",
@@ -133,6 +133,11 @@ def check_resume_config(run_dir: Path, cfg: dict[str, Any], *, allow: bool) -> l
                 "train.resume_allow_changes=true.",
             ],
         )
+    return _allowed(run_dir, changes)
+
+
+def _allowed(run_dir: Path, changes: list[str]) -> list[str]:
+    """Print the changes a resume takes under train.resume_allow_changes=true; returns them."""
     print(f"resuming {run_dir} with a changed config (train.resume_allow_changes=true):")
     for line in changes:
         print(f"  {line}")

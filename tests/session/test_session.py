@@ -164,6 +164,7 @@ def test_a_damaged_run_says_what_is_wrong_and_how_to_go_on(tmp_path: Path, capsy
 
     (run / "checkpoints" / "step_000004" / "optimizer.pt").unlink()  # lost by hand
     allowed = _open({**resume, "train": {**resume["train"], "resume_allow_changes": True}})
+    assert "config.yaml does not parse" in capsys.readouterr().out  # said, with what replaces it
     with pytest.raises(ArenaError) as err:
         _train(allowed)
     assert f"cannot resume from {run / 'checkpoints' / 'step_000004'}:" in str(err.value)
