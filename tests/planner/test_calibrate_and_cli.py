@@ -93,6 +93,8 @@ def _run_cli(monkeypatch, capsys, argv: list[str]) -> tuple[int, str, str]:
     from arena_core.cli.main import main
 
     monkeypatch.setattr(cmd_plan, "compose", cmd_plan.parse_overrides)
+    # no composition, no plugins but the hardware: the recipe check (tests/cli) has none to ask
+    monkeypatch.setattr(cmd_plan, "_check_plannable", lambda cfg: None)
     code = main(["plan", *argv])
     out = capsys.readouterr()
     return code, out.out, out.err
