@@ -215,8 +215,15 @@ def normalise_overrides(overrides: Sequence[str], options: dict[str, ConfigOptio
 
 
 def hydra_message(exc: BaseException) -> str:
-    """Hydra's message on one line (the marker of the null-delete workaround translated)."""
+    """Hydra's message on one line (the marker of the null-delete workaround translated); an
+    option file that is not YAML text is named, with what is wrong in it."""
     text = " ".join(line.strip() for line in str(exc).strip().splitlines() if line.strip())
+    if isinstance(exc, UnicodeDecodeError):
+        file = _file_being_read(exc) or "an option file (under --config-dir or hydra.searchpath)"
+        return f"{file}: not UTF-8 text ({exc.reason} at byte {exc.start}); options are YAML files"
+    if _is_yaml_error(exc):
+        file = _file_being_read(exc) or "an option file (under --config-dir or hydra.searchpath)"
+        return f"{file}: not valid YAML: {text}"
     text = text.replace("'++", "'")  # the `++` Arena adds to plain keys is not the user's
     if DELETE_MARK in text:  # the marker's own failure is the delete's: the key is not there
         missing = re.search(r"override '([^']+)'", text)
@@ -226,11 +233,32 @@ def hydra_message(exc: BaseException) -> str:
 
 
 def hydra_errors() -> tuple[type[BaseException], ...]:
-    """What Hydra and OmegaConf raise for a config they cannot compose."""
+    """What Hydra and OmegaConf raise for a config they cannot compose (an option file that is
+    not valid YAML included)."""
+    import yaml
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    return (HydraException, OmegaConfBaseException, ValueError)
+    return (HydraException, OmegaConfBaseException, ValueError, yaml.YAMLError)
+
+
+def _is_yaml_error(exc: BaseException) -> bool:
+    import yaml
+
+    return isinstance(exc, yaml.YAMLError)
+
+
+def _file_being_read(exc: BaseException) -> str | None:
+    """The option file Hydra was loading when `exc` was raised (its file source's `full_path`),
+    so the message names the file to fix; None when the traceback does not say."""
+    tb = exc.__traceback__
+    found = None
+    while tb is not None:
+        path = tb.tb_frame.f_locals.get("full_path")
+        if tb.tb_frame.f_code.co_name == "load_config" and isinstance(path, str):
+            found = path
+        tb = tb.tb_next
+    return found
 
 
 @contextmanager

@@ -60,10 +60,20 @@ def load_manifest(path: str | Path) -> dict[str, Any]:
     import yaml
 
     file = Path(path).expanduser()
+    if file.is_dir():
+        raise ConfigError(
+            [f"{path}: a folder, not a manifest file: name the YAML file in it"],
+            header="Invalid manifest",
+        )
     if not file.is_file():
         raise ConfigError([f"{path}: no such manifest file"], header="Invalid manifest")
     try:
         data = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(
+            [f"{path}: cannot be read as UTF-8 text ({exc}); a manifest is a YAML file"],
+            header="Invalid manifest",
+        ) from None
     except yaml.YAMLError as exc:
         raise ConfigError(
             [f"{path}: not valid YAML: {' '.join(str(exc).split())}"], header="Invalid manifest"
@@ -185,7 +195,9 @@ def manifest_overrides(
             )
             continue
         if not isinstance(body, dict):
-            problems.append(f"{source}: section '{key}' must be a mapping, got {body!r}")
+            named = section in _GROUPS and isinstance(body, str)
+            fix = f" ({key}: {{name: {body}}})" if named else ""
+            problems.append(f"{source}: section '{key}' must be a mapping, got {body!r}{fix}")
             continue
         sections[section] = body
     plugin_fields: dict[str, set[str]] = {}

@@ -105,6 +105,28 @@ def test_user_folders_add_experiments_options_and_primary_configs(tmp_path, caps
     assert "'experiment/quickstart' is provided twice" in err and "--config-dir" in err
 
 
+def test_an_option_file_that_is_not_yaml_is_named_with_what_is_wrong(tmp_path, capsys) -> None:
+    folder = tmp_path / "my_conf"
+    (folder / "algo").mkdir(parents=True)
+    (folder / "algo" / "broken.yaml").write_text("lr: [1e-5\n")
+    (folder / "algo" / "binary.yaml").write_bytes(bytes(range(128, 256)))
+    broken, binary = folder / "algo" / "broken.yaml", folder / "algo" / "binary.yaml"
+    assert main(["--config-dir", str(folder), *QUICK, "algo=broken"]) == 2
+    err = _out(capsys)[1]
+    assert f"{broken}: not valid YAML" in err and "line 2" in err and "Traceback" not in err
+    assert main(["--config-dir", str(folder), *QUICK, "algo=binary"]) == 2
+    err = _out(capsys)[1]
+    assert f"{binary}: not UTF-8 text" in err and "Traceback" not in err
+    # a sweep checks every job first, with the same messages
+    assert main(["--config-dir", str(folder), *QUICK, "algo=broken,binary", "-m"]) == 2
+    err = _out(capsys)[1]
+    assert (
+        f"job #0 (+experiment=quickstart train.max_steps=1 eval.num_prompts=8 algo=broken): {broken}"
+        in err
+    )
+    assert f"{binary}: not UTF-8 text" in err
+
+
 def test_delete_follows_hydra_and_a_required_key_is_not_silently_defaulted(capsys) -> None:
     # a key the preset sets to null can be deleted (Hydra 1.3.8 alone says "does not exist")
     assert main(["+experiment=cartpole", "~algo.target_kl", "--cfg", "job"]) == 0

@@ -169,6 +169,15 @@ def test_unreadable_manifests_are_explained(tmp_path) -> None:
         compose_manifest(_write(tmp_path, "algorithm: [unclosed\n"))
     with pytest.raises(ConfigError, match="a manifest is a mapping"):
         compose_manifest(_write(tmp_path, "- a list\n"))
+    with pytest.raises(ConfigError, match="a folder, not a manifest file"):
+        compose_manifest(tmp_path)
+    binary = tmp_path / "weights.yaml"
+    binary.write_bytes(bytes(range(128, 256)))
+    with pytest.raises(ConfigError, match="cannot be read as UTF-8 text"):
+        compose_manifest(binary)
+    with pytest.raises(ConfigError) as info:
+        compose_manifest(_write(tmp_path, "algorithm: grpo\nenvironment: {name: arithmetic}\n"))
+    assert "got 'grpo' (algorithm: {name: grpo})" in info.value.problems[0]
     both = "algorithm: {name: grpo}\nenvironment: {name: arithmetic}\ndataset: {name: gsm8k}\n"
     with pytest.raises(ConfigError, match="both given: keep one"):
         compose_manifest(_write(tmp_path, both))
