@@ -41,8 +41,8 @@ def export_checkpoint(
         raise ArenaError(f"{out} already exists and is not empty; pick a new --out or delete it.")
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
     try:
+        tmp.mkdir(parents=True)
         if fmt == "adapter":
             _export_adapter(run_dir, ckpt, tmp)
         elif ckpt.kind == "lora":
@@ -54,6 +54,14 @@ def export_checkpoint(
         if out.exists():
             out.rmdir()
         os.replace(tmp, out)
+    except OSError as exc:  # a read-only mount, a full disk: said, and nothing half-written left
+        shutil.rmtree(tmp, ignore_errors=True)
+        why = exc.strerror or str(exc)
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise ArenaError(
+            f"cannot export to {out}: {why}{where}; nothing was written there. Pick another "
+            "--out on a writable disk with room for the weights."
+        ) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -269,6 +269,17 @@ def resolve_run(
             return hits[0]
         if hits:
             raise AmbiguousRunError(_ambiguous(text, hits, selector))
+    head, sep, tail = text.rpartition(":")
+    if sep and head and selector is None:
+        try:
+            run = resolve_run(head, runs)
+        except ArenaError:
+            run = None
+        if run is not None:
+            raise ArenaError(
+                f"'{ref}': run {head} has no checkpoint '{tail}': after the ':' comes a step "
+                f"(a number, `arena checkpoints list {head}`), best or latest."
+            )
     names = [r.name for r in list_runs(root)][:10]
     hint = f" Runs there: {', '.join(names)}." if names else " There are no runs there."
     raise ArenaError(

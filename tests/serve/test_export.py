@@ -77,3 +77,23 @@ def test_adapter_export_of_a_full_run_says_what_to_do(quick_run, tmp_path) -> No
         with pytest.raises(ArenaError, match=f"cannot export to {target}: .*{why}"):
             quick_run.best().export(target)
     assert (out / "x").read_text() == "x"
+
+
+def test_a_disk_that_fills_mid_export_is_said_and_leaves_nothing(
+    quick_run, tmp_path, monkeypatch, capsys
+) -> None:
+    """A write that fails with the disk full (or a read-only mount) is a message naming --out,
+    and no half-written folder is left behind, neither the export nor its temporary folder."""
+    import errno
+    import shutil
+
+    def full(src, dst, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        raise OSError(errno.ENOSPC, "No space left on device", str(dst))
+
+    monkeypatch.setattr(shutil, "copy2", full)
+    out = tmp_path / "exports" / "merged"
+    code = main(["checkpoints", "export", f"{quick_run.path}:best", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err
+    assert f"cannot export to {out}: No space left on device" in err and "--out" in err
+    assert not out.exists() and list(out.parent.iterdir()) == []

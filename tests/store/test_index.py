@@ -103,6 +103,12 @@ def test_checkpoints_best_by_metric_and_references(runs: Path) -> None:
         index.best_checkpoint(runs / "good", metric="eval/nope")
     with pytest.raises(ArenaError, match="Runs there: .*good"):
         index.resolve_run("nope", runs)
+    # a selector that is not one names the run it found and what may follow the ':'
+    for typo in ("good:bset", "good:-1", f"{runs / 'good'}:lastest"):
+        with pytest.raises(ArenaError, match="has no checkpoint '.*': after the ':' comes a step"):
+            index.select_checkpoint(typo, runs)
+    with pytest.raises(ArenaError, match="no run 'nope:bset'"):
+        index.select_checkpoint("nope:bset", runs)
 
 
 def test_cli_lists_shows_and_deletes(runs: Path, capsys) -> None:
