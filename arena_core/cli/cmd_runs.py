@@ -47,7 +47,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     cmp.add_argument(
         "--png",
         default="compare.png",
-        help="where to write the curves (PNG; default: %(default)s in the working directory)",
+        help="the .png file to write the curves to (default: %(default)s in the working directory)",
     )
     add_json_flag(cmp)
     cmp.set_defaults(func=run_compare)

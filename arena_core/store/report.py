@@ -157,6 +157,9 @@ def compare(run_dirs: list[Path], png: Path | None = None) -> dict[str, Any]:
     their curves on the panels of their kinds."""
     if png is not None:  # said before reading every run, not as an OSError after
         problem = f"{png} is a folder" if png.is_dir() else folder_problem(png.parent)
+        if problem is None and png.suffix.lower() != ".png":
+            # a typo must not overwrite a config or a dataset with an image
+            problem = "the curves are a PNG image, so the file's name ends in .png"
         if problem is not None:
             raise ArenaError(f"cannot write the curves to {png}: {problem}; pick another --png")
     infos = [read_run(d) for d in run_dirs]
@@ -168,7 +171,12 @@ def compare(run_dirs: list[Path], png: Path | None = None) -> dict[str, Any]:
 
         evals = [[e for e in i.summary.get("evals") or [] if isinstance(e, dict)] for i in infos]
         runs = zip(infos, kinds, evals, strict=True)
-        plot_compare([(i.name, i.path, k, e) for i, k, e in runs], png)
+        try:
+            plot_compare([(i.name, i.path, k, e) for i, k, e in runs], png)
+        except OSError as exc:  # a read-only mount, a full disk
+            raise ArenaError(
+                f"cannot write the curves to {png}: {exc.strerror or exc}; pick another --png"
+            ) from None
     return {
         "runs": table,
         "kinds": {i.name: k.name for i, k in zip(infos, kinds, strict=True)},

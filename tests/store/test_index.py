@@ -145,6 +145,13 @@ def test_cli_lists_shows_and_deletes(runs: Path, capsys) -> None:
         assert main(compare) != 0
         err = " ".join(capsys.readouterr().err.split())
         assert f"cannot write the curves to {png}: " in err and why in err
+    # a --png typo that names a config or a dataset is refused, never overwritten with an image
+    config = runs / "good" / "config.yaml"
+    kept = config.read_text()
+    compare = ["runs", "compare", "good", "--runs", str(runs), "--png", str(config)]
+    assert main(compare) != 0
+    assert "the file's name ends in .png" in capsys.readouterr().err
+    assert config.read_text() == kept
     assert main(["runs", "delete", "killed", "--runs", str(runs)]) == 1  # not a tty: asks for --yes
     assert (runs / "killed").is_dir()
     assert main(["runs", "delete", "killed", "--runs", str(runs), "--yes"]) == 0
