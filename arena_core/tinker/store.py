@@ -36,7 +36,13 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from arena_core.errors import ArenaError
-from arena_core.store.atomic import atomic_write_json, atomic_write_text, fsync_dir, fsync_tree
+from arena_core.store.atomic import (
+    atomic_write_json,
+    atomic_write_text,
+    folder_problem,
+    fsync_dir,
+    fsync_tree,
+)
 from arena_core.store.rundir import claim_run, release_run
 
 KINDS = {"weights": "training", "sampler_weights": "sampler"}
@@ -84,7 +90,17 @@ class Store:
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root).expanduser().resolve()
-        self.root.mkdir(parents=True, exist_ok=True)
+        problem = folder_problem(self.root)
+        if problem is None:
+            try:
+                self.root.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:  # a read-only mount: what os.access cannot tell
+                problem = exc.strerror or str(exc)
+        if problem is not None:
+            raise ArenaError(
+                f"--state-dir {root}: {problem}; the Tinker runs and checkpoints are kept there, "
+                "so name a folder this user can write (default ./runs/tinker)"
+            )
         self._locks: dict[str, int | None] = {}  # run id -> its run.lock, while its client lives
 
     def run_dir(self, run_id: str) -> Path:

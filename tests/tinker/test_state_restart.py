@@ -109,3 +109,20 @@ def test_a_killed_server_serves_the_last_save_state_again(tmp_path: Path) -> Non
         listed = rest.list_checkpoints(path.split("/")[2]).result().checkpoints
         assert {c.tinker_path for c in listed} == {path, sampler_path}
         service.close("success").result()
+
+
+def test_a_state_dir_that_cannot_hold_runs_is_refused_before_the_server_starts(
+    tmp_path: Path, capsys
+) -> None:
+    """A file where the folder would go: one message naming --state-dir, no traceback, and the
+    file is left as it was."""
+    from arena_core.cli.main import main
+
+    taken = tmp_path / "notes.txt"
+    taken.write_text("mine")
+    for state_dir in (taken, taken / "tinker"):
+        assert main(["tinker", "serve", "--port", "0", "--state-dir", str(state_dir)]) == 1
+        err = capsys.readouterr().err
+        assert f"--state-dir {state_dir}: {taken} is a file, not a folder" in err
+        assert "Traceback" not in err
+    assert taken.read_text() == "mine"
