@@ -6,17 +6,14 @@ The same functions back `arena-run`, `arena runs ...`, `arena checkpoints ...` a
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import re
+import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from arena_core.errors import ArenaError
 from arena_core.store import index, report
-
-_PLAIN = re.compile(r"^[\w./:@-]+$")
 
 
 class Checkpoint:
@@ -159,8 +156,10 @@ def checkpoint(ref: str, runs: str | Path = "./runs", *, metric: str | None = No
 def train(config: Sequence[str] | Mapping[str, Any] | str, *, check: bool = True) -> Run:
     """Train like `arena-run` and return the finished Run.
 
-    `config` is arena-run's overrides (`["+experiment=quickstart", "train.max_steps=20"]`) or a
-    mapping of the same (`{"+experiment": "quickstart", "train": {"max_steps": 20}}`). It goes
+    `config` is arena-run's overrides (`["+experiment=quickstart", "train.max_steps=20"]`), the
+    same as one command line (`"+experiment=quickstart train.max_steps=20"`, split as a shell
+    does), or a mapping of the same (`{"+experiment": "quickstart", "train": {"max_steps": 20}}`,
+    whose strings arrive verbatim: quotes, line breaks and all). It goes
     through arena-run's launcher (`arena_core.cli.launch`): the same dataset-category check, the
     same recipe, and with `check` (the default) the same pre-flight (reward, env and dataset
     validation), whose report the run keeps as validation.json.
@@ -190,9 +189,10 @@ def train(config: Sequence[str] | Mapping[str, Any] | str, *, check: bool = True
 
 
 def to_overrides(config: Sequence[str] | Mapping[str, Any] | str) -> list[str]:
-    """Hydra override strings from a list (as is), one string, or a (nested) mapping."""
+    """Hydra override strings from a list (as is), a command line (split as a shell does), or a
+    (nested) mapping."""
     if isinstance(config, str):
-        return [config]
+        return shlex.split(config)
     if isinstance(config, Mapping):
         out: list[str] = []
         _flatten(config, "", out)
@@ -201,11 +201,13 @@ def to_overrides(config: Sequence[str] | Mapping[str, Any] | str) -> list[str]:
 
 
 def _flatten(d: Mapping[str, Any], prefix: str, out: list[str]) -> None:
+    """Each leaf as `key=value` in Hydra's grammar: a string arrives as that very string (quotes,
+    backslashes, accents and line breaks included, and '8' stays a string)."""
+    from arena_core.config.compose import hydra_value
+
     for key, value in d.items():
         name = f"{prefix}.{key}" if prefix else str(key)
         if isinstance(value, Mapping) and value and not name.startswith("+"):
             _flatten(value, name, out)
-        elif isinstance(value, str) and _PLAIN.match(value):
-            out.append(f"{name}={value}")
         else:
-            out.append(f"{name}={json.dumps(value)}")
+            out.append(f"{name}={hydra_value(value)}")

@@ -11,6 +11,7 @@ ConfigError (exit 2) together with every problem found before and after composin
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Iterator, Sequence
@@ -212,6 +213,48 @@ def normalise_overrides(overrides: Sequence[str], options: dict[str, ConfigOptio
             prefix = "++"
         result.hydra.append(f"{prefix}{key}={value}")
     return result
+
+
+def hydra_value(value: Any) -> str:
+    """A Python value in Hydra's override grammar (strings quoted, so '8' stays a string)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, str):
+        if "\n" in value or "\r" in value:  # no override can hold a line break: see _stash
+            return _stash(value)
+        # Hydra's quoted strings: backslashes are literal except before a quote or at the end
+        text = re.sub(r"(\\+)(?='|$)", lambda m: m.group(1) * 2, value)
+        return "'" + text.replace("'", "\\'") + "'"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(hydra_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{hydra_value(v)}" for k, v in value.items()) + "}"
+    return hydra_value(str(value))
+
+
+_TEXTS: list[str] = []
+
+
+def _stash(value: str) -> str:
+    """An interpolation that resolves to `value` (for text Hydra's override grammar cannot
+    express, such as a multi-line system prompt): composition resolves it to the very string.
+    Kept for the life of the process, as the overrides that name it may be composed again."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("arena_text"):
+        OmegaConf.register_new_resolver("arena_text", lambda i: _TEXTS[int(i)])
+    _TEXTS.append(value)
+    return "${arena_text:" + str(len(_TEXTS) - 1) + "}"
 
 
 def hydra_message(exc: BaseException) -> str:

@@ -15,11 +15,11 @@ environment's defaults, placed in manifest sections; running that output gives t
 
 from __future__ import annotations
 
-import math
 import re
 from pathlib import Path
 from typing import Any
 
+from arena_core.config.compose import hydra_value
 from arena_core.errors import ArenaError, ConfigError, did_you_mean
 
 # manifest prefix <-> config prefix, most specific first (the same table reads both ways)
@@ -116,47 +116,6 @@ def _leaves(data: Any, prefix: str) -> list[tuple[str, Any]]:
             out += _leaves(value, f"{prefix}.{key}" if prefix else str(key))
         return out
     return [(prefix, data)]
-
-
-def hydra_value(value: Any) -> str:
-    """A Python value in Hydra's override grammar (strings quoted, so '8' stays a string)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "nan"
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        return repr(value)
-    if isinstance(value, str):
-        if "\n" in value or "\r" in value:  # no override can hold a line break: see _stash
-            return _stash(value)
-        # Hydra's quoted strings: backslashes are literal except before a quote or at the end
-        text = re.sub(r"(\\+)(?='|$)", lambda m: m.group(1) * 2, value)
-        return "'" + text.replace("'", "\\'") + "'"
-    if isinstance(value, list | tuple):
-        return "[" + ",".join(hydra_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{k}:{hydra_value(v)}" for k, v in value.items()) + "}"
-    return hydra_value(str(value))
-
-
-_STASHED: list[str] = []
-
-
-def _stash(value: str) -> str:
-    """An interpolation that resolves to `value` (for text Hydra's override grammar cannot
-    express, such as a multi-line system prompt): composition resolves it to the very string."""
-    from omegaconf import OmegaConf
-
-    if not OmegaConf.has_resolver("arena_manifest"):
-        OmegaConf.register_new_resolver("arena_manifest", lambda i: _STASHED[int(i)])
-    _STASHED.append(value)
-    return "${arena_manifest:" + str(len(_STASHED) - 1) + "}"
 
 
 def manifest_overrides(

@@ -271,10 +271,22 @@ def test_other_algorithm_kinds_add_their_own_routes(tmp_path) -> None:
 
 def test_train_accepts_a_mapping_of_overrides() -> None:
     from arena._runs import to_overrides
+    from arena_core.config import compose_run_config
 
-    got = to_overrides({"+experiment": "quickstart", "train": {"max_steps": 3}, "run_name": "a b"})
-    assert got == ["+experiment=quickstart", "train.max_steps=3", 'run_name="a b"']
-    assert to_overrides("train.max_steps=2") == ["train.max_steps=2"]
+    prompt = 'Answer in French, "s\'il vous plaît".\nThen a \\ and {braces}, a=b, c\\'
+    mapping = {
+        "+experiment": "quickstart",
+        "train": {"max_steps": 3},
+        "run_name": "8",
+        "env": {"system_prompt": prompt},
+    }
+    cfg = compose_run_config(to_overrides(mapping))
+    assert cfg["train"]["max_steps"] == 3 and cfg["run_name"] == "8"  # a string stays one
+    assert cfg["env"]["system_prompt"] == prompt  # verbatim: quotes, line break, backslashes
+    # one string is a command line, split as a shell splits it
+    line = "+experiment=quickstart train.max_steps=2 \"run_name='a b'\""
+    assert to_overrides(line) == ["+experiment=quickstart", "train.max_steps=2", "run_name='a b'"]
+    assert compose_run_config(to_overrides(line))["run_name"] == "a b"
 
 
 def test_a_ppo_policy_asked_to_chat_names_v1_act(tmp_path) -> None:
