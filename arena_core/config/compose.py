@@ -159,6 +159,15 @@ def normalise_overrides(overrides: Sequence[str], options: dict[str, ConfigOptio
     result = Overrides()
     for text in overrides:
         match = _OVERRIDE.match(text)
+        if match is None and _OVERRIDE.match(text.replace("\n", " ").replace("\r", " ")):
+            key = text.split("=", 1)[0]
+            result.problems.append(
+                f"{key}: a value with a line break cannot be an override (Hydra's grammar has "
+                "none): write it in a YAML file, an option under --config-dir (env/mine.yaml) or "
+                "a manifest (arena-run --manifest FILE), or pass it from Python: "
+                "arena.train({...}) keeps it verbatim"
+            )
+            continue
         if match is None:
             result.problems.append(
                 f"{text!r}: not an override; write key=value, +group=option or ~key"

@@ -75,6 +75,12 @@ def test_a_list_item_is_named_by_its_index() -> None:
     ]  # a zero-width layer trained a network that outputs a constant
 
 
+def test_a_value_with_a_line_break_says_where_such_text_can_go() -> None:
+    problems = _problems(["+experiment=quickstart", "env.system_prompt='Be brief.\nShow work.'"])
+    assert len(problems) == 1 and problems[0].startswith("env.system_prompt: a value with a line")
+    assert "--config-dir" in problems[0] and "--manifest" in problems[0]
+
+
 def test_unknown_key_without_a_close_match_lists_valid_keys() -> None:
     (problem,) = _problems(["+algo=grpo", "algo.zzz=1"])
     assert problem.startswith("algo.zzz: unknown key (plugin arena_algorithms")
