@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -116,11 +115,12 @@ class Run:
         except ArenaError:
             return self.latest().ref
 
-    def metrics(self, keys: Sequence[str] | None = None) -> Any:
+    def metrics(self, keys: Sequence[str] | str | None = None) -> Any:
         """metrics.csv as a pyarrow Table (`.to_pandas()` for a DataFrame)."""
         import pyarrow as pa
 
-        cols = report.metrics_table(self.path, list(keys) if keys else None)
+        wanted = [keys] if isinstance(keys, str) else list(keys) if keys else None
+        cols = report.metrics_table(self.path, wanted)
         return pa.table({k: pa.array(v, type=pa.float64()) for k, v in cols.items()})
 
     def show(self) -> dict[str, Any]:
@@ -172,10 +172,11 @@ def train(config: Sequence[str] | Mapping[str, Any] | str, *, check: bool = True
     """
     from arena_core.cli.launch import launch
     from arena_core.config import compose_run_config
+    from arena_core.config.compose import as_overrides
     from arena_core.errors import ConfigError
     from arena_core.session.ending import resumed_config
 
-    overrides = to_overrides(config)
+    overrides = as_overrides(config)
     with contextlib.chdir(os.getcwd()):  # a resume runs where its run started; back here after
         cfg = resumed_config(overrides) or compose_run_config(overrides)
         if cfg.get("dry_run"):
@@ -186,28 +187,3 @@ def train(config: Sequence[str] | Mapping[str, Any] | str, *, check: bool = True
         run_dir = launch(cfg, check=check)
     assert run_dir is not None  # only a dry run returns none
     return Run(run_dir)
-
-
-def to_overrides(config: Sequence[str] | Mapping[str, Any] | str) -> list[str]:
-    """Hydra override strings from a list (as is), a command line (split as a shell does), or a
-    (nested) mapping."""
-    if isinstance(config, str):
-        return shlex.split(config)
-    if isinstance(config, Mapping):
-        out: list[str] = []
-        _flatten(config, "", out)
-        return out
-    return [str(o) for o in config]
-
-
-def _flatten(d: Mapping[str, Any], prefix: str, out: list[str]) -> None:
-    """Each leaf as `key=value` in Hydra's grammar: a string arrives as that very string (quotes,
-    backslashes, accents and line breaks included, and '8' stays a string)."""
-    from arena_core.config.compose import hydra_value
-
-    for key, value in d.items():
-        name = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(value, Mapping) and value and not name.startswith("+"):
-            _flatten(value, name, out)
-        else:
-            out.append(f"{name}={hydra_value(value)}")

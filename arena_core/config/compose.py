@@ -14,7 +14,8 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Iterator, Sequence
+import shlex
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -222,6 +223,29 @@ def normalise_overrides(overrides: Sequence[str], options: dict[str, ConfigOptio
             prefix = "++"
         result.hydra.append(f"{prefix}{key}={value}")
     return result
+
+
+def as_overrides(config: Sequence[str] | Mapping[str, Any] | str) -> list[str]:
+    """Hydra override strings from a list (as is), a command line (split as a shell does), or a
+    (nested) mapping."""
+    if isinstance(config, str):
+        return shlex.split(config)
+    if isinstance(config, Mapping):
+        out: list[str] = []
+        _flatten(config, "", out)
+        return out
+    return [str(o) for o in config]
+
+
+def _flatten(d: Mapping[str, Any], prefix: str, out: list[str]) -> None:
+    """Each leaf as `key=value` in Hydra's grammar: a string arrives as that very string (quotes,
+    backslashes, accents and line breaks included, and '8' stays a string)."""
+    for key, value in d.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, Mapping) and value and not name.startswith("+"):
+            _flatten(value, name, out)
+        else:
+            out.append(f"{name}={hydra_value(value)}")
 
 
 def hydra_value(value: Any) -> str:

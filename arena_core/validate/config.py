@@ -11,18 +11,22 @@ the forecast).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from arena_core.config import compose_run_config
+from arena_core.config.compose import as_overrides
 from arena_core.data.category import check_data_category
 from arena_core.errors import ArenaError, ConfigError
 from arena_core.validate.report import FAIL, PASS, Report
 
 
 def validate_run_config(
-    overrides: list[str], *, preflight: bool = True
+    overrides: Sequence[str] | Mapping[str, Any] | str, *, preflight: bool = True
 ) -> tuple[Report, dict[str, Any] | None]:
-    """(report, composed config or None): compose the overrides and check what arena-run checks."""
+    """(report, composed config or None): compose the overrides and check what arena-run checks.
+    `overrides` is what `arena.train` takes: a list, one command line, or a mapping."""
+    overrides = as_overrides(overrides)
     report = Report(subject=" ".join(overrides) or "(no overrides)", kind="config")
     try:
         cfg = compose_run_config(list(overrides))

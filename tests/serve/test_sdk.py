@@ -39,6 +39,7 @@ def test_sdk_runs_checkpoints_and_metrics(quick_run, runs_dir) -> None:
     table = run.metrics(keys=["reward/mean", "loss"])
     assert table.column_names == ["step", "reward/mean", "loss"]
     assert table.column("step").to_pylist() == [1.0, 2.0]
+    assert run.metrics("loss").column_names == ["step", "loss"]  # one key, as a string
     assert arena.validate_reward is not None and callable(arena.validate_env)
     shown = run.show()  # what `arena runs show` prints, as a dict
     assert shown["run"]["status"] == "finished" and shown["config_diff"]["train.max_steps"] == (
@@ -270,8 +271,8 @@ def test_other_algorithm_kinds_add_their_own_routes(tmp_path) -> None:
 
 
 def test_train_accepts_a_mapping_of_overrides() -> None:
-    from arena._runs import to_overrides
     from arena_core.config import compose_run_config
+    from arena_core.config.compose import as_overrides
 
     prompt = 'Answer in French, "s\'il vous plaît".\nThen a \\ and {braces}, a=b, c\\'
     mapping = {
@@ -280,13 +281,19 @@ def test_train_accepts_a_mapping_of_overrides() -> None:
         "run_name": "8",
         "env": {"system_prompt": prompt},
     }
-    cfg = compose_run_config(to_overrides(mapping))
+    cfg = compose_run_config(as_overrides(mapping))
     assert cfg["train"]["max_steps"] == 3 and cfg["run_name"] == "8"  # a string stays one
     assert cfg["env"]["system_prompt"] == prompt  # verbatim: quotes, line break, backslashes
     # one string is a command line, split as a shell splits it
     line = "+experiment=quickstart train.max_steps=2 \"run_name='a b'\""
-    assert to_overrides(line) == ["+experiment=quickstart", "train.max_steps=2", "run_name='a b'"]
-    assert compose_run_config(to_overrides(line))["run_name"] == "a b"
+    assert as_overrides(line) == ["+experiment=quickstart", "train.max_steps=2", "run_name='a b'"]
+    assert compose_run_config(as_overrides(line))["run_name"] == "a b"
+    # the SDK's config validator takes what arena.train takes
+    report, cfg = arena.validate_run_config(line, preflight=False)
+    assert report.subject == "+experiment=quickstart train.max_steps=2 run_name='a b'"
+    assert report.ok and cfg["run_name"] == "a b"
+    report, cfg = arena.validate_run_config(mapping, preflight=False)
+    assert report.ok and cfg["env"]["system_prompt"] == prompt
 
 
 def test_a_ppo_policy_asked_to_chat_names_v1_act(tmp_path) -> None:
