@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import statistics
 import sys
@@ -223,25 +224,32 @@ FORECAST_WARN_HOURS = 2.0
 
 @dataclass(frozen=True)
 class Forecast:
-    """The whole run's predicted time: `steps` x `step_s` plus `evals` x `eval_s`.
+    """The whole run's predicted time: `steps` x `step_s` plus `evals` x `eval_s`, each step
+    taken `rounds` times: a population's members take their steps in turns (`rounds` = members
+    per lane; parallel members train side by side, one lane per device).
 
     An evaluation is priced as the plan's generation of a step, scaled by its completions
-    (`eval.num_prompts` greedy ones against `prompts_per_step` x `group_size`) and their length:
-    decode is what an evaluation does, and on a CPU its cost grows about linearly with both."""
+    (`eval.num_prompts` greedy ones against `prompts_per_step` x `group_size`, or a population's
+    `evolution.eval_prompts` for each member) and their length: decode is what an evaluation
+    does, and on a CPU its cost grows about linearly with both."""
 
     steps: int
     step_s: float
     evals: int
     eval_s: float
+    members: int = 1
+    rounds: int = 1
 
     @property
     def total_s(self) -> float:
-        return self.steps * self.step_s + self.evals * self.eval_s
+        return self.steps * self.rounds * self.step_s + self.evals * self.eval_s
 
     def line(self) -> str:
+        each = f" x {self.rounds} members in turn" if self.rounds > 1 else ""
+        kind = "evaluations" if self.members == 1 else f"evaluations of {self.members} members"
         return (
-            f"forecast: ~{duration(self.total_s)} in all ({self.steps} steps x ~{self.step_s:.1f} s"
-            f" + {self.evals} evaluations x ~{self.eval_s:.1f} s)"
+            f"forecast: ~{duration(self.total_s)} in all ({self.steps} steps{each} x "
+            f"~{self.step_s:.1f} s + {self.evals} {kind} x ~{self.eval_s:.1f} s)"
         )
 
 
@@ -266,8 +274,40 @@ def forecast(cfg: dict[str, Any], result: Any) -> Forecast | None:
     completions = max(1, int(train.get("prompts_per_step") or 1) * int(algo.get("group_size") or 1))
     gen_tokens = max(1, int(gen.get("max_new_tokens") or 1))
     eval_tokens = int(ev.get("max_new_tokens") or gen_tokens)
-    share = int(ev.get("num_prompts") or 0) / completions * eval_tokens / gen_tokens
-    return Forecast(steps, float(prediction.total_s), evals, float(prediction.generate_s) * share)
+    prompts = int(ev.get("num_prompts") or 0)
+    evo = cfg.get("evolution") or {}
+    members = rounds = 1
+    if evo.get("enabled") is True:  # fitness evaluations replace eval.every/eval.num_prompts
+        members = int(evo.get("population_size") or 1)
+        rounds = math.ceil(members / max(1, _member_lanes(cfg, result)))
+        every = int(evo.get("evo_steps") or 1)
+        evals = 1 + math.ceil(steps / every)  # the start, every evo_steps, the end
+        prompts = members * int(evo.get("eval_prompts") or 0)
+    share = prompts / completions * eval_tokens / gen_tokens
+    return Forecast(
+        steps,
+        float(prediction.total_s),
+        evals,
+        float(prediction.generate_s) * share,
+        members=members,
+        rounds=rounds,
+    )
+
+
+def _member_lanes(cfg: dict[str, Any], result: Any) -> int:
+    """How many population members train at once: one per member actor, else one."""
+    from pydantic import ValidationError
+
+    from arena_core.config.schema import CoreConfig
+    from arena_core.errors import ArenaError
+    from arena_core.population.workers import member_workers
+
+    try:
+        core = CoreConfig.model_validate(cfg)
+        plan = result.to_dict() if hasattr(result, "to_dict") else None
+        return max(1, member_workers(core, plan, quiet=True))
+    except (ArenaError, ValidationError):
+        return 1
 
 
 def forecast_limit_s() -> float:

@@ -234,7 +234,9 @@ class PopulationTrainer:
         wall_before = float(self.totals.get("wall_seconds", 0.0))
         print(
             f"population of {len(self.members)} members, selection every {self.evo.evo_steps} "
-            f"steps, {total} steps each",
+            f"steps, {total} steps each; fitness on {len(self.fitness_examples)} held-out prompts "
+            "(evolution.eval_prompts and evo_steps: a population does not use eval.every or "
+            "eval.num_prompts)",
             flush=True,
         )
         try:

@@ -49,8 +49,9 @@ def plan_devices(core: CoreConfig, plan: dict[str, Any] | None) -> int:
     return max(layout.trainer_devices, engines)
 
 
-def member_workers(core: CoreConfig, plan: dict[str, Any] | None) -> int:
-    """The number of member actors: 0 to interleave members in this process."""
+def member_workers(core: CoreConfig, plan: dict[str, Any] | None, *, quiet: bool = False) -> int:
+    """The number of member actors: 0 to interleave members in this process (`quiet`: without
+    the note that says why, for the forecast that only counts them)."""
     mode = core.evolution.parallel
     size = core.evolution.population_size
     if mode == "off":
@@ -59,6 +60,8 @@ def member_workers(core: CoreConfig, plan: dict[str, Any] | None) -> int:
     if mode == "auto" and (devices < 2 or size < 2):
         return 0
     if importlib.util.find_spec("ray") is None:
+        if quiet:
+            return 0
         if mode == "on":
             raise ConfigError(
                 "evolution.parallel=on: member actors need Ray, which is not installed; "

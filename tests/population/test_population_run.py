@@ -10,7 +10,9 @@ stopped after step 2 and resumed, must make the same selections.
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import json
 from pathlib import Path
 
@@ -61,10 +63,25 @@ def _overrides(runs: Path, steps: int, *extra: str) -> list[str]:
     ]
 
 
+PRINTED: dict[Path, str] = {}  # what each run printed
+
+
 @pytest.fixture(scope="module")
 def population_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     runs = tmp_path_factory.mktemp("runs")
-    return arena.train(_overrides(runs, STEPS), check=False).path
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        path = arena.train(_overrides(runs, STEPS), check=False).path
+    PRINTED[path] = printed.getvalue()
+    return path
+
+
+def test_the_first_line_says_what_scores_the_members(population_run: Path) -> None:
+    """eval.num_prompts=4 is in the overrides (a single run's key); the members are scored on
+    evolution.eval_prompts=6, and the run says so rather than leaving eval.num_prompts unexplained."""
+    first = next(line for line in PRINTED[population_run].splitlines() if "population of" in line)
+    assert "population of 2 members, selection every 1 steps" in first
+    assert "fitness on 6 held-out prompts" in first and "does not use eval.every or" in first
 
 
 def _lineage(run_dir: Path) -> dict:

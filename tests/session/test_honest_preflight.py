@@ -75,6 +75,31 @@ def test_the_forecast_is_printed_and_warns_past_the_limit(
     assert "# pre-flight: WARN" in captured.out
 
 
+def test_a_populations_forecast_counts_every_members_steps_and_fitness_evaluations(
+    tmp_runs: Path, capsys
+) -> None:
+    """Members take their steps in turn on one engine, so a population of 3 forecasts three
+    times the single run's training; its evaluations are the fitness ones (every evo_steps, on
+    evolution.eval_prompts per member), not eval.every's."""
+    from arena_core.cli.plan_summary import forecast, run_plan
+    from arena_core.config import compose_run_config
+
+    population = ["evolution.enabled=true", "evolution.population_size=3", "model.lora.r=4"]
+    population += ["evolution.evo_steps=2", "train.max_steps=6", "evolution.eval_prompts=16"]
+    single = compose_run_config([*QUICK, "model.lora.r=4", "train.max_steps=6"])
+    members = compose_run_config([*QUICK, *population])
+    one, three = forecast(single, run_plan(single)), forecast(members, run_plan(members))
+    assert (one.rounds, three.rounds, three.members) == (1, 3, 3)
+    assert three.steps * three.rounds * three.step_s == pytest.approx(
+        3 * one.steps * one.step_s, rel=0.05
+    )
+    assert three.evals == 4  # the start, steps 2, 4 and 6
+    capsys.readouterr()
+    assert main([*QUICK, *population, "dry_run=true", f"paths.runs={tmp_runs}"]) == 0
+    out = capsys.readouterr().out
+    assert "6 steps x 3 members in turn x ~" in out and "4 evaluations of 3 members" in out
+
+
 def test_a_dry_run_reports_the_threads_the_run_sets(tmp_runs: Path, tmp_path: Path, capsys) -> None:
     data = tmp_path / "sft.jsonl"
     data.write_text(
