@@ -239,6 +239,7 @@ class Forecast:
     eval_s: float
     members: int = 1
     rounds: int = 1
+    prompts: int = 0  # greedy completions per evaluation (every member's, in a population)
 
     @property
     def total_s(self) -> float:
@@ -321,10 +322,12 @@ def forecast_limit_s() -> float:
 def forecast_fixes(cfg: dict[str, Any], found: Forecast, limit_s: float) -> list[str]:
     """What would bring the run under `limit_s`, each as the override that does it."""
     fixes = []
-    per_step = found.step_s + found.evals * found.eval_s / max(1, found.steps)
+    per_step = found.step_s * found.rounds + found.evals * found.eval_s / max(1, found.steps)
     fit = int(max(0.0, limit_s - 2 * found.eval_s) // max(per_step, 1e-9))
     if 0 < fit < found.steps:
         fixes.append(f"fewer steps: train.max_steps={fit}")
+    if found.members > 2:
+        fixes.append(f"fewer members: evolution.population_size={max(2, found.members // 2)}")
     model = cfg.get("model") or {}
     if int((model.get("lora") or {}).get("r") or 0) == 0 and not str(
         model.get("name_or_path", "")
@@ -333,9 +336,11 @@ def forecast_fixes(cfg: dict[str, Any], found: Forecast, limit_s: float) -> list
     tokens = int((cfg.get("generation") or {}).get("max_new_tokens") or 0)
     if tokens > 64:
         fixes.append(f"shorter completions: generation.max_new_tokens={tokens // 2}")
-    num = int((cfg.get("eval") or {}).get("num_prompts") or 0)
+    key, num = "eval.num_prompts", int((cfg.get("eval") or {}).get("num_prompts") or 0)
+    if found.members > 1:  # a population's held-out prompts are its fitness evaluations'
+        key, num = "evolution.eval_prompts", found.prompts // found.members
     if found.evals * found.eval_s > 0.25 * found.total_s and num > 16:
-        fixes.append(f"fewer held-out prompts: eval.num_prompts={max(16, num // 4)}")
+        fixes.append(f"fewer held-out prompts: {key}={max(16, num // 4)}")
     name = str(model.get("name_or_path", ""))
     if name != "smollm2-135m-instruct" and not name.startswith("arena:"):
         fixes.append("a smaller model: model=smollm2-135m-instruct (or the embedded model=tiny)")

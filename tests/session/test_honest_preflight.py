@@ -94,6 +94,13 @@ def test_a_populations_forecast_counts_every_members_steps_and_fitness_evaluatio
         3 * one.steps * one.step_s, rel=0.05
     )
     assert three.evals == 4  # the start, steps 2, 4 and 6
+    # what would make it fit names the population's own keys, priced with every member's steps
+    from arena_core.cli.plan_summary import forecast_fixes
+
+    fixes = forecast_fixes(members, three, limit_s=three.total_s / 2)
+    assert "fewer members: evolution.population_size=2" in fixes
+    steps = [int(f.rsplit("=", 1)[1]) for f in fixes if f.startswith("fewer steps: train.max_")]
+    assert steps and steps[0] <= 3  # half the time: at most half the steps, members included
     capsys.readouterr()
     assert main([*QUICK, *population, "dry_run=true", f"paths.runs={tmp_runs}"]) == 0
     out = capsys.readouterr().out
