@@ -225,9 +225,28 @@ def _construct(target: str, kwargs: dict[str, Any], kind: str) -> Any:
     names = list(gym.envs.registry) + registry.names()
     raise EnvBuildError(
         f"env.id={target}: not a Gymnasium id nor a registered Arena environment"
-        f"{did_you_mean(target, names) or '.'} Give a Gymnasium id (CartPole-v1), an installed env "
-        "(`arena plugins`), `package.module:Class`, or env.path=file.py:Class."
-        f"{plugin_install_hint('envs', target)}"
+        f"{did_you_mean(target, names) or '.'}{_namespace_hint(target, names)} Give a Gymnasium "
+        "id (CartPole-v1), an installed env (`arena plugins`), `package.module:Class`, or "
+        f"env.path=file.py:Class.{plugin_install_hint('envs', target)}"
+    )
+
+
+# the packages whose import registers a Gymnasium namespace (gymnasium.make does not import them)
+_NAMESPACE_PACKAGES = {"ALE": ("ale_py", "ale-py"), "MiniGrid": ("minigrid", "minigrid")}
+_NAMESPACE_PACKAGES["BabyAI"] = _NAMESPACE_PACKAGES["MiniGrid"]
+
+
+def _namespace_hint(target: str, registered: list[str]) -> str:
+    """For `ALE/Pong-v5` while nothing registered ALE: the `module:EnvId` form that imports the
+    package first (what Gymnasium 1.x asks for), and the package to install."""
+    namespace, slash, _ = target.partition("/")
+    if not slash or any(n.startswith(f"{namespace}/") for n in registered):
+        return ""
+    module, dist = _NAMESPACE_PACKAGES.get(namespace, ("PACKAGE", "the package that has it"))
+    return (
+        f" Ids under the {namespace}/ namespace register when their package is imported, which "
+        f"gymnasium.make does not do on its own: env.id={module}:{target} imports it first "
+        f"(pip install {dist})."
     )
 
 

@@ -52,6 +52,33 @@ def test_an_unknown_gymnasium_id_fails(capsys) -> None:
     assert code == 1 and report["by_name"]["construction"]["status"] == "FAIL"
 
 
+def test_a_namespaced_id_says_to_import_its_package_and_that_form_passes(
+    capsys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Gymnasium 1.x registers `ALE/...` only when ale_py is imported; `gymnasium.make` refuses
+    the bare id. Arena's FAIL names the `module:EnvId` form, and that form passes."""
+    package = tmp_path / "walkgames"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "import gymnasium\n"
+        "gymnasium.register('WalkGames/Walk-v0', "
+        "entry_point='gymnasium.envs.classic_control.cartpole:CartPoleEnv', max_episode_steps=50)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # the sandboxed child imports it too
+    with pytest.raises(gym.error.Error):
+        gym.make("WalkGames/Walk-v0")  # what Gymnasium itself says before the import
+    code, report = _validate(capsys, "gym", "env.id=WalkGames/Walk-v0")
+    detail = report["by_name"]["construction"]["detail"]
+    assert code == 1 and "env.id=PACKAGE:WalkGames/Walk-v0 imports it first" in detail
+    code, report = _validate(capsys, "gym", "env.id=walkgames:WalkGames/Walk-v0")
+    assert code == 0 and report["by_name"]["construction"]["status"] == "PASS", report
+    if "ALE/Pong-v5" not in gym.envs.registry:  # ale-py not imported here: its own hint
+        code, report = _validate(capsys, "gym", "env.id=ALE/Pong-v5")
+        detail = report["by_name"]["construction"]["detail"]
+        assert "env.id=ale_py:ALE/Pong-v5 imports it first (pip install ale-py)" in detail
+
+
 def test_an_unknown_pettingzoo_module_fails(capsys) -> None:
     with pytest.raises(ImportError):
         importlib.import_module("no_such_pkg.nope_v1")
