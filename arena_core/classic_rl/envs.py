@@ -255,6 +255,14 @@ def _pettingzoo(target: str, kwargs: dict[str, Any]) -> Any:
     try:
         module = importlib.import_module(target)
     except ImportError as exc:
+        parts = target.split(".")
+        missing = getattr(exc, "name", None) or ""
+        if len(parts) > 2 and parts[0] == "pettingzoo" and not missing.startswith("pettingzoo"):
+            # the module exists; its family needs an extra (pygame for classic and butterfly)
+            raise EnvBuildError(
+                f"env.id={target}: its family needs {missing or 'a package'} ({exc}): "
+                f"pip install 'pettingzoo[{parts[1]}]'"
+            ) from None
         raise EnvBuildError(
             f"env.id={target}: cannot import it ({exc}). Give a PettingZoo environment module "
             "such as mpe2.simple_spread_v3 (pip install mpe2), `package.module:Class`, or "

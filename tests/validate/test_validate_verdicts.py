@@ -79,6 +79,33 @@ def test_a_namespaced_id_says_to_import_its_package_and_that_form_passes(
         assert "env.id=ale_py:ALE/Pong-v5 imports it first (pip install ale-py)" in detail
 
 
+def test_a_pettingzoo_family_without_its_extra_names_the_extra(tmp_path: Path) -> None:
+    """pettingzoo.classic needs pygame (`pettingzoo[classic]`): with pygame absent (a package
+    first on the path that is not there, as on a machine without it) the FAIL names the extra
+    to install, not a generic 'cannot import it'."""
+    import os
+    import subprocess
+    import sys
+
+    blocked = tmp_path / "pygame"
+    blocked.mkdir()
+    (blocked / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'pygame'\", name='pygame')\n"
+    )
+    argv = ["validate", "env", "pettingzoo", "env.id=pettingzoo.classic.rps_v2", "--json"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "arena_core.cli.main", *argv],
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    report = json.loads(proc.stdout)
+    detail = next(c["detail"] for c in report["checks"] if c["name"] == "construction")
+    assert proc.returncode == 1 and "its family needs pygame" in detail, detail
+    assert "pip install 'pettingzoo[classic]'" in detail
+
+
 def test_an_unknown_pettingzoo_module_fails(capsys) -> None:
     with pytest.raises(ImportError):
         importlib.import_module("no_such_pkg.nope_v1")
