@@ -35,7 +35,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar="CANONICAL=COLUMN,...",
         help=MAPPING_HELP,
     )
-    add.add_argument("--split", default="train", help="the split to validate (default train)")
+    add.add_argument(
+        "--split",
+        default="train",
+        help="the split to validate, of a folder or a hub dataset (default train)",
+    )
     add.add_argument("--config", help="the hub dataset's subset (e.g. main for openai/gsm8k)")
     add.add_argument("--force", action="store_true", help="replace a dataset of that name")
     add_json_flag(add)

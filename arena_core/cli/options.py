@@ -76,6 +76,11 @@ def parse_column_mapping(text: str | None, flag: str) -> dict[str, str] | None:
         key, sep, value = part.partition("=")
         if not sep or not key.strip() or not value.strip():
             raise ArenaError(f"{flag} {text!r}: write CANONICAL=COLUMN pairs, e.g. {example}")
+        if key.strip() in mapping:
+            raise ArenaError(
+                f"{flag} {text!r} maps {key.strip()!r} twice ({mapping[key.strip()]!r} and "
+                f"{value.strip()!r}): give each canonical column one of yours"
+            )
         mapping[key.strip()] = value.strip()
     return mapping
 

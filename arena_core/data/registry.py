@@ -99,6 +99,17 @@ def add_dataset(
         )
     local = looks_local(source)
     stored = str(Path(source).expanduser().resolve()) if local else source
+    if local and config:
+        raise DatasetError(
+            f"--config {config}: names a subset of a hub dataset, and {source} is on this "
+            "machine; drop --config (a folder's splits are its files: --split NAME)"
+        )
+    if local and Path(stored).is_file() and split != "train":
+        raise DatasetError(
+            f"--split {split}: {source} is one file, whose rows are all the data, so there is "
+            "nothing to pick; --split chooses a file of a folder (its test.jsonl) or a hub "
+            "dataset's split. Drop it, or register the file you mean."
+        )
     rows = load_dataset(stored, category, column_mapping, split, config=config)
     entry = {
         "source": stored,

@@ -59,6 +59,14 @@ def test_add_list_show_rm_and_a_run_by_name(
     assert "no column 'nope'" in capsys.readouterr().err
     assert arena([*bad, "--map", "prompt"]) == 1
     assert "--map 'prompt': write CANONICAL=COLUMN pairs" in capsys.readouterr().err
+    assert arena([*bad, "--map", "prompt=instruction,prompt=output"]) == 1
+    assert "maps 'prompt' twice ('instruction' and 'output')" in capsys.readouterr().err
+    # a split or hub subset of one local file would be recorded but never picked: refused
+    mapped = [*bad, "--map", "prompt=instruction,response=output"]
+    assert arena([*mapped, "--split", "test"]) == 1
+    assert "--split test: " in capsys.readouterr().err
+    assert arena([*mapped, "--config", "main"]) == 1
+    assert "--config main: names a subset of a hub dataset" in capsys.readouterr().err
     assert "other" not in json.loads((home / "datasets.json").read_text())["datasets"]
     # the JSON form `arena validate --column-mapping` takes is read here too
     as_json = json.dumps({"prompt": "instruction", "response": "output"})
