@@ -240,6 +240,7 @@ class Forecast:
     members: int = 1
     rounds: int = 1
     prompts: int = 0  # greedy completions per evaluation (every member's, in a population)
+    start: int = 0  # the step a resume goes on from: `steps` are the ones left
 
     @property
     def total_s(self) -> float:
@@ -247,6 +248,7 @@ class Forecast:
 
     def line(self) -> str:
         each = f" x {self.rounds} members in turn" if self.rounds > 1 else ""
+        each = f" from step {self.start}{each}" if self.start else each
         kind = "evaluations" if self.members == 1 else f"evaluations of {self.members} members"
         return (
             f"forecast: ~{duration(self.total_s)} in all ({self.steps} steps{each} x "
@@ -270,8 +272,10 @@ def forecast(cfg: dict[str, Any], result: Any) -> Forecast | None:
     train, gen = cfg.get("train") or {}, cfg.get("generation") or {}
     ev, algo = cfg.get("eval") or {}, cfg.get("algo") or {}
     steps = int(train.get("max_steps") or 0)
+    done = min(steps, _resumed_at(train))  # a resume trains only the steps left
     every = int(ev.get("every") or 0)
-    evals = 2 + (max(0, (steps - 1) // every) if every > 0 else 0)  # start, every N, end
+    # the start (not on a resume), every N steps, the end
+    evals = (0 if done else 1) + 1 + (max(0, (steps - 1) // every - done // every) if every else 0)
     completions = max(1, int(train.get("prompts_per_step") or 1) * int(algo.get("group_size") or 1))
     gen_tokens = max(1, int(gen.get("max_new_tokens") or 1))
     eval_tokens = int(ev.get("max_new_tokens") or gen_tokens)
@@ -282,17 +286,36 @@ def forecast(cfg: dict[str, Any], result: Any) -> Forecast | None:
         members = int(evo.get("population_size") or 1)
         rounds = math.ceil(members / max(1, _member_lanes(cfg, result)))
         every = int(evo.get("evo_steps") or 1)
-        evals = 1 + math.ceil(steps / every)  # the start, every evo_steps, the end
+        # the start (not on a resume), every evo_steps, the end
+        evals = (0 if done else 1) + math.ceil(steps / every) - done // every
         prompts = members * int(evo.get("eval_prompts") or 0)
+    if done >= steps:
+        evals = 0  # finished already: the resume says so and trains nothing
     share = prompts / completions * eval_tokens / gen_tokens
     return Forecast(
-        steps,
+        steps - done,
         float(prediction.total_s),
         evals,
         float(prediction.generate_s) * share,
         members=members,
         rounds=rounds,
+        prompts=prompts,
+        start=done,
     )
+
+
+def _resumed_at(train: dict[str, Any]) -> int:
+    """The step a resume goes on from (its run's latest checkpoint), 0 for a fresh run."""
+    from arena_core.store.checkpoints import read_index
+
+    resume = train.get("resume")
+    if not resume or not Path(str(resume)).is_dir():
+        return 0
+    try:
+        steps = [int(c["step"]) for c in read_index(Path(str(resume))).get("checkpoints", [])]
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+    return max(steps, default=0)
 
 
 def _member_lanes(cfg: dict[str, Any], result: Any) -> int:
@@ -325,7 +348,7 @@ def forecast_fixes(cfg: dict[str, Any], found: Forecast, limit_s: float) -> list
     per_step = found.step_s * found.rounds + found.evals * found.eval_s / max(1, found.steps)
     fit = int(max(0.0, limit_s - 2 * found.eval_s) // max(per_step, 1e-9))
     if 0 < fit < found.steps:
-        fixes.append(f"fewer steps: train.max_steps={fit}")
+        fixes.append(f"fewer steps: train.max_steps={found.start + fit}")  # a resume's own
     if found.members > 2:
         fixes.append(f"fewer members: evolution.population_size={max(2, found.members // 2)}")
     model = cfg.get("model") or {}

@@ -75,6 +75,21 @@ def test_the_forecast_is_printed_and_warns_past_the_limit(
     assert "# pre-flight: WARN" in captured.out
 
 
+def test_a_resumes_forecast_counts_only_the_steps_left(tmp_runs: Path, capsys) -> None:
+    """A run stopped at step 2 and resumed to 5 trains 3 steps (and no start evaluation): the
+    forecast says so; a resume with nothing left to train forecasts nothing."""
+    quick = [*QUICK, "eval.num_prompts=4", f"paths.runs={tmp_runs}", "run_name=resumed"]
+    assert main(quick) == 0
+    capsys.readouterr()
+    resume = ["train.resume=resumed", f"paths.runs={tmp_runs}", "eval.every=0", "dry_run=true"]
+    assert main([*resume, "train.max_steps=5"]) == 0
+    out = capsys.readouterr().out
+    assert "# forecast: ~" in out and "(3 steps from step 2 x ~" in out, out
+    assert "+ 1 evaluations x" in out  # the end only: a resume does not evaluate its start
+    assert main([*resume, "train.max_steps=2"]) == 0
+    assert "# forecast" not in capsys.readouterr().out
+
+
 def test_a_populations_forecast_counts_every_members_steps_and_fitness_evaluations(
     tmp_runs: Path, capsys
 ) -> None:
