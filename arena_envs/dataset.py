@@ -4,7 +4,8 @@ or a registered one by name: `+env=dataset env.dataset=NAME` (`arena datasets ad
 One env for every category, loaded by the same code as `arena validate dataset`
 (`arena_core.data.load_dataset`: JSONL, CSV, parquet, a directory of split files or a Hugging Face
 dataset saved to disk), with the same `column_mapping` convention as the gsm8k env, so a file
-that validates is a file that trains. The category says which algorithms can use it: reasoning
+that validates is a file that trains. The category (the file's own, read from its columns,
+unless `env.category` sets it) says which algorithms can use it: reasoning
 data feeds GRPO/CISPO (this task is then a TextTask like gsm8k's), sft data (`prompt` +
 `response`, or a chat `messages` column) feeds SFT, preference data feeds DPO; a mismatch is a
 config error before any model loads.
@@ -20,6 +21,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from arena_core.data import DatasetError, load_dataset
+from arena_core.data.category import category_of_file
 from arena_core.data.registry import dataset_fields
 from arena_core.errors import ConfigError
 from arena_core.tasks import Example, shuffled_epochs
@@ -56,6 +58,9 @@ class DatasetEnvConfig(PromptConfig):
                     "(env.path=FILE), or a dataset registered with `arena datasets add` "
                     "(env.dataset=NAME)"
                 )
+            if data.get("category") is None:  # the file's own, read from its columns
+                found = category_of_file(data["path"], data.get("column_mapping"))
+                return {**data, "category": found or "sft"}
             return data
         try:
             found = dataset_fields(str(data["dataset"]))
@@ -79,7 +84,8 @@ class DatasetEnvConfig(PromptConfig):
     category: Literal["reasoning", "sft", "preference"] = Field(
         "sft",
         description="reasoning (question, answer) for GRPO/CISPO, sft (prompt, response; or "
-        "messages) for SFT, preference (prompt, chosen, rejected) for DPO.",
+        "messages) for SFT, preference (prompt, chosen, rejected) for DPO. Unset (null): the "
+        "file's own, read from its columns (sft when they match no category, or for a folder).",
     )
     column_mapping: dict[str, str] | None = Field(
         None, description='Your column names by canonical name: {"prompt": "instruction", ...}.'

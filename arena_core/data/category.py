@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from arena_core.errors import ArenaError, ConfigError
+from arena_core.errors import ConfigError
 
 COLUMNS = {
     "reasoning": "question, answer",
@@ -84,18 +84,21 @@ def category_mismatch(
 
 
 def _file_columns(path: Any) -> list[str] | None:
-    """The columns of the first row of a local dataset file (None: not a readable file)."""
+    """The columns of a local dataset file (None: not a readable file)."""
     from pathlib import Path
 
-    from arena_core.data.loading import read_rows
+    from arena_core.data.loading import first_columns
 
     if not path or not Path(str(path)).expanduser().is_file():
         return None
-    try:
-        rows = read_rows(Path(str(path)).expanduser())
-    except ArenaError:
-        return None
-    return [str(c) for c in rows[0]] if rows and isinstance(rows[0], dict) else None
+    return first_columns(Path(str(path)).expanduser())
+
+
+def category_of_file(path: Any, mapping: dict[str, str] | None = None) -> str:
+    """The category whose columns a local dataset file has (after `mapping`): what
+    `env.category` defaults to, so `+algo=dpo +env=dataset env.path=prefs.jsonl` needs no
+    category; "" when the file cannot be read or matches none."""
+    return _looks_like(_file_columns(path), mapping)
 
 
 def _looks_like(columns: list[str] | None, mapping: dict[str, str] | None) -> str:

@@ -122,6 +122,34 @@ READERS: dict[str, Callable[[Path], list[dict[str, Any]]]] = {
 }
 
 
+def first_columns(path: Path) -> list[str] | None:
+    """The column names of a local dataset file, read cheaply (a JSONL file's first row, a CSV
+    header, a parquet schema; a .json document whole); None when it cannot be read as one."""
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".jsonl":
+            with path.open(encoding=ENCODING) as f:
+                line = next((text for text in f if text.strip()), "")
+            row = json.loads(line) if line else None
+            return [str(c) for c in row] if isinstance(row, dict) else None
+        if suffix in (".csv", ".tsv"):
+            with path.open(encoding=ENCODING, newline="") as f:
+                header = f.readline()
+            try:
+                delimiter = csv.Sniffer().sniff(header, delimiters=",;\t|").delimiter
+            except csv.Error:
+                delimiter = "\t" if suffix == ".tsv" else ","
+            return next(csv.reader([header], delimiter=delimiter), None)
+        if suffix in (".parquet", ".pq"):
+            import pyarrow.parquet as pq
+
+            return list(pq.read_schema(path).names)
+        rows = read_rows(path)
+    except Exception:  # noqa: BLE001 - unreadable: the loader says why, later and in full
+        return None
+    return [str(c) for c in rows[0]] if rows and isinstance(rows[0], dict) else None
+
+
 def looks_local(source: str) -> bool:
     """A path (exists, or has a dataset extension, or starts like a path) rather than a hub id."""
     p = Path(source).expanduser()

@@ -1,4 +1,5 @@
-"""GRPO on a dataset read with the wrong `env.category` says what the file actually holds."""
+"""A dataset's `env.category` is the file's own unless set; GRPO on data of another category,
+or read with the wrong `env.category`, says what the file actually holds."""
 
 from __future__ import annotations
 
@@ -23,15 +24,17 @@ def _error(capsys: pytest.CaptureFixture[str], path: Path, *extra: str) -> str:
     return capsys.readouterr().err
 
 
-def test_question_answer_rows_read_as_sft_get_the_category_to_set(capsys, tmp_path) -> None:
+def test_question_answer_rows_need_no_category_and_a_wrong_one_is_named(capsys, tmp_path) -> None:
     path = _file(tmp_path, [{"question": f"{i}+1?", "answer": f"{i + 1}"} for i in range(8)])
-    err = _error(capsys, path)  # the dataset env's default category is sft
+    # unset, the category is read from the columns: reasoning, what GRPO trains on
+    assert arena_run(["+algo=grpo", "+env=dataset", f"env.path={path}", "model=tiny",
+                      "--dry-run"]) == 0  # fmt: skip
+    assert "category: reasoning" in capsys.readouterr().out
+    err = _error(capsys, path, "env.category=sft")  # set, and wrong
     assert (
         "its columns question, answer look like reasoning data. Set env.category=reasoning" in err
     )
     assert "provides env.category=sft" not in err and "+algo=sft" not in err
-    assert arena_run(["+algo=grpo", "+env=dataset", f"env.path={path}", "model=tiny",
-                      "env.category=reasoning", "--dry-run"]) == 0  # fmt: skip
 
 
 def test_real_sft_rows_get_the_algorithm_to_use(capsys, tmp_path) -> None:
@@ -42,5 +45,9 @@ def test_real_sft_rows_get_the_algorithm_to_use(capsys, tmp_path) -> None:
 
 def test_preference_rows_are_named_as_such(capsys, tmp_path) -> None:
     path = _file(tmp_path, [{"prompt": "p", "chosen": "a", "rejected": "b"}] * 4)
-    err = _error(capsys, path)
+    err = _error(capsys, path)  # read as what it is: preference data, which DPO trains on
+    assert "is read as env.category=preference data" in err and "Use +algo=dpo" in err
+    err = _error(capsys, path, "env.category=sft")
     assert "look like preference data: set env.category=preference and use +algo=dpo" in err
+    assert arena_run(["+algo=dpo", "+env=dataset", f"env.path={path}", "model=tiny",
+                      "--dry-run"]) == 0  # fmt: skip
