@@ -37,7 +37,12 @@ from arena_core.tinker.batching import SampleBatcher
 from arena_core.tinker.capacity import CapacityError
 from arena_core.tinker.losses import check_request
 from arena_core.tinker.runs import checkpoint_record, run_record
-from arena_core.tinker.service import TinkerError, TinkerService, available_models
+from arena_core.tinker.service import (
+    TinkerError,
+    TinkerService,
+    available_models,
+    check_token_ids,
+)
 from arena_core.tinker.store import CheckpointError
 from arena_core.tinker.wire import PROTO, decode_forward_backward
 
@@ -277,7 +282,7 @@ def _training_routes(app: FastAPI, server: TinkerServer) -> None:
         lora = (req.lora_config or types.LoraConfig(rank=32)).model_dump()
         try:  # a client beyond what fits: a 400 at once
             service.check_capacity(req.base_model, lora)
-        except CapacityError as exc:
+        except (CapacityError, TinkerError) as exc:
             raise HTTPError(400, str(exc)) from None
 
         def create() -> dict:
@@ -316,7 +321,12 @@ def _training_routes(app: FastAPI, server: TinkerServer) -> None:
         try:
             req = decode_forward_backward(raw)
             spec = check_request(req.loss_fn, req.loss_fn_config, req.data)
-            service.client(req.model_id)
+            host = service.client(req.model_id).host
+            for i, datum in enumerate(req.data):
+                check_token_ids(datum.tokens, host, f"data[{i}].model_input")
+                targets = datum.inputs.get("target_tokens")
+                if targets is not None:
+                    check_token_ids(targets, host, f"data[{i}].loss_fn_inputs['target_tokens']")
         except ArenaError as exc:
             raise HTTPError(400, str(exc)) from None
         return server.submit(
@@ -328,6 +338,11 @@ def _training_routes(app: FastAPI, server: TinkerServer) -> None:
         req = _parse(types.OptimStepRequest, await _body(request), "optim_step")
         if not isinstance(req.optim_params, types.AdamParams):
             raise HTTPError(400, "optim_step: this server runs AdamW only (AdamParams)")
+        if not req.optim_params.learning_rate >= 0:  # nan too: a negative step ascends the loss
+            raise HTTPError(
+                400,
+                f"optim_step: learning_rate must be >= 0, got {req.optim_params.learning_rate}",
+            )
         _known_client(service, req.model_id)
 
         def step() -> dict:

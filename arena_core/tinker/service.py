@@ -71,6 +71,18 @@ class BaseHost:
     engine: TorchBackend | VLLMSamplers | None = None  # decodes the samples; made at first use
 
 
+def check_token_ids(ids: Any, host: BaseHost, what: str) -> None:
+    """Every id inside the base's vocabulary, said as a 400 rather than an IndexError from the
+    embedding mid-batch."""
+    vocab = int(host.model.get_input_embeddings().num_embeddings)
+    bad = next((int(t) for t in ids if not 0 <= int(t) < vocab), None)
+    if bad is not None:
+        raise TinkerError(
+            f"{what} has token id {bad}, outside {host.name}'s vocabulary [0, {vocab}): encode "
+            "with the client's tokenizer (TrainingClient.get_tokenizer)"
+        )
+
+
 @dataclass
 class Client:
     """A training client: one adapter of a base model, its AdamW, its settings."""
@@ -254,6 +266,10 @@ class TinkerService:
 
     def check_capacity(self, base_model: str, lora: dict[str, Any]) -> Footprint | None:
         """Refuse a client beyond what fits (`capacity.check`); the new client's footprint."""
+        rank = lora.get("rank", 32)
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+            # said first: a rank-0 client "does not fit" the memory model, which is not why
+            raise TinkerError(f"lora rank must be a whole number >= 1, got {rank!r}")
         return check(self, base_model, lora, roles=_roles(lora), samplers_kept=SAMPLERS_KEPT)
 
     def client(self, model_id: str) -> Client:
@@ -461,6 +477,7 @@ class TinkerService:
         max_tokens = int(req.sampling_params.max_tokens or DEFAULT_MAX_TOKENS)
         if not prompt:
             raise TinkerError("sample: the prompt is empty")
+        check_token_ids(prompt, host, "sample: the prompt")
         if len(prompt) + max_tokens > host.max_context:
             raise TinkerError(
                 f"sample: prompt ({len(prompt)} tokens) + max_tokens ({max_tokens}) exceeds "

@@ -206,6 +206,35 @@ def test_bad_input_is_a_400_naming_datum_and_field(service, sft_datum) -> None:
     # a loss the server does not implement is named, and the client keeps working afterwards
     with pytest.raises(tinker.BadRequestError, match="'custom' is not implemented"):
         training.forward_backward([good], "custom").result()
+    # a token id past the vocabulary, in the input, the targets or a prompt: named, not an
+    # IndexError from the embedding
+    vocab = len(training.get_tokenizer())
+    outside = types.Datum(
+        model_input=types.ModelInput.from_ints([*tokens[:-1], 10**6]),
+        loss_fn_inputs=good.loss_fn_inputs,
+    )
+    with pytest.raises(
+        tinker.BadRequestError, match=r"data\[0\]\.model_input has token id 1000000"
+    ):
+        training.forward_backward([outside], "cross_entropy").result()
+    targets = np.array(good.loss_fn_inputs["target_tokens"].to_numpy(), dtype=np.int64)
+    targets[-1] = vocab + 7
+    wrong = types.Datum(
+        model_input=good.model_input,
+        loss_fn_inputs={"target_tokens": targets, "weights": good.loss_fn_inputs["weights"]},
+    )
+    with pytest.raises(tinker.BadRequestError, match=r"\['target_tokens'\] has token id"):
+        training.forward_backward([wrong], "cross_entropy").result()
+    sampler = training.save_weights_and_get_sampling_client().result()
+    prompt = types.ModelInput.from_ints([10**9])
+    with pytest.raises(tinker.RequestFailedError, match="the prompt has token id 1000000000"):
+        sampler.sample(prompt, 1, types.SamplingParams(max_tokens=2)).result()
+    # a negative learning rate would ascend the loss; a rank-0 adapter trains nothing
+    with pytest.raises(tinker.BadRequestError, match="learning_rate must be >= 0, got -1.0"):
+        training.optim_step(types.AdamParams(learning_rate=-1.0)).result()
+    with pytest.raises(tinker.BadRequestError, match="lora rank must be a whole number >= 1"):
+        service.create_lora_training_client(base_model=BASE, rank=0).result()
+    assert training.forward_backward([good], "cross_entropy").result().metrics  # still serving
 
 
 def test_a_result_slower_than_one_poll_still_arrives(service, sft_datum, monkeypatch) -> None:
