@@ -166,9 +166,12 @@ class AppServer:
             if self.proc.poll() is not None:
                 tail = self.stderr_tail()
                 self._reap()
+                last = next((line for line in reversed(tail.splitlines()) if line.strip()), "")
+                why = f": {last.strip()}" if last else ""
                 raise ToolSessionError(
                     f"the OpenEnv app {self.app} exited with code {self.proc.returncode} before "
-                    f"serving (python -m uvicorn {self.app}, in {self.app_dir}). Its output:\n{tail}"
+                    f"serving{why} (python -m uvicorn {self.app}, in {self.app_dir}). Its "
+                    f"output:\n{tail}"
                 )
             with contextlib.suppress(OSError, ValueError, urllib.error.URLError):
                 get_json(self.base_url + "/health", 2.0)

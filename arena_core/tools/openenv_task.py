@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 import threading
 import time
@@ -34,6 +35,9 @@ from arena_core.tools.openenv_session import (
 from arena_core.tools.protocol import ToolSessionError
 
 PASS, WARN, FAIL, SKIP = "PASS", "WARN", "FAIL", "SKIP"
+
+
+_IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")  # module.path:attribute
 
 
 class OpenEnvFields(ToolEnvFields):
@@ -96,6 +100,16 @@ class OpenEnvFields(ToolEnvFields):
                 "env.url=http://host:port (a running server) or env.environment=module:Class (in "
                 f"process); got {', '.join('env.' + k for k in given) or 'none'}"
             )
+        for key in ("app", "environment", "action"):
+            value = getattr(self, key)
+            if value and not _IMPORT_PATH.match(value):
+                example = {"app": "my_env.server.app:app", "environment": "my_env.env:MyEnv"}
+                raise ValueError(
+                    f"env.{key}={value} is not an import path (a dotted module, a colon, then "
+                    f"the attribute), e.g. {example.get(key, 'my_env.models:MyAction')}"
+                )
+        if self.url and not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"env.url={self.url} is not an http(s) URL: env.url=http://host:port")
         return self
 
 

@@ -96,6 +96,23 @@ def test_validate_env_fails_with_the_output_of_an_app_that_does_not_start(
     assert code == 1
     assert checks["server"].startswith("FAIL the OpenEnv app guess_env:no_such_app exited")
     assert 'Attribute "no_such_app" not found' in checks["server"]  # uvicorn's own words
+    # a module that is not there: the exception's last line leads, before uvicorn's traceback
+    code, checks, _ = _validate(capsys, "env.app=no_such_module.server:app")
+    assert code == 1 and checks["server"].startswith(
+        "FAIL the OpenEnv app no_such_module.server:app exited with code 1 before serving: "
+        "ModuleNotFoundError: No module named 'no_such_module'"
+    )
+
+
+def test_an_app_class_or_url_of_the_wrong_shape_is_a_config_error(capsys) -> None:
+    """Not a server started to fail (uvicorn's own error, or a 60 s wait on /health)."""
+    for override, said in [
+        ("env.app=guess_env", "env.app: env.app=guess_env is not an import path"),
+        ("env.environment=guess_env", "env.environment: env.environment=guess_env is not an"),
+        ("env.url=localhost:8000", "env.url: env.url=localhost:8000 is not an http(s) URL"),
+    ]:
+        code, checks, _ = _validate(capsys, override)
+        assert code == 1 and checks["config"].startswith(f"FAIL {said}"), checks
 
 
 def test_validate_env_names_a_url_where_no_server_answers(capsys) -> None:
