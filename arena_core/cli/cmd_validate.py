@@ -180,6 +180,11 @@ def report_for(args: argparse.Namespace) -> Any:
 
         if args.mcp_command and args.mcp_url:
             raise ArenaError("give --mcp-command or --mcp-url, not both")
+        if args.mcp_url and not args.mcp_url.startswith(("http://", "https://")):
+            raise ArenaError(
+                f"--mcp-url {args.mcp_url} is not an http(s) URL: --mcp-url "
+                "http://host:port/mcp (a server run by command is --mcp-command '...')"
+            )
         return validate_mcp(
             command=args.mcp_command,
             url=args.mcp_url,

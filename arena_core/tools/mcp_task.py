@@ -83,6 +83,11 @@ class MCPServerFields(ToolEnvFields):
             )
         if self.command and self.url:
             raise ValueError("set env.command or env.url, not both")
+        if self.url and not self.url.startswith(("http://", "https://")):
+            raise ValueError(
+                f"env.url={self.url} is not an http(s) URL: env.url=http://host:port/mcp (a "
+                "streamable-HTTP server); a server run by command is env.command='...'"
+            )
         return self
 
 

@@ -203,3 +203,15 @@ def test_registered_mcp_env_whose_server_does_not_start(capsys, tmp_path, hostil
 def test_env_without_target_or_server_is_a_usage_error() -> None:
     with pytest.raises(ArenaError, match="--mcp-command/--mcp-url"):
         run_cli("env")
+
+
+def test_a_url_without_http_is_said_before_any_connection(capsys, tmp_path) -> None:
+    """`localhost:8000/mcp` (the scheme forgotten): a config error naming the key and the form,
+    not 'server did not start ... run the command by hand' (there is no command)."""
+    with pytest.raises(ArenaError, match="--mcp-url localhost:8000/mcp is not an http"):
+        run_cli("env", "--mcp-url", "localhost:8000/mcp")
+    reward = tmp_path / "reward.py"
+    reward.write_text("def reward(question, answer, completion, state):\n    return 0.0\n")
+    code, checks = _validate(capsys, "mcp", "env.url=localhost:8000/mcp", f"env.reward={reward}")
+    assert code == 1 and checks["config"]["status"] == "FAIL"
+    assert "env.url=localhost:8000/mcp is not an http(s) URL" in checks["config"]["detail"]
