@@ -106,9 +106,13 @@ def _client(args: argparse.Namespace) -> Any:
         key = args.api_key or os.environ.get("ARENA_API_KEY")
         return HttpClient(args.url, api_key=key, model=args.model)
     if not args.ref:
+        alone = getattr(args, "prompt", None)
+        read = (
+            f" ({alone!r} was read as the prompt: `arena generate MODEL PROMPT`)" if alone else ""
+        )
         raise ArenaError(
             "name a checkpoint (RUN, RUN:STEP or RUN:best), a model (e.g. tiny) or a server "
-            "with --url"
+            f"with --url{read}"
         )
     from transformers.utils import logging as hf_logging
 

@@ -56,19 +56,21 @@ class HttpClient:
     ) -> None:
         import httpx
 
+        if not url.startswith(("http://", "https://")):
+            raise ArenaError(f"--url {url} is not an http(s) URL: give http://host:port")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.url = url.rstrip("/")
         self.model = model
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
 
     def models(self) -> list[str]:
-        return [m["id"] for m in self._check(self._http.get("/v1/models")).json()["data"]]
+        return [m["id"] for m in self._check(self._send("GET", "/v1/models")).json()["data"]]
 
     def generate(self, prompts: str | list[str], **params: Any) -> list[str]:
         """One completion per prompt, in order; all prompts go in one request (one batch)."""
         prompts = [prompts] if isinstance(prompts, str) else list(prompts)
         body = {"model": self._model(), "prompt": prompts, **_params(**params)}
-        choices = self._check(self._http.post("/v1/completions", json=body)).json()["choices"]
+        choices = self._check(self._send("POST", "/v1/completions", body)).json()["choices"]
         return [c["text"] for c in sorted(choices, key=lambda c: c["index"])]
 
     def stream(self, prompt: str, **params: Any) -> Iterator[str]:
@@ -80,7 +82,7 @@ class HttpClient:
 
     def chat(self, messages: Messages, **params: Any) -> str:
         body = {"model": self._model(), "messages": messages, **_params(**params)}
-        data = self._check(self._http.post("/v1/chat/completions", json=body)).json()
+        data = self._check(self._send("POST", "/v1/chat/completions", body)).json()
         return data["choices"][0]["message"]["content"]
 
     def chat_stream(self, messages: Messages, **params: Any) -> Iterator[str]:
@@ -100,7 +102,30 @@ class HttpClient:
             self.model = self.models()[0]
         return self.model
 
+    def _send(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        """One request; a server that cannot be reached is a message, not httpx's traceback."""
+        import httpx
+
+        try:
+            return self._http.request(method, path, json=body)
+        except httpx.TransportError as exc:
+            raise self._unreachable(exc) from None
+
+    def _unreachable(self, exc: Exception) -> ArenaError:
+        return ArenaError(
+            f"cannot reach a server at {self.url} ({type(exc).__name__}: {exc}): start one "
+            "(`arena deploy MODEL --port PORT`) or check --url"
+        )
+
     def _sse(self, path: str, body: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        import httpx
+
+        try:
+            yield from self._sse_chunks(path, body)
+        except httpx.TransportError as exc:
+            raise self._unreachable(exc) from None
+
+    def _sse_chunks(self, path: str, body: dict[str, Any]) -> Iterator[dict[str, Any]]:
         with self._http.stream("POST", path, json=body) as resp:
             if resp.status_code >= 400:
                 resp.read()

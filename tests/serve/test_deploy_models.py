@@ -99,7 +99,9 @@ def test_generate_answers_with_a_model_by_name(local_dir: Path, capsys) -> None:
     assert answer() == _greedy(str(local_dir), "12+3=").strip()
 
 
-def test_bad_sampling_values_limits_and_addresses_are_refused_before_a_model_loads(capsys) -> None:
+def test_bad_sampling_values_limits_and_addresses_are_refused_before_a_model_loads(
+    capsys, monkeypatch
+) -> None:
     """In process, `arena generate` checks what the server checks (its 400 says the same), and
     a port or host that cannot be listened on is named before any model loads."""
     from arena_core.cli.main import main
@@ -134,6 +136,24 @@ def test_bad_sampling_values_limits_and_addresses_are_refused_before_a_model_loa
     assert main(["deploy", "tiny", "--port", "0", "--host", "nonsense.invalid", "--api-key", "k"])
     err = capsys.readouterr().err
     assert "cannot listen on nonsense.invalid:0" in err and "--host takes an address" in err
+    # a client of a server that is not there, or of a URL without its scheme: said, no traceback
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        free = s.getsockname()[1]
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("hello\n"))  # what chat reads
+    for argv in (["generate", "12+3="], ["generate", "12+3=", "--stream"], ["chat"]):
+        assert main([*argv, "--url", f"http://127.0.0.1:{free}"]) == 1
+        err = capsys.readouterr().err
+        assert f"cannot reach a server at http://127.0.0.1:{free}" in err, argv
+        assert "Traceback" not in err
+    assert main(["generate", "12+3=", "--url", f"127.0.0.1:{free}"]) == 1
+    assert "is not an http(s) URL" in capsys.readouterr().err
+    assert main(["generate", "tiny"]) == 1  # one argument is the prompt: the model is missing
+    assert "'tiny' was read as the prompt" in capsys.readouterr().err
 
 
 def _smollm2_cached() -> bool:
