@@ -3,7 +3,7 @@
     arena plan +algo=grpo +env=gsm8k model.name_or_path=Qwen/Qwen3-30B-A3B model.lora.r=16 \
         hardware=h100-80 hardware.count=8 [--json]
     arena plan --calibrate        # fit the cost model to this machine (CPU, or the local GPU)
-    arena plan --calibrate RUN_DIR  # fit it to a finished run's measured step times (plan.json)
+    arena plan --calibrate RUN      # fit it to a finished run's measured step times (plan.json)
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from arena_core.cli.options import ONE_JSON_OBJECT, add_json_flag
@@ -32,11 +33,12 @@ def add_parser(subparsers: Any) -> None:
         nargs="?",
         const="",
         default=None,
-        metavar="RUN_DIR",
+        metavar="RUN",
         help="run micro-benchmarks on this machine and store fitted coefficients (without "
         "them, CPU plans use the calibration shipped with Arena and GPU plans datasheet "
-        "priors, marked 'uncalibrated'); with RUN_DIR, fit them to that finished run's "
-        "measured generate/learn/sync seconds instead",
+        "priors, marked 'uncalibrated'); with RUN (a run directory, id or run_name, as "
+        "`arena runs` takes it), fit them to that finished run's measured generate/learn/sync "
+        "seconds instead",
     )
     p.set_defaults(func=run)
 
@@ -49,8 +51,13 @@ def run(args: argparse.Namespace) -> int:
     if run_dir:
         from arena_core.planner.calibrate import describe
         from arena_core.planner.calibrate_run import calibrate_from_run
+        from arena_core.store.index import resolve_run
 
-        cal, path = calibrate_from_run(run_dir)
+        runs = next((o.split("=", 1)[1] for o in overrides if o.startswith("paths.runs=")), None)
+        folder = Path(run_dir).expanduser()
+        cal, path = calibrate_from_run(
+            folder if folder.is_dir() else resolve_run(run_dir, runs or "./runs")
+        )
         print(describe(cal), file=sys.stderr if args.json else sys.stdout)
         print(f"stored {path}", file=sys.stderr if args.json else sys.stdout)
         if args.json:

@@ -1,4 +1,4 @@
-"""`arena plan --calibrate RUN_DIR`: fit the cost model to a finished run's measured step times.
+"""`arena plan --calibrate RUN`: fit the cost model to a finished run's measured step times.
 
 A run's plan.json holds the planner's `predicted.step_seconds` and, once the run ends, the
 `measured.step_seconds` beside them (`arena_core.planner.measured`). Each side of the cost model is

@@ -4,7 +4,7 @@ A run ends by adding `measured.step_seconds` (generate, learn, sync and total: m
 the run) next to the planner's `predicted.step_seconds` (and `repriced`: the step priced at the
 flat-group rate and the speed of the whole run, `planner.refill`; `repriced_first` and
 `repriced_warm`: what it printed after its first and its second step), so
-`arena plan --calibrate RUN_DIR` can fit the cost model to what the machine really did, and the
+`arena plan --calibrate RUN` can fit the cost model to what the machine really did, and the
 dashboard can show both.
 """
 

@@ -65,3 +65,13 @@ def test_a_run_directory_calibrates_the_cost_model(tmp_path, capsys) -> None:
     stored = coefficients_for(get_profile("h100-80"))  # later plans on the profile use it
     assert stored.decode_step_overhead_s == coef.decode_step_overhead_s
     assert isinstance(stored, Coefficients) and stored.source.endswith("h100-80.json")
+    # a run named as every other command names it: its run_name under paths.runs
+    runs = tmp_path / "runs"
+    named = runs / "gpu-20260101-120000"
+    named.mkdir(parents=True)
+    (named / "config.yaml").write_text("run_name: gpu\n")
+    (named / "plan.json").write_text(json.dumps(plan))
+    assert main(["plan", "--calibrate", "gpu", f"paths.runs={runs}", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["profile"] == "h100-80"
+    assert main(["plan", "--calibrate", "nope", f"paths.runs={runs}"]) == 1
+    assert "no run 'nope'" in capsys.readouterr().err
