@@ -50,7 +50,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stop", action="append", help="stop string (repeatable)")
     p.add_argument("--seed", type=int)
     add_threads_option(
-        p, "torch threads, without --url (default 1, as `arena deploy`; 0: torch's default)"
+        p, "torch threads, without --url (default 1: one answer needs no more; 0: torch's default)"
     )
 
 
