@@ -166,6 +166,8 @@ def validate_dataset(
     # training load
     turns = tuple(required) if category in ("sft", "preference") else (CHAT_COLUMN,)
     _content_checks(report, rows, required, turns)
+    if category == "preference":
+        _pair_check(report, rows)
     if not mapped:
         try:  # exactly what training does with these rows
             canonicalize(raw, category, column_mapping, str(source))
@@ -173,6 +175,31 @@ def validate_dataset(
         except ArenaError as exc:
             report.add("training load", FAIL, str(exc))
     return report
+
+
+def _pair_check(report: Report, rows: list[dict[str, Any]]) -> None:
+    """Pairs whose chosen and rejected answers are the same text: DPO's margin is zero on them
+    whatever the policy, so they teach nothing (all of them: a run that learns nothing)."""
+
+    def text(value: Any) -> str:
+        return value.strip() if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+    same = [
+        i
+        for i, row in enumerate(rows)
+        if row.get("chosen") and text(row.get("chosen")) == text(row.get("rejected"))
+    ]
+    if not same:
+        report.add("pairs", PASS, "every chosen answer differs from its rejected one")
+        return
+    status = FAIL if len(same) == len(rows) else WARN
+    report.add(
+        "pairs",
+        status,
+        f"{len(same):,} of {len(rows):,} rows have the same chosen and rejected answer (first: "
+        f"row {same[0]}): DPO learns nothing from such a pair"
+        + ("; are chosen and rejected mapped to the same column?" if status == FAIL else ""),
+    )
 
 
 def _content_checks(

@@ -59,6 +59,28 @@ def test_csv_and_other_categories(tmp_path):
     assert validate_dataset(str(path), category="reasoning").verdict == "FAIL"
 
 
+def test_pairs_whose_chosen_is_the_rejected_answer_teach_dpo_nothing(tmp_path, capsys):
+    """Some such pairs: a warning naming the first; all of them (chosen and rejected mapped to
+    the same column, say): a FAIL, and `+algo=dpo` stops before a run directory exists."""
+    from arena_core.cli.run import main as arena_run
+
+    rows = [{"prompt": f"{i}+1=", "chosen": str(i + 1), "rejected": "x"} for i in range(8)]
+    rows[2]["rejected"] = " 3 "  # the same text but for the whitespace around it
+    report = validate_dataset(write(tmp_path, rows), category="preference")
+    assert report.verdict == "WARN" and "1 of 8 rows" in report.check("pairs").detail
+    assert "first: row 2" in report.check("pairs").detail
+    mapped = {"chosen": "answer", "rejected": "answer"}
+    same = write(tmp_path, [{"prompt": f"p{i}", "answer": "a"} for i in range(8)], "same.jsonl")
+    report = validate_dataset(same, category="preference", column_mapping=mapped)
+    assert report.verdict == "FAIL" and "mapped to the same column" in report.check("pairs").detail
+    runs = tmp_path / "runs"
+    argv = ["+algo=dpo", "+env=dataset", f"env.path={same}", "model=tiny", f"paths.runs={runs}"]
+    assert arena_run([*argv, "env.category=preference",
+                      "env.column_mapping={chosen: answer, rejected: answer}"]) == 1  # fmt: skip
+    assert "FAIL dataset.pairs" in " ".join(capsys.readouterr().err.split())
+    assert not runs.exists() or not any(runs.iterdir())
+
+
 def test_missing_file_fails_with_a_message(tmp_path):
     report = validate_dataset(str(tmp_path / "nope.jsonl"))
     assert report.verdict == "FAIL"
