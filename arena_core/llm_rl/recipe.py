@@ -256,7 +256,7 @@ class _Loop:
                         progress.note(line)  # the mismatch guard tightened or relaxed
                     if row["train/flat_step"] and not self.totals.get("steps/flat_noted"):
                         self.totals["steps/flat_noted"] = 1.0  # said once per run
-                        progress.note(_flat_note(self.step, row))
+                        progress.note(_flat_note(self.step, row, self.core.generation.temperature))
                     if self._due(self.core.eval.every) or self.step == total:
                         row.update(_public(self._evaluate()))
                         progress.note(_eval_line(self.evals[-1]))
@@ -414,7 +414,9 @@ class _Loop:
             "evals": [{k: v for k, v in e.items() if k != "samples"} for e in self.evals],
             "eval_samples_final": last.get("samples", []),
         }
-        summary["warnings"] = run_warnings(self.totals)
+        summary["warnings"] = run_warnings(
+            self.totals, temperature=self.core.generation.temperature
+        )
         if self.guard is not None:
             summary["mismatch_guard"] = self.guard.summary()  # its actions, for the dashboard
         if error:
@@ -424,12 +426,17 @@ class _Loop:
         return ckpt
 
 
-def _flat_note(step: int, row: dict[str, Any]) -> str:
+def _flat_note(step: int, row: dict[str, Any], temperature: float) -> str:
+    cause = (
+        "generation.temperature=0 samples one completion per group over and over: set it above 0"
+        if temperature <= 0
+        else "if most steps go this way the reward never varies for this policy, and the "
+        "closing summary says what to try"
+    )
     return (
         f"step {step} trained on nothing: all {int(row['groups/dropped_zero_adv'])} flat and "
         f"{int(row['groups/dropped_failed'])} failed groups after {int(row['sampling/rounds'])} "
-        "sampling round(s) (train/flat_step = 1); if most steps go this way the reward never "
-        "varies for this policy, and the closing summary says what to try"
+        f"sampling round(s) (train/flat_step = 1); {cause}"
     )
 
 

@@ -39,22 +39,33 @@ def count_step(totals: dict[str, float], row: dict[str, Any]) -> None:
             totals[key] = totals.get(key, 0.0) + float(row[key])
 
 
-def run_warnings(totals: dict[str, float], unit: str = "steps") -> list[dict[str, str]]:
+def run_warnings(
+    totals: dict[str, float], unit: str = "steps", *, temperature: float | None = None
+) -> list[dict[str, str]]:
     """summary.json's `warnings` from the counts (`unit` names what a step is: "member steps"
-    for a population); empty when the run trained as it should."""
+    for a population; `temperature`: generation.temperature, which explains flat groups when it
+    is 0); empty when the run trained as it should."""
     out = []
     steps, flat = int(totals.get("steps/counted", 0)), int(totals.get("steps/flat", 0))
     if steps and flat >= max(1, math.ceil(FLAT_WARN_FRACTION * steps)):
         span = f"all {steps} {unit}" if flat == steps else f"{flat} of {steps} {unit}"
+        greedy = temperature is not None and temperature <= 0
+        cause = (
+            "generation.temperature=0 samples the same completion for every member of a group, "
+            "so their rewards are always equal"
+            if greedy
+            else "the reward never varies for this policy; look at what it writes in "
+            "summary.json's eval_samples_final"
+        )
         out.append(
             {
                 "code": "trained_on_nothing",
                 "message": f"the run trained on nothing for {span}: every group was flat after "
                 "the refill rounds (its completions all got the same reward, so no advantage and "
-                "no update; train/flat_step = 1 in metrics.csv). The likely cause: the reward "
-                "never varies for this policy; look at what it writes in summary.json's "
-                "eval_samples_final",
-                "fix": FLAT_FIX,
+                f"no update; train/flat_step = 1 in metrics.csv). The likely cause: {cause}",
+                "fix": "sample: generation.temperature=1.0 (held-out evaluations stay greedy)"
+                if greedy
+                else FLAT_FIX,
             }
         )
     episodes = int(totals.get("tools/episodes", 0))

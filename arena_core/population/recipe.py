@@ -479,7 +479,9 @@ class PopulationTrainer:
         if status != "finished":
             self._checkpoint(elite)
         summary = population_summary(self, status, elite)
-        summary["warnings"] = run_warnings(self.totals, unit="member steps")
+        summary["warnings"] = run_warnings(
+            self.totals, unit="member steps", temperature=self.core.generation.temperature
+        )
         if error:
             summary["error"] = error
         self.session.finish(summary)  # summary.json (+ signal), the loggers, the closing lines

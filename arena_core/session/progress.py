@@ -6,6 +6,7 @@ A bar redrawn into a log file is noise, so the mode is chosen from `sys.stdout.i
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from typing import Any
@@ -62,6 +63,8 @@ class Progress:
             eta = elapsed / done * (self.total - step) if done else 0.0
             loss = metrics.get("loss")
             extra = f"  loss {loss:.4f}" if isinstance(loss, float) else ""
+            if isinstance(loss, float) and math.isnan(loss) and metrics.get("train/flat_step"):
+                extra = "  loss -  (flat: no update)"  # not a failure: nothing to learn from
             print(f"step {step}/{self.total}  {info}{extra}  ETA {_fmt_eta(eta)}", flush=True)
 
     def note(self, text: str) -> None:

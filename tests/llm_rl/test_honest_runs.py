@@ -48,6 +48,26 @@ def _page(runs: Path, name: str) -> str:
         server.close()
 
 
+def test_greedy_sampling_is_named_as_the_cause_of_flat_groups(
+    tmp_runs: Path, tmp_path: Path, capsys
+) -> None:
+    """generation.temperature=0: every completion of a group is the same, so every group is
+    flat whatever the reward. The note, the progress line and the closing warning say that (not
+    'the reward never varies'), and a flat step's loss is shown as no update, not nan."""
+    run = arena.train(
+        [*TINY_LLM, "generation.temperature=0", f"paths.runs={tmp_runs}"], check=False
+    )
+    out = capsys.readouterr().out
+    (warning,) = _summary(run.path)["warnings"]
+    assert (
+        "The likely cause: generation.temperature=0 samples the same completion"
+        in (warning["message"])
+    )
+    assert warning["fix"].startswith("sample: generation.temperature=1.0")
+    assert "step 1 trained on nothing" in out and "generation.temperature=0 samples one" in out
+    assert "loss -  (flat: no update)" in out and "loss nan" not in out
+
+
 def test_a_run_that_trained_on_nothing_says_so(tmp_runs: Path, tmp_path: Path, capsys) -> None:
     """A reward that is always 0 (arena-run's pre-flight refuses it; the SDK without `check`
     trains on it, as a run whose policy never earns the reward does): every group is flat."""
