@@ -36,7 +36,8 @@ def preflight(
     runs_check(cfg, report)
     if model:
         model_check(cfg, report)
-        if plan is None and not cfg.get("dry_run") and report.verdict != FAIL:
+        greedy = greedy_check(cfg, report)
+        if plan is None and not cfg.get("dry_run") and report.verdict != FAIL and not greedy:
             flat_check(cfg, report)
     if plan is not None:
         forecast_check(cfg, report, plan)
@@ -50,6 +51,37 @@ def preflight(
     if report.verdict == PASS and check is not None:
         print(f"{prefix}{check.detail}", flush=True)
     return report
+
+
+def greedy_check(cfg: dict[str, Any], report: Report) -> bool:
+    """`generation.greedy`: a WARN (True) when a group-based algorithm samples at temperature 0,
+    so a group's completions are one completion repeated and every group is flat: the run would
+    train on nothing whatever the reward. From the config alone, so a dry run says it too."""
+    from arena_core.learn.algorithm import keeps_flat_groups
+    from arena_core.plugin_loader import get_plugins
+    from arena_core.registry import DEFAULT_RECIPE, algorithm_recipe
+
+    temperature = (cfg.get("generation") or {}).get("temperature")
+    algo = cfg.get("algo") or {}
+    entry = get_plugins().registries.algorithms.entries.get(str(algo.get("name")))
+    if not isinstance(temperature, int | float) or temperature > 0 or entry is None:
+        return False
+    if algorithm_recipe(entry.obj) != DEFAULT_RECIPE or int(algo.get("group_size") or 1) < 2:
+        return False
+    from arena_core.run_parts.build import build_algorithm
+    from arena_core.session.recipe import RunInputs
+
+    if keeps_flat_groups(build_algorithm(RunInputs.of(cfg).core.algo)):
+        return False  # distillation: flat groups still train
+    report.add(
+        "generation.greedy",
+        WARN,
+        f"generation.temperature={temperature}: each group of algo.group_size="
+        f"{algo.get('group_size')} would be one completion repeated, so every group is flat and "
+        "the run trains on nothing; sample with generation.temperature=1.0 (held-out "
+        "evaluations stay greedy)",
+    )
+    return True
 
 
 def flat_check(cfg: dict[str, Any], report: Report) -> None:

@@ -75,6 +75,20 @@ def test_the_forecast_is_printed_and_warns_past_the_limit(
     assert "# pre-flight: WARN" in captured.out
 
 
+def test_greedy_sampling_for_a_group_algorithm_warns_before_the_run(tmp_runs: Path, capsys) -> None:
+    """GRPO at generation.temperature=0: every group one completion repeated, so flat: a WARN
+    from the config alone (a dry run says it); on-policy distillation, which trains on flat
+    groups, is not warned."""
+    assert main([*QUICK, "generation.temperature=0", "dry_run=true", f"paths.runs={tmp_runs}"]) == 0
+    captured = capsys.readouterr()
+    err = " ".join(captured.err.replace("│", " ").split())
+    assert "generation.greedy WARN generation.temperature=0.0: each group of algo.group_size" in err
+    assert "generation.temperature=1.0" in err and "# pre-flight: WARN" in captured.out
+    opd = ["+algo=opd", "+env=arithmetic", "model=tiny", "algo.teacher=tiny", "sandbox.workers=1"]
+    assert main([*opd, "generation.temperature=0", "dry_run=true", f"paths.runs={tmp_runs}"]) == 0
+    assert "generation.greedy" not in capsys.readouterr().err
+
+
 def test_a_resumes_forecast_counts_only_the_steps_left(tmp_runs: Path, capsys) -> None:
     """A run stopped at step 2 and resumed to 5 trains 3 steps (and no start evaluation): the
     forecast says so; a resume with nothing left to train forecasts nothing."""
