@@ -54,17 +54,25 @@ def preflight(
 
 
 def greedy_check(cfg: dict[str, Any], report: Report) -> bool:
-    """`generation.greedy`: a WARN (True) when a group-based algorithm samples at temperature 0,
-    so a group's completions are one completion repeated and every group is flat: the run would
-    train on nothing whatever the reward. From the config alone, so a dry run says it too."""
+    """`generation.greedy`: a WARN (True) when a group-based algorithm samples greedily
+    (temperature 0, or top_k 1), so a group's completions are one completion repeated and every
+    group is flat: the run would train on nothing whatever the reward. From the config alone,
+    so a dry run says it too."""
     from arena_core.learn.algorithm import keeps_flat_groups
     from arena_core.plugin_loader import get_plugins
     from arena_core.registry import DEFAULT_RECIPE, algorithm_recipe
 
-    temperature = (cfg.get("generation") or {}).get("temperature")
+    gen = cfg.get("generation") or {}
+    temperature, top_k = gen.get("temperature"), gen.get("top_k")
     algo = cfg.get("algo") or {}
     entry = get_plugins().registries.algorithms.entries.get(str(algo.get("name")))
-    if not isinstance(temperature, int | float) or temperature > 0 or entry is None:
+    if isinstance(temperature, int | float) and temperature <= 0:
+        setting = f"generation.temperature={temperature}"
+    elif top_k == 1:
+        setting = "generation.top_k=1"  # the likeliest token only: greedy too
+    else:
+        return False
+    if entry is None:
         return False
     if algorithm_recipe(entry.obj) != DEFAULT_RECIPE or int(algo.get("group_size") or 1) < 2:
         return False
@@ -76,10 +84,9 @@ def greedy_check(cfg: dict[str, Any], report: Report) -> bool:
     report.add(
         "generation.greedy",
         WARN,
-        f"generation.temperature={temperature}: each group of algo.group_size="
-        f"{algo.get('group_size')} would be one completion repeated, so every group is flat and "
-        "the run trains on nothing; sample with generation.temperature=1.0 (held-out "
-        "evaluations stay greedy)",
+        f"{setting}: each group of algo.group_size={algo.get('group_size')} would be one "
+        "completion repeated, so every group is flat and the run trains on nothing; sample with "
+        "generation.temperature=1.0 and generation.top_k=0 (held-out evaluations stay greedy)",
     )
     return True
 
