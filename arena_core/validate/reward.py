@@ -102,8 +102,9 @@ def _state_reward_signal(report: Report) -> None:
     """A reward that declares `state` scores what a tool episode did (an MCP server's database):
     the text probes carry no state, so a flat reward on them says nothing about its signal."""
     why = (
-        "the reward declares `state` (a tool episode's final state), which text probes lack: "
-        "its signal is judged on real episodes by `arena validate env NAME`"
+        "the reward takes a 4th parameter, which Arena fills with a tool episode's final state "
+        "(`state`); text probes have none, so its signal is judged on real episodes by "
+        "`arena validate env NAME`"
     )
     names = ("signal", "gold_vs_garbage")
     report.checks = [c for c in report.checks if c.name not in names or c.status != FAIL]
