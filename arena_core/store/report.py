@@ -50,13 +50,26 @@ def run_defaults(cfg: dict[str, Any]) -> dict[str, Any]:
         overrides, raw = [], compose_raw([])
     unset = [k for k, v in _flatten(raw).items() if v is None and k in _flatten(cfg)]
     flat_run = _flatten(cfg)
-    filled = _unflatten({**_flatten(raw), **{k: flat_run[k] for k in unset}})
-    try:
-        defaults = validate_config(filled, get_plugins())
-    except ArenaError:
+
+    def validated(borrowed: list[str]) -> dict[str, Any] | None:
+        filled = _unflatten({**_flatten(raw), **{k: flat_run[k] for k in borrowed}})
+        try:
+            return _flatten(validate_config(filled, get_plugins()))
+        except ArenaError:
+            return None
+
+    flat = validated(unset)
+    if flat is None:
         return raw
-    flat = _flatten(defaults)
-    return _unflatten({**flat, **{k: None for k in unset if k in flat}})
+    # a null default the schema fills from the borrowed keys (a dataset's category, read from
+    # its file) is the run's own default, not a choice the run made: not shown as a change
+    derived = {
+        k
+        for k in unset
+        if (alone := validated([u for u in unset if u != k])) is not None
+        and alone.get(k) == flat_run[k]
+    }
+    return _unflatten({**flat, **{k: None for k in unset if k in flat and k not in derived}})
 
 
 def _unflatten(flat: dict[str, Any]) -> dict[str, Any]:
