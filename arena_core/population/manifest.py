@@ -309,13 +309,12 @@ def _set(tree: dict[str, Any], dotted: str, value: Any) -> None:
 def manifest_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
     """The manifest of a validated config: the algorithm and environment by name, then every
     value that differs from what those two alone compose to (a population's settings in full)."""
-    from arena_core.config import compose_config
+    from arena_core.store.report import run_defaults
 
     algo, env = (cfg.get("algo") or {}).get("name"), (cfg.get("env") or {}).get("name")
-    base_overrides, _, _ = manifest_overrides(
-        {k: {"name": v} for k, v in (("algorithm", algo), ("environment", env)) if v}
-    )
-    base = compose_config(base_overrides)
+    # what `+algo=A +env=E` composes, the keys without a default (a dataset's path) unset: the
+    # defaults `arena runs show` diffs against
+    base = run_defaults(cfg)
     manifest: dict[str, Any] = {}
     if algo:
         manifest["algorithm"] = {"name": algo}

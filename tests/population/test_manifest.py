@@ -96,6 +96,23 @@ def test_export_round_trips_through_arena_run_manifest(tmp_path, capsys, overrid
         assert "pop_size: 3" in text and "stop:" in text  # arena section carries the rest
 
 
+def test_an_env_with_a_required_key_exports_and_round_trips(tmp_path, capsys) -> None:
+    """+env=dataset has no default path: its defaults are composed without one (export used to
+    fail validating them), and the manifest carries the run's path."""
+    import json
+
+    data = tmp_path / "prefs.jsonl"
+    data.write_text(
+        "".join(json.dumps({"prompt": f"{i}+1=", "chosen": str(i + 1), "rejected": "x"}) + "\n"
+                for i in range(8))
+    )  # fmt: skip
+    overrides = ["+algo=dpo", "+env=dataset", f"env.path={data}", "model=tiny", "algo.beta=0.2"]
+    assert arena_main.main(["manifest", "export", *overrides]) == 0
+    text = capsys.readouterr().out
+    assert f"path: {data}" in text and "beta: 0.2" in text
+    assert compose_manifest(_write(tmp_path, text)) == compose_config(overrides)
+
+
 def test_overrides_win_aliases_work_and_text_arrives_verbatim(tmp_path) -> None:
     path = _write(
         tmp_path,
