@@ -117,7 +117,9 @@ def load_folder(folder: str | Path) -> dict[str, Scenario]:
     """Every scenario of an AWM folder by normalised name (AWMFormatError for a bad folder)."""
     root = Path(folder).expanduser()
     if not root.is_dir():
-        raise AWMFormatError(f"{root}: not a folder (env.path must be an AWM folder: {FILES})")
+        raise AWMFormatError(
+            f"{root}: not a folder (env.path must be an AWM folder holding {', '.join(FILES)})"
+        )
     scenarios: dict[str, Scenario] = {}
     for number, rec in _records(root, SCENARIOS):
         where = f"{root / SCENARIOS}:{number}"
