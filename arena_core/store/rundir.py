@@ -51,7 +51,8 @@ os.register_at_fork(after_in_child=_drop_claims_in_child)
 
 def slug(text: str) -> str:
     """A run name as it appears in directory names (`NAME-YYYYmmdd-HHMMSS`)."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "run"
+    # no leading dot: `..x` or `.x` would be a hidden folder that `arena runs list` skips
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).lstrip(".-").rstrip("-") or "run"
 
 
 STAMP_RE = r"\d{8}-\d{6}(-\d+)?"  # what new_run_dir appends to a run's name
@@ -61,12 +62,20 @@ def runs_root_problem(runs: str | Path) -> str | None:
     """Why no run directory can be made under `runs` (`folder_problem`), or None: checked before
     a run spends anything, and again when it makes one."""
     problem = folder_problem(runs)
+    if problem is None and any((Path(runs) / m).exists() for m in ("config.yaml", "summary.json")):
+        # a run inside a run: `arena runs list` of the real runs folder would never see it
+        return (
+            f"{runs} is a run directory, so a run made in it would hide inside that run; "
+            f"point paths.runs at the folder that holds it ({Path(runs).parent})"
+        )
     return f"{problem}, so no run directory can be made in {runs}" if problem else None
 
 
 def new_run_dir(runs: str | Path, name: str) -> Path:
     """A fresh `<runs>/<name>-<YYYYmmdd-HHMMSS>` directory (suffixed if the second is taken)."""
     root = Path(runs)
+    if root.is_dir() and (inside := runs_root_problem(root)) is not None:
+        raise ArenaError(f"paths.runs={runs}: {inside}")  # a run directory, say
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

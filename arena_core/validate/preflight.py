@@ -161,8 +161,10 @@ def runs_check(cfg: dict[str, Any], report: Report) -> None:
     runs = (cfg.get("paths") or {}).get("runs") or "./runs"
     problem = runs_root_problem(runs)
     if problem is not None:
-        fix = "point paths.runs at a folder you can write (default ./runs)"
-        report.add("paths.runs", FAIL, f"paths.runs={runs}: {problem}; {fix}")
+        fix = "; point paths.runs at a folder you can write (default ./runs)"
+        if "point paths.runs" in problem:  # the problem names its own fix
+            fix = ""
+        report.add("paths.runs", FAIL, f"paths.runs={runs}: {problem}{fix}")
 
 
 def model_check(cfg: dict[str, Any], report: Report) -> None:

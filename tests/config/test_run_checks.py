@@ -8,7 +8,7 @@ import pytest
 from arena_core.cli import main as arena_cli
 from arena_core.cli import run as arena_run
 from arena_core.config import compose_config, compose_run_config
-from arena_core.errors import ConfigError
+from arena_core.errors import ArenaError, ConfigError
 
 REFUSED = {
     "no algorithm": (["+env=arithmetic", "model=tiny"], "algo: no algorithm chosen"),
@@ -119,6 +119,29 @@ def test_an_empty_runs_folder_is_refused_not_read_as_the_working_directory(
     assert arena_run.main(["+experiment=quickstart", "paths.runs="]) == 2
     assert "paths.runs: '' string should have at least 1 character" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []  # no run directory in the working directory
+
+
+def test_a_run_directory_as_paths_runs_and_a_dotted_run_name_stay_where_runs_list_sees_them(
+    tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """paths.runs naming a run directory would nest the new run inside it, and run_name=../x
+    made a hidden `..x-...` folder: either way `arena runs list` never showed the run."""
+    import arena
+
+    runs = tmp_path / "runs"
+    quick = ["+experiment=quickstart", "train.max_steps=1", "eval.num_prompts=4"]
+    first = arena.train([*quick, f"paths.runs={runs}", "run_name=../up"], check=False).path
+    assert first.parent == runs and first.name.startswith("up-")  # not hidden, not above
+    capsys.readouterr()
+    assert arena_cli.main(["runs", "list", "--runs", str(runs)]) == 0
+    assert first.name in capsys.readouterr().out
+    inside = [*quick, f"paths.runs={first}"]
+    assert arena_run.main(inside) == 1  # the pre-flight's paths.runs check
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{first} is a run directory, so a run made in it would hide inside that run" in err
+    with pytest.raises(ArenaError, match="is a run directory"):  # the SDK without checks too
+        arena.train(inside, check=False)
+    assert sorted(p.name for p in first.iterdir() if p.name.startswith("quickstart")) == []
 
 
 def test_validate_config_prints_overrides_with_brackets_verbatim(
