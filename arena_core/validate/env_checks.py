@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from arena_core.sandbox._child import import_user_file, module_name
-from arena_core.validate.env_harness import SKIP, WARN, Fail, Harness, Result, ok
+from arena_core.validate.env_harness import PASS, SKIP, WARN, Fail, Harness, Result, ok
 
 
 def _import_file(path: str) -> Any:
@@ -212,6 +212,26 @@ def run(
         section = config["env"]
         env = h.run("construction", lambda: ok(f"built {section['name']}", make_env(section)))
         if env is None:
+            return h.info
+        category = section.get("category")
+        if category in ("sft", "preference") and section.get("path"):
+            # SFT/DPO rows, not a text task: the checks are the dataset's, as the pre-flight's
+            from arena_core.data.category import ALGORITHMS_FOR
+            from arena_core.validate.dataset import validate_dataset
+
+            h.record(
+                "kind",
+                PASS,
+                f"{category} data for +algo={ALGORITHMS_FOR.get(category, '?')}: rows to train "
+                "on, not a text task (a prompt and a reward), so the checks are the dataset's",
+            )
+            part = validate_dataset(
+                str(section["path"]),
+                category=category,
+                column_mapping=section.get("column_mapping"),
+            )
+            for check in part.checks:
+                h.record(f"dataset.{check.name}", check.status, check.detail)
             return h.info
         if not _known(env):
             # e.g. the `gym` env's EnvSource, which the classic-RL loop turns into environments

@@ -128,3 +128,21 @@ def test_arena_run_offers_the_mapping_as_an_override_it_takes(tmp_path, capsys, 
     assert offered == """'env.column_mapping={response: "my answer"}'"""
     assert main([*run, *shlex.split(offered)]) == 0
     assert "pre-flight: PASS" in capsys.readouterr().out
+
+
+def test_validate_env_on_sft_or_preference_data_checks_the_rows(tmp_path, capsys):
+    """`arena validate env dataset env.path=...` on DPO or SFT rows: not a text task, so the
+    verdict is the dataset's checks (it FAILed 'not a text task' on any good file)."""
+    from arena_core.cli.main import main as arena
+
+    prefs = write(tmp_path, [{"prompt": f"p{i}", "chosen": "a", "rejected": "b"} for i in range(8)])
+    demos = write(tmp_path, [{"prompt": f"p{i}", "response": "r"} for i in range(8)], "s.jsonl")
+    for path, category in ((prefs, "preference"), (demos, "sft")):
+        assert arena(["validate", "env", "dataset", f"env.path={path}", "--json"]) == 0
+        checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+        assert checks["kind"]["detail"].startswith(f"{category} data for +algo=")
+        assert checks["dataset.columns"]["status"] == "PASS"
+    same = write(tmp_path, [{"prompt": f"p{i}", "chosen": "a", "rejected": "a"} for i in range(8)])
+    assert arena(["validate", "env", "dataset", f"env.path={same}", "--json"]) == 1
+    checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+    assert checks["dataset.pairs"]["status"] == "FAIL"
