@@ -490,7 +490,14 @@ def delete_run(run_dir: Path, *, force: bool = False) -> None:
     run other runs' LoRA checkpoints sit on, unless `force` (see `check_deletable`)."""
     run_dir = Path(run_dir)
     check_deletable(run_dir, force=force)
+    try:
+        project = read_config(run_dir).get("project")
+    except (OSError, ValueError, yaml.YAMLError):
+        project = None
     shutil.rmtree(run_dir)
+    folder = run_dir.parent
+    if project and folder.name == project and not any(folder.iterdir()):
+        folder.rmdir()  # the project's last run: no empty folder left in `runs/`
 
 
 def check_deletable(run_dir: Path, *, force: bool = False) -> None:

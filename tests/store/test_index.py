@@ -156,6 +156,9 @@ def test_cli_lists_shows_and_deletes(runs: Path, capsys) -> None:
     assert (runs / "killed").is_dir()
     assert main(["runs", "delete", "killed", "--runs", str(runs), "--yes"]) == 0
     assert "killed" not in [r.name for r in index.list_runs(runs)]
+    # a project's last run: its folder goes with it; a folder that is not a project stays
+    assert main(["runs", "delete", "member", "--runs", str(runs), "--yes"]) == 0
+    assert not (runs / "proj").exists() and (runs / "notes").is_dir()
 
 
 def test_metrics_json_stays_json_when_a_value_overflowed(runs: Path, capsys) -> None:
