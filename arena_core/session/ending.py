@@ -116,7 +116,7 @@ def check_resume_config(run_dir: Path, cfg: dict[str, Any], *, allow: bool) -> l
                 f"from its weights: model.init_from={run_dir}:latest.",
             ],
         ) from None
-    changes = config_changes(_normalised(saved), _normalised(cfg))
+    changes = config_changes(_normalised(saved), _normalised(provenance_kept(run_dir, cfg)))
     if not changes:
         return []
     if not allow:
@@ -185,7 +185,52 @@ def resumed_config(overrides: Sequence[str]) -> dict[str, Any] | None:
     require_job(cfg, overrides, plugins)
     if not (cfg.get("train") or {}).get("resume_allow_changes"):  # allowed: the session says
         check_resume_config(run_dir, cfg, allow=False)  # refuses a changed objective, naming it
+    _start_from_own_weights(run_dir, cfg)
     return cfg
+
+
+def provenance_kept(run_dir: Path, cfg: dict[str, Any]) -> dict[str, Any]:
+    """`cfg` as config.yaml keeps it on a resume: a `model.init_from` that
+    `_start_from_own_weights` pointed at the run itself goes back to the run it started from."""
+    own = str((cfg.get("model") or {}).get("init_from") or "")
+    if not own.startswith(f"{run_dir.resolve()}:"):
+        return cfg
+    try:
+        started = (read_config(run_dir).get("model") or {}).get("init_from")
+    except (OSError, ValueError, yaml.YAMLError):
+        return cfg
+    return {**cfg, "model": {**cfg["model"], "init_from": started}}
+
+
+def _start_from_own_weights(run_dir: Path, cfg: dict[str, Any]) -> None:
+    """A run started with `model.init_from=BASE` whose BASE is gone (deleted, moved) resumes
+    from its own latest checkpoint when that holds every weight: the resume loads those weights
+    anyway, so BASE is not needed. (A LoRA checkpoint's adapter sits on BASE's weights, which
+    `arena runs delete` protects, so it is left to load as it started.)"""
+    from arena_core.store.index import list_checkpoints, select_model_checkpoint
+
+    model = cfg.get("model") or {}
+    ref = model.get("init_from")
+    if not ref:
+        return
+    runs = (cfg.get("paths") or {}).get("runs") or "./runs"
+    try:
+        select_model_checkpoint(str(ref), runs)
+        return
+    except ArenaError:
+        pass
+    try:
+        latest = next((c for c in reversed(list_checkpoints(run_dir)) if c.latest), None)
+    except ArenaError:
+        return
+    if latest is None or latest.kind != "full":
+        return  # the load names the missing base, as it would have
+    print(
+        f"note: model.init_from={ref} no longer resolves; {run_dir.name} resumes from its own "
+        f"step {latest.step}, which holds every weight",
+        file=sys.stderr,
+    )
+    model["init_from"] = f"{run_dir.resolve()}:{latest.step}"
 
 
 def enter_launch_dir(run_dir: Path) -> None:

@@ -44,6 +44,7 @@ from arena_core.session.ending import (
     finished_already,
     last_good,
     mark_unmeasured,
+    provenance_kept,
     resume_command,
 )
 from arena_core.store.atomic import atomic_write_json
@@ -132,7 +133,7 @@ class RunSession:
                     release_run(lock)
                     return cls(core, run_dir, resuming=True, done=True)  # said so
             write_launch_dir(run_dir)  # where config.yaml's relative paths were read this time
-            write_config(run_dir, cfg)
+            write_config(run_dir, provenance_kept(run_dir, cfg) if resuming else cfg)
             write_validation(run_dir, validation)
         except BaseException:
             release_run(lock)

@@ -211,3 +211,28 @@ def test_a_crash_leaves_a_failed_summary(tmp_path: Path) -> None:
     assert summary["error"] == "RuntimeError: the env fell over"
     assert summary["steps"] == 2  # the last checkpoint's step
     assert _steps_logged(session.run_dir) == [1, 2, 3]  # the loggers were closed, not lost
+
+
+def test_a_full_run_resumes_after_the_run_it_started_from_is_deleted(
+    tmp_path: Path, capsys
+) -> None:
+    """`model.init_from=base` on full weights: the child's checkpoints hold every weight, so
+    `arena runs delete base` (allowed: no adapter sits on it) must not strand the child's resume
+    at the pre-flight or the load. config.yaml still says where the child started."""
+    from arena_core.cli.main import main as arena
+    from arena_core.cli.run import main as arena_run
+
+    runs = tmp_path / "runs"
+    quick = ["+experiment=quickstart", "eval.num_prompts=4", f"paths.runs={runs}"]
+    assert arena_run([*quick, "train.max_steps=1", "run_name=base"]) == 0
+    assert arena_run([*quick, "train.max_steps=1", "run_name=child", "model.init_from=base"]) == 0
+    assert arena(["runs", "delete", "base", "--runs", str(runs), "--yes"]) == 0
+    capsys.readouterr()
+    resume = ["train.resume=child", f"paths.runs={runs}", "train.max_steps=2"]
+    assert arena_run(resume) == 0
+    captured = capsys.readouterr()
+    assert "model.init_from=base no longer resolves" in captured.err
+    assert "resumed from" in captured.out and "finished: child, 2 steps" in captured.out
+    (child,) = runs.glob("child-*")
+    assert yaml.safe_load((child / "config.yaml").read_text())["model"]["init_from"] == "base"
+    assert [c["step"] for c in read_index(child)["checkpoints"]][-1] == 2
