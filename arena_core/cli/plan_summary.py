@@ -306,16 +306,15 @@ def forecast(cfg: dict[str, Any], result: Any) -> Forecast | None:
 
 def _resumed_at(train: dict[str, Any]) -> int:
     """The step a resume goes on from (its run's latest checkpoint), 0 for a fresh run."""
-    from arena_core.store.checkpoints import read_index
+    from arena_core.store.checkpoints import newest_step
 
     resume = train.get("resume")
     if not resume or not Path(str(resume)).is_dir():
         return 0
     try:
-        steps = [int(c["step"]) for c in read_index(Path(str(resume))).get("checkpoints", [])]
+        return newest_step(Path(str(resume)))
     except (OSError, ValueError, KeyError, TypeError):
         return 0
-    return max(steps, default=0)
 
 
 def _member_lanes(cfg: dict[str, Any], result: Any) -> int:

@@ -98,12 +98,15 @@ def _read_csv(path: Path) -> list[dict[str, Any]]:
     with path.open(encoding=ENCODING, newline="") as f:
         header = f.readline()
         f.seek(0)
-        try:
-            dialect = csv.Sniffer().sniff(header, delimiters=",;\t|")
-            delimiter = dialect.delimiter
-        except csv.Error:  # one column, or nothing to tell by
-            delimiter = "\t" if path.suffix == ".tsv" else ","
-        return list(csv.DictReader(f, delimiter=delimiter))
+        return list(csv.DictReader(f, delimiter=_delimiter(header, path)))
+
+
+def _delimiter(header: str, path: Path) -> str:
+    """The delimiter a CSV or TSV header uses (`,`, `;`, a tab or `|`)."""
+    try:
+        return csv.Sniffer().sniff(header, delimiters=",;\t|").delimiter
+    except csv.Error:  # one column, or nothing to tell by
+        return "\t" if path.suffix == ".tsv" else ","
 
 
 def _read_parquet(path: Path) -> list[dict[str, Any]]:
@@ -135,11 +138,7 @@ def first_columns(path: Path) -> list[str] | None:
         if suffix in (".csv", ".tsv"):
             with path.open(encoding=ENCODING, newline="") as f:
                 header = f.readline()
-            try:
-                delimiter = csv.Sniffer().sniff(header, delimiters=",;\t|").delimiter
-            except csv.Error:
-                delimiter = "\t" if suffix == ".tsv" else ","
-            return next(csv.reader([header], delimiter=delimiter), None)
+            return next(csv.reader([header], delimiter=_delimiter(header, path)), None)
         if suffix in (".parquet", ".pq"):
             import pyarrow.parquet as pq
 

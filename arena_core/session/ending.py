@@ -21,7 +21,7 @@ from arena_core.errors import ArenaError, ConfigError
 from arena_core.interrupts import Interrupted, signal_name
 from arena_core.store.atomic import atomic_write_json, read_json
 from arena_core.store.best import metric_name
-from arena_core.store.checkpoints import read_index
+from arena_core.store.checkpoints import newest_step
 from arena_core.store.kinds import held_out_lines, kind_of
 from arena_core.store.rundir import CONFIG_FILE, config_changes, read_config, read_launch_dir
 
@@ -43,9 +43,7 @@ def finished_already(run_dir: Path, max_steps: int) -> bool:
     summary.json says it finished. A run killed after its last checkpoint but before its summary
     (SIGKILL, a power cut) is not finished: the resume then writes the final evaluation and the
     summary (the loops train no step at `max_steps`)."""
-    index = read_index(run_dir)
-    steps = [int(c["step"]) for c in index.get("checkpoints", [])]
-    done = max(steps) if steps else 0
+    done = newest_step(run_dir)
     if done < max_steps:
         return False
     try:
@@ -276,8 +274,7 @@ def failed_summary(run_dir: Path, exc: BaseException) -> None:
             f"{type(exc).__name__}: {exc}" if not isinstance(exc, ArenaError) else str(exc)
         )
     if "steps" not in summary:
-        steps = [int(c["step"]) for c in read_index(run_dir).get("checkpoints", [])]
-        summary["steps"] = max(steps) if steps else 0
+        summary["steps"] = newest_step(run_dir)
     try:
         atomic_write_json(path, summary)
     except OSError:  # pragma: no cover - a full disk must not hide the original error

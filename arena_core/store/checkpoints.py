@@ -341,6 +341,11 @@ def forget_missing_checkpoints(run_dir: Path) -> list[str]:
     return [c["dir"] for c in entries if c not in kept]
 
 
+def newest_step(run_dir: Path) -> int:
+    """The step of the run's newest checkpoint in its index, 0 when it has none."""
+    return max((int(c["step"]) for c in read_index(run_dir).get("checkpoints", [])), default=0)
+
+
 def latest_checkpoint(run_dir: Path) -> Path | None:
     index = read_index(run_dir)
     return checkpoints_dir(run_dir) / index["latest"] if index.get("latest") else None
