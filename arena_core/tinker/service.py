@@ -474,7 +474,25 @@ class TinkerService:
         alone and never the requests it waited with."""
         host = self.sampler(req.sampling_session_id).host
         prompt = req.prompt.to_ints()
-        max_tokens = int(req.sampling_params.max_tokens or DEFAULT_MAX_TOKENS)
+        params = req.sampling_params
+        max_tokens = _max_tokens(params)
+        if max_tokens < 1:
+            raise TinkerError(
+                f"sample: sampling_params.max_tokens must be >= 1, got {max_tokens} (leave it "
+                f"unset for the server's {DEFAULT_MAX_TOKENS}; max_tokens=1 scores a prompt)"
+            )
+        if int(req.num_samples) < 1:
+            raise TinkerError(f"sample: num_samples must be >= 1, got {req.num_samples}")
+        if not float(params.temperature) >= 0:  # also NaN
+            raise TinkerError(
+                f"sample: sampling_params.temperature must be >= 0 (0 is greedy), "
+                f"got {params.temperature}"
+            )
+        if not 0 < float(params.top_p) <= 1:
+            raise TinkerError(
+                f"sample: sampling_params.top_p must be in (0, 1] (1 keeps every token), "
+                f"got {params.top_p}"
+            )
         if not prompt:
             raise TinkerError("sample: the prompt is empty")
         check_token_ids(prompt, host, "sample: the prompt")
@@ -502,7 +520,7 @@ class TinkerService:
         sampler = self.sampler(sampler_id)
         host = sampler.host
         params = reqs[0].sampling_params
-        max_tokens = int(params.max_tokens or DEFAULT_MAX_TOKENS)
+        max_tokens = _max_tokens(params)
         prompts: list[list[int]] = []
         for req in reqs:
             self.check_sample(req)
@@ -593,3 +611,9 @@ def _roles(lora: dict[str, Any]) -> list[str]:
 
 def _since(client: Client) -> float:
     return round(time.time() - client.created, 1)
+
+
+def _max_tokens(params: Any) -> int:
+    """The request's max_tokens, the server's default where it is unset (None); a 0 stays 0, so
+    the check refuses it instead of silently generating the default."""
+    return DEFAULT_MAX_TOKENS if params.max_tokens is None else int(params.max_tokens)

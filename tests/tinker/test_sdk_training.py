@@ -229,6 +229,18 @@ def test_bad_input_is_a_400_naming_datum_and_field(service, sft_datum) -> None:
     prompt = types.ModelInput.from_ints([10**9])
     with pytest.raises(tinker.RequestFailedError, match="the prompt has token id 1000000000"):
         sampler.sample(prompt, 1, types.SamplingParams(max_tokens=2)).result()
+    # sampling parameters no engine can honour are named, never silently replaced: max_tokens=0
+    # used to generate the server's default 256 tokens, num_samples=0 returned nothing
+    prompt = types.ModelInput.from_ints(tokens[:3])
+    for n, params, message in [
+        (1, types.SamplingParams(max_tokens=0), "max_tokens must be >= 1, got 0"),
+        (0, types.SamplingParams(max_tokens=2), "num_samples must be >= 1, got 0"),
+        (1, types.SamplingParams(max_tokens=2, temperature=-1), "temperature must be >= 0"),
+        (1, types.SamplingParams(max_tokens=2, top_p=0.0), r"top_p must be in \(0, 1\]"),
+    ]:
+        with pytest.raises(tinker.RequestFailedError, match=message):
+            sampler.sample(prompt, n, params).result()
+    assert len(sampler.sample(prompt, 1, types.SamplingParams(max_tokens=1)).result().sequences)
     # a negative learning rate would ascend the loss; a rank-0 adapter trains nothing
     with pytest.raises(tinker.BadRequestError, match="learning_rate must be >= 0, got -1.0"):
         training.optim_step(types.AdamParams(learning_rate=-1.0)).result()
