@@ -301,11 +301,33 @@ def hydra_message(exc: BaseException) -> str:
         file = _file_being_read(exc) or "an option file (under --config-dir or hydra.searchpath)"
         return f"{file}: not valid YAML: {text}"
     text = text.replace("'++", "'")  # the `++` Arena adds to plain keys is not the user's
+    override = getattr(exc, "override", None)
+    if isinstance(override, str) and DELETE_MARK not in override:
+        return f"{override.removeprefix('++')}: {text}{_grammar_hint(override)}"
     if DELETE_MARK in text:  # the marker's own failure is the delete's: the key is not there
         missing = re.search(r"override '([^']+)'", text)
         key = missing[1] if missing else "the key"
         return f"Could not delete from config: '{key}' does not exist."
     return text
+
+
+def _grammar_hint(override: str) -> str:
+    """How to write the override that Hydra's grammar could not parse: several overrides in one
+    argument (a quoted shell string) go apart; a value with Hydra's own characters is quoted."""
+    if re.search(r"\s[+~]{0,2}[A-Za-z_][\w.]*=", override):
+        return (
+            ". This argument holds several overrides separated by spaces: pass each as its "
+            "own argument (arena-run a=1 b=2, not arena-run 'a=1 b=2')"
+        )
+    key, _, value = override.partition("=")
+    if re.search(r"[{}\[\]()=,:'\"\\$]|\s", value):
+        key = key.removeprefix("++")
+        value = value.replace("\\", "\\\\").replace('"', '\\"')
+        return (
+            f". To pass the text as it is, quote it for Hydra inside the shell's quotes: "
+            f"'{key}=\"{value}\"' (Hydra reads {{ }} [ ] as a dict or list)"
+        )
+    return ""
 
 
 def hydra_errors() -> tuple[type[BaseException], ...]:

@@ -81,6 +81,19 @@ def test_a_value_with_a_line_break_says_where_such_text_can_go() -> None:
     assert "--config-dir" in problems[0] and "--manifest" in problems[0]
 
 
+def test_an_override_hydra_cannot_parse_is_named_with_how_to_write_it() -> None:
+    # a value with Hydra's own characters: the override is named and its quoted form works
+    problems = _problems(["+experiment=quickstart", "env.system_prompt=Reply as {json}"])
+    assert problems[0].startswith("env.system_prompt=Reply as {json}: ")
+    assert """'env.system_prompt="Reply as {json}"'""" in problems[0]
+    quoted = compose_config(["+experiment=quickstart", 'env.system_prompt="Reply as {json}"'])
+    assert quoted["env"]["system_prompt"] == "Reply as {json}"
+    # several overrides in one shell-quoted argument: told to pass them apart
+    problems = _problems(["+experiment=quickstart", "train.max_steps=3 seed=2"])
+    assert problems[0].startswith("train.max_steps=3 seed=2: ")
+    assert "pass each as its own argument" in problems[0]
+
+
 def test_unknown_key_without_a_close_match_lists_valid_keys() -> None:
     (problem,) = _problems(["+algo=grpo", "algo.zzz=1"])
     assert problem.startswith("algo.zzz: unknown key (plugin arena_algorithms")
