@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import fields
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from arena_core.errors import ConfigError, closest
 from arena_core.tasks import Example
@@ -65,6 +65,23 @@ class ReasoningGymConfig(PromptConfig):
         description="A weighted mix instead of env.task: {chain_sum: 1.0, products: {weight: "
         "0.5, config: {max_digits: 1}}} (reasoning-gym's CompositeDataset).",
     )
+
+    @field_validator("tasks", mode="before")
+    @classmethod
+    def _positive_weights(cls, tasks: Any) -> Any:
+        """A weight <= 0 (or nan) would drop a task from the mix or break reasoning-gym's draw:
+        named with the task, before pydantic's union tries each form and reports both."""
+        if not isinstance(tasks, dict):
+            return tasks
+        for name, spec in tasks.items():
+            weight = spec.get("weight", 1.0) if isinstance(spec, dict) else spec
+            if isinstance(weight, int | float) and not isinstance(weight, bool) and not weight > 0:
+                raise ValueError(
+                    f"the weight of task '{name}' is {weight}; weights are > 0 "
+                    f"(leave a task out of env.tasks to skip it)"
+                )
+        return tasks
+
     eval_size: int = Field(
         200, ge=1, le=50_000, description="Held-out rows, distinct questions (20x drawn at most)."
     )

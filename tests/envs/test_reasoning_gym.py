@@ -112,6 +112,15 @@ def test_bad_task_configs_are_one_config_error(cfg: dict, words: list[str]) -> N
         assert word in str(info.value)
 
 
+def test_a_weight_that_is_not_positive_is_named_with_its_task(capsys) -> None:
+    """A negative weight in a mix is a config error naming the task, from arena-run itself (it
+    was a raw pydantic ValidationError of an internal class, raised while building the env)."""
+    code = arena_run(["+algo=grpo", "+env=reasoning_gym", "env.tasks={gcd: 1, chain_sum: -1}"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err and "ValidationError" not in err
+    assert "env.tasks:" in err and "the weight of task 'chain_sum' is -1; weights are > 0" in err
+
+
 def test_missing_package_names_the_install_command(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "reasoning_gym", None)  # `import reasoning_gym` fails
     with pytest.raises(ConfigError, match=r"pip install 'arena-rl\[reasoning-gym\]'"):
