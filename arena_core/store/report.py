@@ -158,11 +158,21 @@ def metrics_table(run_dir: Path, keys: list[str] | None = None) -> dict[str, lis
             from arena_core.errors import ArenaError
 
             raise ArenaError(
-                f"{run_dir}/metrics.csv has no column {', '.join(missing)}; columns: "
+                f"{run_dir}/metrics.csv has no column "
+                f"{'; '.join(column_hint(k, columns) for k in missing)}; columns: "
                 f"{', '.join(columns)}"
             )
         columns = ["step", *[k for k in keys if k != "step"]]
     return {c: [metric_value(r.get(c)) for r in rows] for c in columns}
+
+
+def column_hint(key: str, columns: list[str]) -> str:
+    """`key` quoted, with the columns it most likely meant: those under it as a prefix
+    (`reward` -> reward/mean, reward/std, ...), else the closest spelling."""
+    from arena_core.errors import closest
+
+    near = [c for c in columns if c.startswith(f"{key}/")][:4] or closest(key, columns)
+    return f"'{key}' (did you mean {', '.join(near)}?)" if near else f"'{key}'"
 
 
 def compare(run_dirs: list[Path], png: Path | None = None) -> dict[str, Any]:

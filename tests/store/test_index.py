@@ -175,6 +175,13 @@ def test_metrics_json_stays_json_when_a_value_overflowed(runs: Path, capsys) -> 
     assert out == {"step": [1.0, 2.0], "loss": [None, 0.25], "mismatch/max_ratio": [None, None]}
 
 
+def test_metrics_keys_that_are_not_columns_suggest_the_ones_meant(runs: Path, capsys) -> None:
+    """`--keys reward` names the reward/... columns; a misspelling gets the closest column."""
+    assert main(["metrics", "good", "--runs", str(runs), "--keys", "reward", "los"]) == 1
+    err = capsys.readouterr().err
+    assert "no column 'reward' (did you mean reward/mean?); 'los' (did you mean loss?)" in err
+
+
 def test_classic_rl_runs_rank_by_held_out_return(tmp_path: Path) -> None:
     nan = float("nan")  # an evaluation that could not score never ranks
     returns = {

@@ -25,7 +25,7 @@ from arena_core.errors import ArenaError
 from arena_core.store import index
 from arena_core.store.kinds import RunKind, kind_of, model_label
 from arena_core.store.metrics import METRICS_FILE, metric_value
-from arena_core.store.report import read_plan
+from arena_core.store.report import column_hint, read_plan
 from arena_core.store.rundir import LOCK_FILE, run_holder
 
 # no summary.json and a file written this recently: the run is taken to be still training
@@ -241,7 +241,8 @@ def select(m: Metrics, keys: list[str] | None, since: int | None, max_points: in
     if keys:
         missing = [k for k in keys if k not in m.series]
         if missing and m.columns:
-            out.problems.append(f"metrics.csv has no column {', '.join(missing)}")
+            hints = "; ".join(column_hint(k, m.columns) for k in missing)
+            out.problems.append(f"metrics.csv has no column {hints}")
     steps = [m.steps[i] for i in keep]
     series = {k: [m.series[k][i] for i in keep] for k in cols}
     out.steps, out.series = downsample(steps, series, max_points)

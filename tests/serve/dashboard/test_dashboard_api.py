@@ -49,7 +49,7 @@ def test_metrics_keys_since_and_held_out_points(tmp_path: Path, serve) -> None:
     assert later["series"]["kl"] == [None, None]  # NaN in the CSV: null, still valid JSON
     assert later["series"]["eval/reward_mean"][-1] == pytest.approx(5 / 8)
     missing = httpx.get(f"{url}/api/runs/alpha/metrics", params={"keys": "nope"}).json()
-    assert "no column nope" in " ".join(missing["problems"])
+    assert "no column 'nope'" in " ".join(missing["problems"])
 
 
 def test_ten_thousand_steps_are_downsampled_on_the_server(tmp_path: Path, serve) -> None:
