@@ -132,7 +132,7 @@ def test_cli_lists_shows_and_deletes(runs: Path, capsys) -> None:
     assert main(["metrics", "good", "--runs", str(runs), "--json", "--keys", "loss"]) == 0
     assert json.loads(capsys.readouterr().out) == {"step": [1.0, 2.0], "loss": [0.1, None]}
     assert main(["metrics", "good", "--runs", str(runs), "--keys", "nope"]) == 1
-    assert "no column nope" in capsys.readouterr().err
+    assert "no column 'nope'" in capsys.readouterr().err
     assert (
         main(
             ["runs", "compare", "good", "failed", "--runs", str(runs), "--png", str(runs / "c.png")]
