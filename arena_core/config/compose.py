@@ -234,6 +234,11 @@ def as_overrides(config: Sequence[str] | Mapping[str, Any] | str) -> list[str]:
         out: list[str] = []
         _flatten(config, "", out)
         return out
+    if not isinstance(config, Sequence):
+        raise TypeError(
+            f"a config is a list of overrides, one command line or a mapping, got "
+            f"{type(config).__name__}: e.g. ['+experiment=quickstart', 'train.max_steps=20']"
+        )
     return [str(o) for o in config]
 
 

@@ -18,7 +18,26 @@ from arena_core.errors import ArenaError
 Messages = list[dict[str, str]]
 
 
-def _params(
+SAMPLING = ("max_tokens", "temperature", "top_p", "stop", "seed")
+
+
+def _params(**params: Any) -> dict[str, Any]:
+    """`_fields(**params)`, after naming a keyword that is not a sampling field (a TypeError
+    would name only this private helper)."""
+    from arena_core.errors import closest
+
+    for name in params:
+        if name not in SAMPLING:
+            near = closest(name, SAMPLING)
+            hint = f" (did you mean {near[0]}?)" if near else ""
+            raise TypeError(
+                f"unknown sampling parameter {name!r}{hint}; generate, stream, chat and "
+                f"chat_stream take {', '.join(SAMPLING)}"
+            )
+    return _fields(**params)
+
+
+def _fields(
     max_tokens: int = 64,
     temperature: float = 0.0,
     top_p: float = 1.0,

@@ -62,6 +62,9 @@ def test_deployment_batches_prompts_and_streams(quick_run) -> None:
             "".join(dep.chat_stream([{"role": "user", "content": "What is 2+2?"}], max_tokens=16))
             == chat
         )
+        # a misspelt sampling keyword is named with the one meant, not a private helper's
+        with pytest.raises(TypeError, match=r"'temprature' \(did you mean temperature\?\)"):
+            dep.generate(PROMPTS, max_tokens=4, temprature=0.5)
 
 
 def test_concurrent_clients_share_decode_batches(quick_run) -> None:
@@ -294,6 +297,10 @@ def test_train_accepts_a_mapping_of_overrides() -> None:
     assert report.ok and cfg["run_name"] == "a b"
     report, cfg = arena.validate_run_config(mapping, preflight=False)
     assert report.ok and cfg["env"]["system_prompt"] == prompt
+    # anything else is named as what it is, before any work ('NoneType' is not iterable was all)
+    for wrong in (None, 20):
+        with pytest.raises(TypeError, match="a config is a list of overrides, one command line"):
+            arena.train(wrong)
 
 
 def test_a_ppo_policy_asked_to_chat_names_v1_act(tmp_path) -> None:
