@@ -158,9 +158,10 @@ def plan_from_config(
     except NoPlanFits as exc:
         if not implied_tp:
             raise
+        why = str(exc).splitlines()[0]
         raise NoPlanFits(
             f"backend.name={backend}: its generation engines have no tensor parallelism, so the "
-            f"plan keeps engine_tp=1 (backend=vllm plans engine TP). {str(exc).splitlines()[0]}",
+            f"plan keeps engine_tp=1 (backend=vllm plans engine TP). {why[:1].upper()}{why[1:]}",
             exc.nearest,
             exc.suggestions,
             exc.fixes,

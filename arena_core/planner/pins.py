@@ -41,6 +41,7 @@ _INT_PINS = {
     "ep",
     "expert_chunk",
 }
+_ZERO_MEANS_NONE = {"engines", "expert_chunk"}  # no separate engine; no expert chunking
 _BOOL_PINS = {"activation_checkpointing", "reshard_after_forward", "fused_logprob"}
 
 
@@ -79,8 +80,10 @@ def normalize_pins(pinned: dict[str, Any]) -> dict[str, Any]:
             else:
                 out[key] = mapped
         elif key in _INT_PINS:
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                problems.append(f"plan.{key}: expected a positive integer, got {value!r}")
+            least = 0 if key in _ZERO_MEANS_NONE else 1
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                kind = "an integer >= 0 (0: none)" if least == 0 else "a whole number >= 1"
+                problems.append(f"plan.{key}: expected {kind}, got {value!r}")
             else:
                 out[key] = value
         elif key in _BOOL_PINS:

@@ -80,3 +80,15 @@ def test_every_fix_of_a_memory_bound_pin_fits_when_applied() -> None:
         assert all(pins.get(k) != v for k, v in fix.items()), fix
         result = plan_from_config({**cfg, "plan": {**pins, **fix}})
         assert result.best.prediction.fits
+
+
+def test_a_pin_of_zero_is_a_config_error_not_a_plan_that_cannot_fit(capsys) -> None:
+    """A zero micro-batch or tensor-parallel degree is refused as a value (it was priced as a
+    layout that "cannot fit", with suggestions); a torch-engine prefix keeps its sentences."""
+    base = ["plan", "+experiment=quickstart", "hardware=h100-80"]
+    assert arena([*base, "plan.micro_batch_tokens=0", "plan.tp=0"]) == 2
+    err = capsys.readouterr().err
+    assert "plan.micro_batch_tokens: expected a whole number >= 1, got 0" in err
+    assert "plan.tp: expected a whole number >= 1, got 0" in err and "cannot fit" not in err
+    assert arena([*base, "plan.tp=3"]) == 4
+    assert "(backend=vllm plans engine TP). The pinned plan.tp=3" in capsys.readouterr().err
