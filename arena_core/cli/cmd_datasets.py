@@ -29,9 +29,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     add.add_argument("name", metavar="NAME")
     add.add_argument("source", metavar="SOURCE")
-    add.add_argument("--category", required=True, choices=list(CATEGORIES))
+    add.add_argument(
+        "--category",
+        choices=list(CATEGORIES),
+        help="what the rows are for (default: the one their columns have: question/answer is "
+        "reasoning, prompt/chosen/rejected preference, prompt/response or messages sft)",
+    )
     add.add_argument(
         "--map",
+        "--column-mapping",  # the name `arena validate` and the loaders' messages use
+        dest="map",
         metavar="CANONICAL=COLUMN,...",
         help=MAPPING_HELP,
     )
@@ -86,7 +93,7 @@ def run_list(args: argparse.Namespace) -> int:
     if not entries:
         print(
             f"no datasets registered ({registry.registry_path()}); add one: arena datasets add "
-            "NAME SOURCE --category reasoning|preference|sft"
+            "NAME SOURCE (--category reasoning|preference|sft where its columns do not say)"
         )
         return 0
     width = max(4, *(len(n) for n in entries))

@@ -57,7 +57,7 @@ def category_mismatch(
     need = " or ".join(f"{c} ({COLUMNS.get(c, '?')})" for c in wanted)
     head = f"algo={algo} trains on {need} data, but {where} is read as env.category={category}"
     columns = _file_columns(env.get("path"))
-    looks = _looks_like(columns, env.get("column_mapping"))
+    looks = columns_category(columns, env.get("column_mapping"))
     if columns is not None and looks != category:
         shown = ", ".join(columns[:8]) + (", ..." if len(columns) > 8 else "")
         if looks in wanted:
@@ -98,10 +98,10 @@ def category_of_file(path: Any, mapping: dict[str, str] | None = None) -> str:
     """The category whose columns a local dataset file has (after `mapping`): what
     `env.category` defaults to, so `+algo=dpo +env=dataset env.path=prefs.jsonl` needs no
     category; "" when the file cannot be read or matches none."""
-    return _looks_like(_file_columns(path), mapping)
+    return columns_category(_file_columns(path), mapping)
 
 
-def _looks_like(columns: list[str] | None, mapping: dict[str, str] | None) -> str:
+def columns_category(columns: list[str] | None, mapping: dict[str, str] | None) -> str:
     """The category whose columns (after `mapping`) the file has; "" when none does."""
     from arena_core.data.loading import ALTERNATIVES, CATEGORIES
 

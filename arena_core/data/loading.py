@@ -241,7 +241,9 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
         ) from None
 
 
-def _read_hub(source: str, split: str, config: str | None) -> list[dict[str, Any]]:
+def hub_rows(source: str, split: str, config: str | None) -> list[dict[str, Any]]:
+    """Raw rows of a hub dataset's split (a DatasetError where the hub is unreachable or the
+    dataset does not load): the one reader of hub data."""
     if not hub_reachable():
         raise DatasetError(hub_unreachable_message("dataset", source))
     import datasets
@@ -399,6 +401,6 @@ def load_dataset(
     if looks_local(source):
         rows, where = local_rows(Path(source).expanduser(), split)
     else:
-        rows = _read_hub(source, split, config)
+        rows = hub_rows(source, split, config)
         where = f"'{source}' (split {split})"
     return canonicalize(rows, category, column_mapping, where)

@@ -74,7 +74,7 @@ def get_dataset(name: str) -> dict[str, Any]:
 def add_dataset(
     name: str,
     source: str,
-    category: str,
+    category: str | None,
     column_mapping: dict[str, str] | None = None,
     *,
     split: str = "train",
@@ -83,13 +83,14 @@ def add_dataset(
 ) -> dict[str, Any]:
     """Validate `source` once (its `split` loads with `category`'s columns through the mapping),
     then record it as `name`; returns the entry. A local source is stored as an absolute path,
-    so a run finds it from any working directory."""
+    so a run finds it from any working directory. `category` None: the one the split's columns
+    (after the mapping) have, as a run's `env.category` defaults to a file's."""
     if not _NAME.match(name):
         raise DatasetError(
             f"dataset name {name!r}: use letters, digits, '_', '-' or '.', starting with a letter "
             "or digit (at most 64 characters)"
         )
-    if category not in CATEGORIES:
+    if category is not None and category not in CATEGORIES:
         raise DatasetError(f"unknown category '{category}'. Categories: {', '.join(CATEGORIES)}.")
     entries = _read()
     if name in entries and not force:
@@ -110,6 +111,8 @@ def add_dataset(
             "nothing to pick; --split chooses a file of a folder (its test.jsonl) or a hub "
             "dataset's split. Drop it, or register the file you mean."
         )
+    if category is None:
+        category = _category_of(stored, local, split, config, column_mapping)
     rows = load_dataset(stored, category, column_mapping, split, config=config)
     entry = {
         "source": stored,
@@ -125,6 +128,27 @@ def add_dataset(
     entries[name] = entry
     _write(entries)
     return {"name": name, **entry}
+
+
+def _category_of(
+    source: str, local: bool, split: str, config: str | None, mapping: dict[str, str] | None
+) -> str:
+    """The category whose columns the split's first row has (after `mapping`); a DatasetError
+    naming the columns and --category when none matches."""
+    from arena_core.data.category import COLUMNS, columns_category
+    from arena_core.data.loading import hub_rows, local_rows
+
+    rows = local_rows(Path(source), split)[0] if local else hub_rows(source, split, config)
+    columns = [str(c) for c in rows[0]] if rows and isinstance(rows[0], dict) else []
+    found = columns_category(columns, mapping)
+    if not found:
+        wanted = "; ".join(f"{c}: {cols}" for c, cols in COLUMNS.items())
+        raise DatasetError(
+            f"{source}: its columns ({', '.join(columns) or 'none'}) match no category ({wanted}); "
+            "pass --category and, for other column names, --map (e.g. "
+            "--category reasoning --map question=problem,answer=solution)"
+        )
+    return found
 
 
 def remove_dataset(name: str) -> dict[str, Any]:

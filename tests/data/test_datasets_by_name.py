@@ -1,4 +1,4 @@
-"""Datasets by name: `arena datasets add NAME SOURCE --category ... --map ...` validates once and
+"""Datasets by name: `arena datasets add NAME SOURCE [--category ...] [--map ...]` validates once and
 records the dataset in Arena's home; `list`, `show`, `rm`; a run then says `env.dataset=NAME`
 (env=dataset and env=gsm8k) instead of the path, category and column mapping. Through the
 `arena` and `arena-run` entry points, with the registry in a temporary $ARENA_CACHE_DIR."""
@@ -112,3 +112,26 @@ def test_gsm8k_by_name_and_a_category_that_does_not_fit(
     assert "is preference data, but this environment needs reasoning data" in (
         capsys.readouterr().err
     )
+
+
+def test_the_category_defaults_to_what_the_columns_hold(home: Path, tmp_path: Path, capsys) -> None:
+    """Without --category the split's columns (after the mapping) decide, as env.category does
+    for a run's file; columns that match nothing are refused naming --category and --map."""
+    prefs = _write(tmp_path / "prefs.jsonl", [{"prompt": "2+2", "chosen": "4", "rejected": "5"}])
+    folder = tmp_path / "qa"
+    folder.mkdir()
+    _write(folder / "train.jsonl", [{"question": "2+2", "answer": "4"}])
+    odd = _write(tmp_path / "odd.jsonl", [{"problem": "2+2", "solution": "4"}])
+    assert arena(["datasets", "add", "prefs", str(prefs)]) == 0
+    assert arena(["datasets", "add", "qa", str(folder)]) == 0
+    assert arena(["datasets", "add", "odd", str(odd)]) == 1
+    err = capsys.readouterr().err
+    assert "its columns (problem, solution) match no category" in err and "--category" in err
+    mapping = "question=problem,answer=solution"
+    assert arena(["datasets", "add", "odd", str(odd), "--column-mapping", mapping]) == 0
+    registry = json.loads((home / "datasets.json").read_text())["datasets"]
+    assert {n: e["category"] for n, e in registry.items()} == {
+        "prefs": "preference",
+        "qa": "reasoning",
+        "odd": "reasoning",
+    }
