@@ -167,12 +167,45 @@ def runs_check(cfg: dict[str, Any], report: Report) -> None:
         report.add("paths.runs", FAIL, f"paths.runs={runs}: {problem}{fix}")
 
 
+def teacher_check(cfg: dict[str, Any], report: Report) -> None:
+    """`algo.teacher` (on-policy distillation): the run checkpoint or model it names can be had,
+    resolved as the teacher's load resolves it (a run first, then a model), so a typo or a PPO
+    run stops the run before its directory is made rather than after the plan."""
+    ref = (cfg.get("algo") or {}).get("teacher")
+    if not ref:
+        return
+    from arena_core.errors import ArenaError
+    from arena_core.models.cache import model_availability
+    from arena_core.store.index import NotALanguageModel, select_model_checkpoint, split_ref
+
+    runs = (cfg.get("paths") or {}).get("runs") or "./runs"
+    try:
+        run_dir, ckpt = select_model_checkpoint(str(ref), runs)
+    except NotALanguageModel as exc:
+        report.add("algo.teacher", FAIL, f"algo.teacher={ref}: {exc}")
+        return
+    except ArenaError as run_error:
+        if split_ref(str(ref))[1] is not None:  # RUN:STEP|best|latest: certainly a run
+            report.add("algo.teacher", FAIL, f"algo.teacher={ref}: {run_error}")
+            return
+        ok, detail = model_availability(str(ref))
+        if not ok:
+            detail = (
+                f"algo.teacher={ref} is neither a run nor a model Arena can load. As a run: "
+                f"{run_error} As a model: {detail}"
+            )
+        report.add("algo.teacher", PASS if ok else FAIL, detail)
+        return
+    report.add("algo.teacher", PASS, f"algo.teacher={ref}: {run_dir.name} step {ckpt.step}")
+
+
 def model_check(cfg: dict[str, Any], report: Report) -> None:
     """`model.available`: the model named by `model.name_or_path` can be loaded here, or the
     checkpoint `model.init_from` names exists: resolved by the run index, the one resolver the
     model load uses, so a typo stops the run before its directory is made."""
     from arena_core.models.cache import model_availability
 
+    teacher_check(cfg, report)
     model = cfg.get("model") or {}
     ref = model.get("init_from")
     if ref:

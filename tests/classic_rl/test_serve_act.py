@@ -118,3 +118,9 @@ def test_a_policy_run_is_refused_wherever_a_language_model_is_asked_for(
         load_policy({"name_or_path": "arena:tiny", "init_from": str(tiny_cartpole)}, runs=runs)
     with pytest.raises(ModelLoadError, match=f"algo.teacher={name}: {name} is a 'ppo' run"):
         load_teacher(name, runs=runs)
+    # and the OPD run naming it stops at the pre-flight, before a run directory exists
+    opd = ["+experiment=quickstart", "algo=opd", f"algo.teacher={tiny_cartpole}"]
+    assert arena_run([*opd, f"paths.runs={new_runs}"]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "FAIL algo.teacher:" in err and f"{name} is a 'ppo' run" in err
+    assert not new_runs.exists()

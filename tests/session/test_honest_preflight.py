@@ -59,6 +59,23 @@ def test_a_lora_target_the_model_lacks_fails_the_preflight_before_a_run_director
     assert not list(tmp_runs.iterdir())  # found before the weights load, not after
 
 
+def test_an_opd_teacher_that_cannot_be_had_fails_the_preflight_before_a_run_directory(
+    tmp_runs: Path, capsys
+) -> None:
+    """A teacher typo (or a step the run never saved) used to pass the dry run and fail only
+    after the run directory was made and the plan printed."""
+    opd = [*QUICK, "algo=opd", f"paths.runs={tmp_runs}"]
+    assert main([*opd, "algo.teacher=no-such-teacher", "dry_run=true"]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "FAIL algo.teacher: algo.teacher=no-such-teacher is neither a run nor a model" in err
+    assert main([*opd, "algo.teacher=no-such-run:best"]) == 1
+    assert "FAIL algo.teacher: algo.teacher=no-such-run:best: no run" in " ".join(
+        capsys.readouterr().err.split()
+    )
+    assert not list(tmp_runs.iterdir())
+    assert main([*opd, "algo.teacher=arena:tiny", "dry_run=true"]) == 0  # a model: it passes
+
+
 def test_the_forecast_is_printed_and_warns_past_the_limit(
     tmp_runs: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
