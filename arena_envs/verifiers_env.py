@@ -62,7 +62,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from arena_core.engines.base import Completion
 from arena_core.engines.multi_turn import EpisodeRunner
-from arena_core.errors import ConfigError
+from arena_core.errors import ConfigError, did_you_mean
 from arena_core.tasks import Example, shuffled_epochs
 from arena_envs.verifiers_turns import interleave, plain
 
@@ -183,10 +183,38 @@ def taskset_class(module: Any) -> type | None:
     return found[0] if len(found) == 1 else None
 
 
+def _check_args(env_id: str, load_environment: Any, args: dict[str, Any]) -> None:
+    """A key of env.args that load_environment does not take (and it takes no **kwargs) is a
+    ConfigError naming the key and the parameters it does take, rather than the TypeError its
+    call would raise from inside Arena."""
+    import inspect
+
+    try:
+        params = inspect.signature(load_environment).parameters
+    except (TypeError, ValueError):  # a builtin or C callable: nothing to read
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    takes = [
+        n
+        for n, p in params.items()
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    ]
+    unknown = [k for k in args if k not in takes]
+    if unknown:
+        problems = [
+            f"env.args.{k}: not a parameter of {env_id}'s load_environment (it takes "
+            f"{', '.join(takes) or 'none'}){did_you_mean(k, takes)}"
+            for k in unknown
+        ]
+        raise ConfigError(problems)
+
+
 def load(env_id: str, args: dict[str, Any]) -> tuple[str, Any]:
     """(`classic`, the Environment) or (`v1`, the Taskset) for `env_id` built with `args`."""
     module = import_env_module(env_id)
     if callable(getattr(module, "load_environment", None)):
+        _check_args(env_id, module.load_environment, args)
         try:
             with no_signal_handlers():
                 env = module.load_environment(**args)

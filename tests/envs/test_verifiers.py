@@ -89,6 +89,17 @@ def test_a_package_whose_import_fails_shows_its_own_error() -> None:
     assert "vf_broken_fixture/__init__.py:3" in str(info.value)
 
 
+def test_an_arg_load_environment_does_not_take_is_named_with_the_ones_it_does() -> None:
+    """A typo in env.args is named with load_environment's parameters, not a TypeError raised
+    from Arena's own call site."""
+    with pytest.raises(ConfigError) as info:
+        make_verifiers({"id": "vf-sum-fixture", "args": {"nn": 12}})
+    assert str(info.value).endswith(
+        "env.args.nn: not a parameter of vf-sum-fixture's load_environment (it takes n, raise_on, "
+        "no_eval, column, group), did you mean 'n'?"
+    )
+
+
 @CLASSIC
 def test_a_dataset_without_the_question_column_is_named() -> None:
     with pytest.raises(ConfigError) as info:
