@@ -70,6 +70,9 @@ def _describe(error: dict[str, Any], prefix: str, schema: type[BaseModel], plugi
         named = [f for f in owner.model_fields if re.search(rf"\b{re.escape(f)}\b", msg)]
         keys = ", ".join(".".join([*filter(None, [key]), f]) for f in named) or key or "config"
         return f"{keys}: {msg}{where}"
+    if error["type"] in ("value_error", "assertion_error"):  # a field validator's own words
+        msg = str(error["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
+        return f"{key}: {msg}{where}"
     text = _FRIENDLY.get(error["type"], error["msg"][0].lower() + error["msg"][1:])
     if error["type"] == "missing" or (error.get("input") is None and error["type"] in _FRIENDLY):
         # a preset's `key: null` placeholder the user has to fill: what the key takes
@@ -146,6 +149,12 @@ def _check_names(cfg: dict[str, Any], plugins: PluginSet, problems: list[str]) -
                 lacking := registered_missing(plugins.registries.loggers.get(name).obj)
             ) is not None:
                 problems.append(f"logger.names: {lacking}")
+    env = cfg.get("env")
+    parser = env.get("tool_parser") if isinstance(env, dict) else None
+    parsers = plugins.registries.tool_parsers
+    if isinstance(parser, str) and len(parsers) and parser not in parsers:
+        # read only when the first episode runs: a typo would pass the dry run
+        problems.append(f"env.tool_parser: {parsers.unknown_message(parser)}")
     reward = cfg.get("reward")
     if reward and reward not in plugins.registries.rewards:
         if reward.endswith(".py") or "/" in reward:

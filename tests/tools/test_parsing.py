@@ -58,3 +58,30 @@ def test_parsers_come_from_the_registry() -> None:
     assert isinstance(tool_call_parser("hermes"), HermesParser)
     with pytest.raises(UnknownNameError, match="did you mean 'hermes'"):
         tool_call_parser("hermess")
+
+
+def test_an_unknown_parser_in_a_tool_env_is_a_config_error_and_a_plugins_one_is_taken(
+    capsys,
+) -> None:
+    """`env.tool_parser` was read only when the first episode ran (a typo passed the dry run);
+    it is now checked with the config, against the parsers plugins registered."""
+    from arena_core.cli.run import main as arena_run
+    from arena_core.hookspecs import Register, hookimpl
+    from arena_core.plugin_loader import get_plugins
+
+    base = ["+algo=grpo", "+env=tool_calc", "model=tiny", "dry_run=true"]
+    assert arena_run([*base, "env.tool_parser=hermez"]) == 2
+    err = capsys.readouterr().err
+    assert "env.tool_parser: unknown tool-call parser 'hermez', did you mean 'hermes'?" in err
+
+    class _Plugin:
+        @hookimpl
+        def register_tool_parsers(self, register: Register) -> None:
+            register("mine", HermesParser)
+
+    plugins = get_plugins()
+    plugins.add(_Plugin(), "test-parser")
+    try:
+        assert arena_run([*base, "env.tool_parser=mine"]) == 0
+    finally:
+        plugins.remove("test-parser")
