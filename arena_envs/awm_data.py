@@ -183,6 +183,11 @@ def select(
     if isinstance(spec, bool):
         raise AWMFormatError(f"{what}: expected names, globs, a count or a fraction, got {spec}")
     if isinstance(spec, int | float):
+        if isinstance(spec, float) and spec >= 1 and not spec.is_integer():
+            raise AWMFormatError(
+                f"{what}={spec}: a fraction is below 1 (0.25: a quarter) and a count is a "
+                f"whole number (of {len(names)} scenarios); {spec} is neither"
+            )
         count = int(round(spec * len(names))) if isinstance(spec, float) and spec < 1 else int(spec)
         if count < 0 or count > len(names):
             raise AWMFormatError(f"{what}={spec}: there are {len(names)} scenarios to pick from")

@@ -110,6 +110,9 @@ def test_held_out_scenarios_never_reach_training() -> None:
         again.close()
     with pytest.raises(ConfigError, match="did you mean library"):
         make_awm({"holdout_scenarios": ["librar"], "probe": False})
+    # 2.5 is neither a fraction nor a count: refused (it was truncated to 2 without a word)
+    with pytest.raises(ConfigError, match=r"env.holdout_scenarios=2.5: a fraction is below 1"):
+        make_awm({"holdout_scenarios": 2.5, "probe": False})
 
 
 @pytest.mark.parametrize("episode_state", ["tagged", "reset", "fresh"])
