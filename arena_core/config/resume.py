@@ -50,6 +50,16 @@ def resolve_resume(resume: str, runs: str | Path) -> Path:
         named = _named(resume, dirs)
         if named is not None:
             return named
+    run, colon, step = resume.rpartition(":")
+    if colon and step and run and not path.exists():
+        found = _named(run, dirs) if "/" not in run.strip("/") else None
+        if found is not None or (Path(run).expanduser() / CHECKPOINT_INDEX).is_file():
+            raise ConfigError(
+                f"train.resume={resume}: a resume continues a run from its own latest "
+                f"checkpoint, so it names the run alone (train.resume={run}). To start from "
+                f"its {f'step {step}' if step.isdigit() else step} checkpoint instead, begin "
+                f"a new run with model.init_from={resume}."
+            )
     why = "it does not exist" if not path.exists() else "no checkpoints/index.json"
     raise ConfigError(
         f"train.resume={resume}: {path.resolve()} is not a run directory with a checkpoint "

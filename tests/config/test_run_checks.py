@@ -112,6 +112,21 @@ def test_a_missing_resume_target_is_refused_before_the_run(
     assert not (tmp_path / "does").exists()
 
 
+def test_a_resume_naming_a_checkpoint_says_resume_takes_the_run_and_init_from_the_step(
+    tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`train.resume=RUN:2` read as a run directory called 'RUN:2' (nothing to resume); a
+    resume always continues from the run's latest checkpoint, and model.init_from takes a step."""
+    index = tmp_path / "mine-20261201-101010" / "checkpoints" / "index.json"
+    index.parent.mkdir(parents=True)
+    index.write_text('{"latest": null, "checkpoints": []}')
+    base = ["+experiment=quickstart", f"paths.runs={tmp_path}", "dry_run=true"]
+    assert arena_run.main([*base, "train.resume=mine:2"]) == 2
+    err = capsys.readouterr().err
+    assert "names the run alone (train.resume=mine)" in err
+    assert "its step 2 checkpoint instead, begin a new run with model.init_from=mine:2" in err
+
+
 def test_an_empty_runs_folder_is_refused_not_read_as_the_working_directory(
     tmp_path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
