@@ -53,7 +53,13 @@ def add_parser(subparsers: Any) -> None:
     _add_env_parser(sub)
     dataset = sub.add_parser("dataset", help="a dataset file, folder or name")
     dataset.add_argument("source", metavar="NAME|PATH")
-    dataset.add_argument("--category", default="reasoning", help="reasoning, preference or sft")
+    dataset.add_argument(
+        "--category",
+        choices=["reasoning", "preference", "sft"],
+        help="what the rows are for (default: the one a file's columns have: question/answer "
+        "is reasoning, prompt/chosen/rejected preference, prompt/response or messages sft; "
+        "else reasoning)",
+    )
     dataset.add_argument("--column-mapping", metavar="MAPPING", help=MAPPING_HELP)
     add_json_flag(dataset, ONE_JSON_OBJECT)
 

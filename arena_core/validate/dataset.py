@@ -104,14 +104,19 @@ def mapping_override(mapping: dict[str, str]) -> str:
 def validate_dataset(
     source: str,
     *,
-    category: str = "reasoning",
+    category: str | None = None,
     column_mapping: dict[str, str] | None = None,
     mapping_fix: Callable[[dict[str, str]], str] = mapping_flag,
 ) -> Report:
     """Check a dataset for training: required columns (after mapping), types, empties, dups.
-    `mapping_fix` spells the column mapping a missing column's fix offers, as the command the
-    user typed takes it (`mapping_override` for a run's pre-flight)."""
+    `category` None: the one a local file's columns have (as a run's `env.category` defaults),
+    else reasoning. `mapping_fix` spells the column mapping a missing column's fix offers, as the
+    command the user typed takes it (`mapping_override` for a run's pre-flight)."""
     report = Report(subject=str(source), kind="dataset")
+    if category is None:
+        from arena_core.data.category import category_of_file
+
+        category = category_of_file(source, column_mapping) or "reasoning"
     try:
         required = required_columns(category)
         rows, mapped = load_raw(source, category, column_mapping)

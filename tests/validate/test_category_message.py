@@ -51,3 +51,17 @@ def test_preference_rows_are_named_as_such(capsys, tmp_path) -> None:
     assert "look like preference data: set env.category=preference and use +algo=dpo" in err
     assert arena_run(["+algo=dpo", "+env=dataset", f"env.path={path}", "model=tiny",
                       "--dry-run"]) == 0  # fmt: skip
+
+
+def test_validate_dataset_checks_a_file_as_the_category_its_columns_have(capsys, tmp_path) -> None:
+    """`arena validate dataset FILE` without --category checked every file as reasoning data:
+    a valid SFT file FAILed with a suggestion to map prompt to question."""
+    from arena_core.cli.main import main as arena
+
+    rows = [{"prompt": f"say {i}", "response": f"{i}"} for i in range(6)]
+    path = _file(tmp_path, rows)
+    assert arena(["validate", "dataset", str(path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["verdict"] == "PASS"
+    assert any(c["detail"] == "6 rows (sft)" for c in report["checks"])
+    assert arena(["validate", "dataset", str(path), "--category", "reasoning"]) == 1  # as asked
