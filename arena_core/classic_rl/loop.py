@@ -37,6 +37,8 @@ class ClassicRecipe(Recipe):
     `run_classic` sets up its envs and networks and runs its loop."""
 
     env_kind: ClassVar[str]  # the env source kind it trains: "gymnasium" or "parallel"
+    # a policy network on the CPU: no language model, sampler, engine backend or device plan
+    unread = ("model", "generation", "backend", "plan", "runtime.mode", "runtime.max_staleness")
     wrong_kind: ClassVar[str]  # what to say to an env of the other kind
 
     def train(self) -> Path:

@@ -47,7 +47,10 @@ def launch(cfg: dict[str, Any], *, check: bool = True) -> Path | None:
         dry_run(inputs, name, recipe)
         return None
     model = recipe.needs_model or recipe.planned
-    report = preflight(cfg, model=model) if check and recipe.shared_preflight else None
+    unread = (name, recipe.unread)
+    report = (
+        preflight(cfg, model=model, unread=unread) if check and recipe.shared_preflight else None
+    )
     plan = None
     if recipe.planned:
         from arena_core.cli.plan_summary import run_plan
@@ -104,7 +107,7 @@ def dry_run(inputs: RunInputs, name: str, recipe: Recipe) -> None:
     model = recipe.needs_model or recipe.planned
     try:
         report = (
-            preflight(cfg, prefix="# ", model=model, plan=found)
+            preflight(cfg, prefix="# ", model=model, plan=found, unread=(name, recipe.unread))
             if recipe.shared_preflight
             else None
         )

@@ -42,7 +42,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    overrides = getattr(args, "overrides", None)
+    if extra and isinstance(overrides, list) and not any(a.startswith("-") for a in extra):
+        # a flag between overrides (`arena plan +experiment=quickstart --json hardware=h100-80`)
+        # ends argparse's positional list: the overrides after it, in their order, join it
+        args.overrides = [*overrides, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "func", None):
         parser.print_help()
         return 0

@@ -24,16 +24,24 @@ from arena_core.validate.report import FAIL, PASS, SKIP, WARN, Report
 
 
 def preflight(
-    cfg: dict[str, Any], *, prefix: str = "", model: bool = False, plan: Any = None
+    cfg: dict[str, Any],
+    *,
+    prefix: str = "",
+    model: bool = False,
+    plan: Any = None,
+    unread: tuple[str, tuple[str, ...]] | None = None,
 ) -> Report:
     """Raise ValidationFailed (exit 1) when a check FAILs; WARN lines are printed (a limited
     sandbox among them, naming the protections not in force). On a clean pass the run still says,
     in one line, the isolation its user code runs under (after `prefix`: "# " keeps a dry run's
     output YAML). `model`: also check that the model can be loaded; `plan`: the planner's result,
-    whose forecast warns past the limit. Returns the report, which the run keeps as
+    whose forecast warns past the limit; `unread`: (the recipe's name, the config keys it never
+    reads), which WARN where the user set them. Returns the report, which the run keeps as
     `validation.json` in its directory."""
     report = preflight_report(cfg)
     runs_check(cfg, report)
+    if unread is not None:
+        unread_check(cfg, report, *unread)
     if model:
         model_check(cfg, report)
         greedy = greedy_check(cfg, report)
@@ -51,6 +59,30 @@ def preflight(
     if report.verdict == PASS and check is not None:
         print(f"{prefix}{check.detail}", flush=True)
     return report
+
+
+def unread_check(cfg: dict[str, Any], report: Report, recipe: str, keys: tuple[str, ...]) -> None:
+    """`config.unread`: a WARN naming each key the user set (it differs from the defaults of
+    the run's algorithm and env) under a section the recipe never reads: `model.lora.r=8` or
+    `backend=vllm` on a PPO run would otherwise change nothing without a word."""
+    if not keys:
+        return
+    from arena_core.store.report import config_diff
+
+    diff = config_diff(cfg)
+    unread = [k for k in diff if any(k == p or k.startswith(f"{p}.") for p in keys)]
+    for section in {k.rsplit(".", 1)[0] for k in unread if k.endswith(".name")}:
+        # an option chosen (`backend=vllm`) brings its keys along: name the choice alone
+        unread = [k for k in unread if not k.startswith(f"{section}.")]
+        unread.append(f"{section}={diff[f'{section}.name'][1]}")
+    if unread:
+        report.add(
+            "config.unread",
+            WARN,
+            f"recipe {recipe} never reads {', '.join(unread)}: these settings change nothing "
+            f"in this run (it reads no {', '.join(keys)}); drop them, or choose an algorithm "
+            "whose recipe uses them",
+        )
 
 
 def greedy_check(cfg: dict[str, Any], report: Report) -> bool:

@@ -468,7 +468,9 @@ def main(argv: list[str] | None = None) -> int:
     from arena_core.interrupts import sigterm_interrupts
 
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # intermixed: a flag between overrides (`arena-run +algo=grpo --dry-run +env=gsm8k`) would
+    # otherwise end the overrides, and the rest be refused as unrecognized arguments
+    args = parser.parse_intermixed_args(argv)
     with sigterm_interrupts():
         return run_guarded(lambda: execute_args(args, parser))
 

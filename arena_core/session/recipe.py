@@ -89,6 +89,9 @@ class Recipe(ABC):
     shared_preflight: ClassVar[bool] = True
     # the pre-flight loads the model (a dataset's or a reward's checks need its tokenizer)
     needs_model: ClassVar[bool] = False
+    # config sections (dotted keys) the recipe never reads: the pre-flight WARNs when the user
+    # sets one (`config.unread`), rather than the run ignoring it without a word
+    unread: ClassVar[tuple[str, ...]] = ()
     # the registered recipe that trains a population of this recipe's runs (`evolution.enabled`)
     population_recipe: ClassVar[str | None] = None
 

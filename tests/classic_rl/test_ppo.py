@@ -318,3 +318,21 @@ def test_dry_run_checks_the_spaces(capsys: pytest.CaptureFixture[str]) -> None:
     assert "# env CartPole-v1:" in out and "Discrete(2)" in out
     assert main(["+algo=ppo", "+env=gym", "env.id=FrozenLake-v1", "--dry-run"]) != 0
     assert "env.flatten_observation=true" in capsys.readouterr().err
+
+
+def test_settings_a_ppo_run_never_reads_are_named_before_it_starts(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`model.lora.r=8`, `backend=vllm` or `generation.temperature` on a PPO run changed nothing
+    without a word; the pre-flight now WARNs naming them (the chosen backend by its option)."""
+    from arena_core.cli.run import main
+
+    base = ["+algo=ppo", "+env=gym", "env.id=CartPole-v1", "dry_run=true"]
+    assert main([*base, "model.lora.r=8", "backend=vllm", "generation.temperature=0.5"]) == 0
+    captured = capsys.readouterr()
+    err = " ".join(captured.err.replace("│", " ").split())
+    assert "config.unread WARN recipe ppo never reads generation.temperature, model.lora.r," in err
+    assert "backend=vllm: these settings change nothing in this run" in err
+    assert "backend.dtype" not in err and "# pre-flight: WARN" in captured.out
+    assert main(base) == 0  # nothing set there: no warning
+    assert "config.unread" not in capsys.readouterr().err

@@ -57,6 +57,20 @@ def test_cfg_prints_the_composed_config_as_hydra_does(capsys) -> None:
     assert out.startswith("# @package algo") and yaml.safe_load(out)["name"] == "grpo"
 
 
+def test_a_flag_between_overrides_keeps_every_override(capsys) -> None:
+    """`arena-run +experiment=quickstart --cfg job algo.lr=3e-4` (and `arena plan ... --json
+    hardware=h100-80`): the overrides after the flag were refused as unrecognized arguments."""
+    from arena_core.cli.main import main as arena
+
+    assert main(["+experiment=quickstart", "--cfg", "job", "algo.lr=3e-4"]) == 0
+    assert yaml.safe_load(_out(capsys)[0])["algo"]["lr"] == 3e-4
+    assert arena(["plan", "+experiment=quickstart", "--json", "hardware=h100-80"]) == 0
+    assert json.loads(_out(capsys)[0])["hardware"]["name"] == "h100-80"
+    with pytest.raises(SystemExit):  # an unknown flag is still refused
+        arena(["plan", "+experiment=quickstart", "--jsn"])
+    assert "unrecognized arguments: --jsn" in _out(capsys)[1]
+
+
 def test_help_lists_the_config_groups_and_hydra_s_and_arena_s_flags(capsys) -> None:
     assert main(["--help"]) == 0
     out = _out(capsys)[0]

@@ -149,4 +149,4 @@ def test_cli_renders_a_table_and_fails_clearly_when_nothing_fits(monkeypatch, ca
         capsys,
         [f"model.name_or_path={CONFIGS / 'qwen2.5-72b'}", "hardware=l40s", *BASE],
     )
-    assert code != 0 and "no plan fits" in err and "Nearest plan" in err
+    assert code != 0 and "no plan fits" in err.lower() and "Nearest plan" in err
