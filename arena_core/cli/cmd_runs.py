@@ -89,7 +89,11 @@ def run_list(args: argparse.Namespace) -> int:
         return 0
     if not runs:
         where = Path(args.runs).resolve()
-        print(f"no runs under {where}" + (f" in project {args.project}" if args.project else ""))
+        absent = "" if where.is_dir() else " (no such folder: --runs DIR names where they are)"
+        print(
+            f"no runs under {where}{absent}"
+            + (f" in project {args.project}" if args.project else "")
+        )
         return 0
     from rich.console import Console
     from rich.table import Table

@@ -28,9 +28,23 @@ REF_HELP = (
 )
 
 
+def runs_folder(value: str) -> str:
+    """--runs: a folder (it may not exist yet); a file there is refused by name rather than
+    read as a folder with no runs in it."""
+    from pathlib import Path
+
+    path = Path(value).expanduser()
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(
+            f"{value} is a file; --runs is the folder runs are written to (their paths.runs, "
+            "default ./runs)"
+        )
+    return value
+
+
 def add_runs_option(p: argparse.ArgumentParser) -> None:
     """--runs DIR: where run ids and run names are looked up."""
-    p.add_argument("--runs", default="./runs", metavar="DIR", help=RUNS_HELP)
+    p.add_argument("--runs", default="./runs", type=runs_folder, metavar="DIR", help=RUNS_HELP)
 
 
 def add_run_argument(

@@ -196,3 +196,18 @@ def test_classic_rl_runs_rank_by_held_out_return(tmp_path: Path) -> None:
     assert index.read_run(run).best_eval_reward == 200.0
     # the run's summary (store.index.best_checkpoint_entry) names the same one as deploy RUN:best
     assert index.best_checkpoint_entry(run)["step"] == 10
+
+
+def test_runs_naming_a_file_or_no_folder_says_so(tmp_path: Path, capsys) -> None:
+    """`--runs results.csv` was read as a folder holding no runs (the dashboard served an empty
+    page); a folder that does not exist is named as such."""
+    results = tmp_path / "results.csv"
+    results.write_text("step,loss\n")
+    for argv in (["runs", "list"], ["dashboard"], ["checkpoints", "list", "x"]):
+        with pytest.raises(SystemExit):
+            main([*argv, "--runs", str(results)])
+        assert f"{results} is a file; --runs is the folder runs are written to" in (
+            capsys.readouterr().err
+        )
+    assert main(["runs", "list", "--runs", str(tmp_path / "nope")]) == 0
+    assert "(no such folder: --runs DIR names where they are)" in capsys.readouterr().out
