@@ -7,8 +7,18 @@ ARENA_DEBUG=1) and exits with its exit_code, so each layer can raise without kno
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from collections.abc import Iterable
+
+WORKDIR_ENV = "ARENA_WORKDIR"
+
+
+def working_directory() -> str:
+    """The user's working directory, for messages about relative paths. A sandboxed worker runs
+    in its private /tmp, so its parent passes its own here (`$ARENA_WORKDIR`): a message naming
+    /tmp would send the user to the wrong folder."""
+    return os.environ.get(WORKDIR_ENV) or os.getcwd()
 
 
 class ArenaError(Exception):

@@ -12,6 +12,8 @@ import socket
 from functools import lru_cache
 from urllib.parse import urlparse
 
+from arena_core.errors import working_directory
+
 DATA_OFFLINE = (
     "Offline data: a local file or folder with `env.path=FILE` (JSONL, CSV or parquet), or a "
     "dataset registered once with `arena datasets add NAME SOURCE` and named with "
@@ -73,6 +75,6 @@ def hub_unreachable_message(what: str, ident: str) -> str:
     )
     return (
         f"cannot load {what} '{ident}': it is not a local path (relative paths are resolved from "
-        f"the working directory, {os.getcwd()}), it is not in the local Hugging Face "
+        f"the working directory, {working_directory()}), it is not in the local Hugging Face "
         f"cache, and {why}. {offline_hint(what)}"
     )

@@ -23,7 +23,7 @@ from arena_core.data.chat import (
     preference_pair,
     prompt_completion,
 )
-from arena_core.errors import ArenaError, closest
+from arena_core.errors import ArenaError, closest, working_directory
 from arena_core.hub import hub_reachable, hub_unreachable_message
 
 CATEGORIES: dict[str, tuple[str, ...]] = {
@@ -219,7 +219,7 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
         where = (
             ""
             if path.is_absolute()
-            else f" (relative paths are resolved from the working directory, {Path.cwd()})"
+            else f" (relative paths are resolved from the working directory, {working_directory()})"
         )
         raise DatasetError(
             f"dataset file not found: {path}{where}. Check the path (env.path, or the source of "

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from arena_core.errors import ArenaError
+from arena_core.errors import ArenaError, working_directory
 from arena_core.sandbox.isolation import SandboxPolicy
 from arena_core.sandbox.process import SANDBOX_DIR, Child, describe_exit, stack_line
 
@@ -80,7 +80,7 @@ def resolve_reward(name_or_path: str) -> str:
         return str(path.resolve())
     if path.suffix == ".py" or os.sep in str(name_or_path):
         raise RewardFileNotFound(
-            f"reward file {name_or_path} does not exist (working directory {Path.cwd()}). "
+            f"reward file {name_or_path} does not exist (working directory {working_directory()}). "
             "Check the path, or give the name of a registered reward (`arena plugins`).",
             path=str(name_or_path),
         )

@@ -23,6 +23,7 @@ from typing import Any
 
 import psutil
 
+from arena_core.errors import WORKDIR_ENV, working_directory
 from arena_core.sandbox._child import is_user_file
 from arena_core.sandbox.isolation import (
     PidsCgroup,
@@ -140,7 +141,7 @@ class Child:
             if self.status.nproc == "rlimit":
                 # bwrap's init and the lifeline thread count too (the monitor is outside)
                 cfg["max_processes"] = int(policy.max_processes) + 2
-        extra = {}
+        extra = {WORKDIR_ENV: working_directory()}  # messages name the user's folder, not /tmp
         if self.isolated:  # threads count toward max_processes: one per thread pool by default
             extra.update({k: v for k, v in ONE_THREAD.items() if k not in os.environ})
         if pythonpath:

@@ -23,7 +23,7 @@ from arena_core.data.loading import (
     guess_mapping,
     looks_local,
 )
-from arena_core.errors import ArenaError, did_you_mean
+from arena_core.errors import ArenaError, did_you_mean, working_directory
 from arena_core.validate.report import FAIL, PASS, WARN, Report
 
 EMPTY_FAIL_FRACTION = 0.5  # more than this share of empty values: the column is probably wrong
@@ -56,7 +56,8 @@ def load_raw(
     if path.exists() or looks_local(source):
         if not path.exists():
             raise DatasetError(
-                f"dataset file {source} not found (working directory {Path.cwd()}): check the path"
+                f"dataset file {source} not found (working directory {working_directory()}): check the "
+                "path"
             )
         return data.local_rows(path, "train")[0], False
     return _as_rows(data.load_dataset(source, category, column_mapping)), True

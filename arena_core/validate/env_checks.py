@@ -16,13 +16,14 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from arena_core.errors import working_directory
 from arena_core.sandbox._child import import_user_file, module_name
 from arena_core.validate.env_harness import PASS, SKIP, WARN, Fail, Harness, Result, ok
 
 
 def _import_file(path: str) -> Any:
     if not os.path.isfile(path):
-        raise Fail(f"file {path} not found (working directory {os.getcwd()})")
+        raise Fail(f"file {path} not found (working directory {working_directory()})")
     module = import_user_file(path, module_name("arena_env_", os.path.basename(path)))
     if module is None:
         raise Fail(f"{path} is not a Python file")

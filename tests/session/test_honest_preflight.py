@@ -37,6 +37,20 @@ def test_a_hub_model_offline_fails_the_preflight_naming_the_offline_models(
     assert not list(tmp_runs.iterdir())
 
 
+def test_a_sandboxed_check_names_the_users_working_directory_not_its_own(
+    tmp_runs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """The env is built in a sandboxed worker whose working directory is its private /tmp; a
+    dataset it cannot find was said to be looked up "from the working directory, /tmp"."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    args = ["+algo=grpo", "+env=gsm8k", "env.hf_id=mydata/gsm8k", "model=tiny", "dry_run=true"]
+    assert main([*args, f"paths.runs={tmp_runs}"]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "cannot load dataset 'mydata/gsm8k': it is not a local path (relative paths are " in err
+    assert f"resolved from the working directory, {tmp_path})" in err
+
+
 def test_a_missing_model_directory_says_where_it_was_looked_up(
     tmp_runs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
