@@ -338,11 +338,9 @@ def _training_routes(app: FastAPI, server: TinkerServer) -> None:
         req = _parse(types.OptimStepRequest, await _body(request), "optim_step")
         if not isinstance(req.optim_params, types.AdamParams):
             raise HTTPError(400, "optim_step: this server runs AdamW only (AdamParams)")
-        if not req.optim_params.learning_rate >= 0:  # nan too: a negative step ascends the loss
-            raise HTTPError(
-                400,
-                f"optim_step: learning_rate must be >= 0, got {req.optim_params.learning_rate}",
-            )
+        problem = adam_problem(req.optim_params)
+        if problem is not None:
+            raise HTTPError(400, f"optim_step: {problem}")
         _known_client(service, req.model_id)
 
         def step() -> dict:
@@ -508,3 +506,26 @@ def _rest_routes(app: FastAPI, server: TinkerServer) -> None:
         cursor = types.Cursor(offset=offset, limit=limit, total_count=len(found))
         page = found[offset : offset + limit]
         return _dump(types.CheckpointsListResponse(checkpoints=page, cursor=cursor))
+
+
+def adam_problem(adam: Any) -> str | None:
+    """Why AdamW cannot take these AdamParams (torch checks them only when an optimizer is
+    built, and the client's lives across steps), None when it can. Every comparison is written
+    so that nan fails it too."""
+    checks = [
+        (
+            "learning_rate",
+            adam.learning_rate,
+            adam.learning_rate >= 0,
+            ">= 0 (a negative step ascends the loss)",
+        ),
+        ("beta1", adam.beta1, 0 <= adam.beta1 < 1, "in [0, 1)"),
+        ("beta2", adam.beta2, 0 <= adam.beta2 < 1, "in [0, 1)"),
+        ("eps", adam.eps, adam.eps > 0, "> 0 (it keeps the update finite where a moment is 0)"),
+        ("weight_decay", adam.weight_decay, adam.weight_decay >= 0, ">= 0"),
+        ("grad_clip_norm", adam.grad_clip_norm, adam.grad_clip_norm >= 0, ">= 0 (0: no clip)"),
+    ]
+    for name, value, ok, rule in checks:
+        if not ok:
+            return f"{name} must be {rule}, got {value}"
+    return None

@@ -175,6 +175,14 @@ def check_datum(i: int, datum: WireDatum, needs: tuple[str, ...], optional: tupl
                 f"has {n} tokens: inputs are pre-shifted, model_input[t] predicts "
                 "target_tokens[t], so every loss_fn_inputs tensor has one value per input token"
             )
+    for name, values in datum.inputs.items():
+        if np.issubdtype(values.dtype, np.floating) and not np.all(np.isfinite(values)):
+            at = int(np.flatnonzero(~np.isfinite(values))[0])
+            raise LossInputError(
+                f"data[{i}].loss_fn_inputs['{name}'] is {values.flat[at]} at position {at}: "
+                "a non-finite value makes the loss and every gradient of this step nan, and the "
+                "next optim_step would write them into the adapter"
+            )
 
 
 RATIO_LOSSES = ("importance_sampling", "ppo", "cispo", "gspo")  # every term is a multiple of A

@@ -242,8 +242,29 @@ def test_bad_input_is_a_400_naming_datum_and_field(service, sft_datum) -> None:
             sampler.sample(prompt, n, params).result()
     assert len(sampler.sample(prompt, 1, types.SamplingParams(max_tokens=1)).result().sequences)
     # a negative learning rate would ascend the loss; a rank-0 adapter trains nothing
-    with pytest.raises(tinker.BadRequestError, match="learning_rate must be >= 0, got -1.0"):
+    with pytest.raises(tinker.BadRequestError, match=r"learning_rate must be >= 0 \(a neg"):
         training.optim_step(types.AdamParams(learning_rate=-1.0)).result()
+    # AdamW's other hyper-parameters too: torch checks them only when an optimizer is built,
+    # and a client's optimizer lives across steps (beta1=1.5 and eps=0 were taken silently)
+    for bad, message in [
+        ({"beta1": 1.5}, r"beta1 must be in \[0, 1\), got 1.5"),
+        ({"eps": 0.0}, "eps must be > 0"),
+        ({"weight_decay": -0.1}, "weight_decay must be >= 0, got -0.1"),
+    ]:
+        with pytest.raises(tinker.BadRequestError, match=message):
+            training.optim_step(types.AdamParams(learning_rate=1e-3, **bad)).result()
+    # a nan weight would make every gradient of the step nan, and the next step the adapter
+    nan_weights = np.array(good.loss_fn_inputs["weights"].to_numpy(), dtype=np.float32)
+    nan_weights[-1] = np.nan
+    poisoned = types.Datum(
+        model_input=good.model_input,
+        loss_fn_inputs={
+            "target_tokens": good.loss_fn_inputs["target_tokens"],
+            "weights": nan_weights,
+        },
+    )
+    with pytest.raises(tinker.BadRequestError, match=r"\['weights'\] is nan at position"):
+        training.forward_backward([poisoned], "cross_entropy").result()
     with pytest.raises(tinker.BadRequestError, match="lora rank must be a whole number >= 1"):
         service.create_lora_training_client(base_model=BASE, rank=0).result()
     assert training.forward_backward([good], "cross_entropy").result().metrics  # still serving
