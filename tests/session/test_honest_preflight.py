@@ -119,7 +119,13 @@ def test_greedy_sampling_for_a_group_algorithm_warns_before_the_run(tmp_runs: Pa
     assert "generation.greedy WARN generation.top_k=1: each group" in " ".join(
         capsys.readouterr().err.replace("│", " ").split()
     )
-    opd = ["+algo=opd", "+env=arithmetic", "model=tiny", "algo.teacher=tiny", "sandbox.workers=1"]
+    opd = [
+        "+algo=opd",
+        "+env=arithmetic",
+        "model=tiny",
+        "algo.teacher=arena:tiny",
+        "sandbox.workers=1",
+    ]
     assert main([*opd, "generation.temperature=0", "dry_run=true", f"paths.runs={tmp_runs}"]) == 0
     assert "generation.greedy" not in capsys.readouterr().err
 
