@@ -11,7 +11,7 @@ in memory. The SFT/DPO loop (`arena_core/sft_dpo/recipe.py`) runs it on `prefere
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -29,7 +29,9 @@ class DPOConfig(BaseModel):
     weight_decay: float = Field(0.0, ge=0)
     max_grad_norm: float | None = Field(1.0, gt=0, description="Global grad-norm clip.")
     warmup_steps: int = Field(0, ge=0, description="Linear learning-rate warm-up steps.")
-    adam_betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
+    adam_betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = (
+        Field((0.9, 0.999), description="AdamW betas, each in [0, 1).")
+    )
     batch_size: int = Field(8, ge=1, description="Preference pairs per optimizer step.")
     max_length: int = Field(1024, ge=2, description="Longer sequences are cut on the right.")
     beta: float = Field(0.1, gt=0, description="Strength of the implicit KL to the reference.")

@@ -128,3 +128,17 @@ def test_dpo_on_sft_data_is_a_config_error(sft_file: Path, tmp_runs: Path, commo
     text = str(err.value)
     assert "algo=dpo" in text and "env.category=sft" in text and str(sft_file) in text
     assert not any(tmp_runs.iterdir())  # refused before a run directory or a model
+
+
+@pytest.mark.parametrize("algo", ["sft", "dpo"])
+def test_adam_betas_outside_0_1_are_a_config_error(
+    algo: str, pref_file: Path, tmp_runs: Path, common: list[str]
+) -> None:
+    """`algo.adam_betas=[0.9,1.5]` crashed the first optimizer step with a traceback (a complex
+    square root: the betas are set on the optimizer directly, so torch never checked them)."""
+    overrides = [f"+algo={algo}", "+env=dataset", f"env.path={pref_file}", *common]
+    if algo == "sft":
+        overrides += ["env.column_mapping={response: chosen}", "env.category=sft"]
+    with pytest.raises(ConfigError, match=r"algo.adam_betas\[1\]: 1.5 input should be less than 1"):
+        execute([*overrides, "algo.adam_betas=[0.9,1.5]"])
+    assert not any(tmp_runs.iterdir())
