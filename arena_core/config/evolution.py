@@ -167,7 +167,27 @@ def evolution_problems(cfg: dict[str, Any], plugins: Any = None) -> list[str]:
                 f"{key}: the range [{lo:g}, {hi:g}] excludes algo.{field}={value:g}; widen the "
                 f"range to include it or set algo.{field} inside it"
             )
+        schema = entry.schema if entry is not None else None
+        for end, bound in ((lo, "min"), (hi, "max")):
+            why = _refused_by(schema, algo, field, end) if schema is not None else None
+            if why:  # a member mutated to that end would train with a value the algo refuses
+                problems.append(f"{key}: {bound} {end:g} is not a value algo.{field} takes ({why})")
     return problems
+
+
+def _refused_by(schema: Any, algo: dict[str, Any], field: str, value: float) -> str | None:
+    """Why the algorithm's schema refuses `field=value` (typed as the field's current value),
+    None when it takes it."""
+    from pydantic import ValidationError
+
+    if isinstance(algo[field], int) and float(value).is_integer():
+        value = int(value)
+    try:
+        schema.model_validate({**algo, field: value})
+    except ValidationError as exc:
+        mine = [e for e in exc.errors() if e["loc"][:1] == (field,)]  # not another field's
+        return str(mine[0]["msg"]).lower() if mine else None
+    return None
 
 
 def override_problems(overrides: list[str], cfg: dict[str, Any]) -> list[str]:

@@ -84,6 +84,9 @@ def test_bad_evolution_configs_name_the_key_and_the_fix() -> None:
     assert "widen the range" in msg
     msg = _problems("+evolution.mutation.rl_hp_selection.loss_agg_mode={min:0,max:1}")
     assert "evolution.mutation.rl_hp_selection.loss_agg_mode" in msg and "not a number" in msg
+    # a range end the algorithm refuses: a member mutated there would train with lr <= 0
+    msg = _problems("+evolution.mutation.rl_hp_selection.lr={min:-1,max:1e-3}")
+    assert "rl_hp_selection.lr: min -1 is not a value algo.lr takes (input should be greater" in msg
     msg = _problems("+evolution.mutation.rl_hp_selection.lrr={min:0,max:1}")
     assert "algo has no field 'lrr'" in msg and "lr" in msg
     msg = _problems("evolution.population_size=1")
