@@ -8,7 +8,7 @@ error with a "did you mean" rather than a silently ignored setting.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -92,7 +92,11 @@ class GenerationConfig(Strict):
         1.0, gt=0, le=1, description="Nucleus sampling; the learner scores the same filter."
     )
     top_k: int = Field(0, ge=0, description="0 disables top-k; the learner scores the same filter.")
-    stop: list[str] = Field(default_factory=list)
+    stop: list[Annotated[str, Field(min_length=1)]] = Field(
+        default_factory=list,
+        description="Strings that end a completion (each non-empty: '' matches at once, so every "
+        "completion would be empty).",
+    )
 
 
 class TrainConfig(Strict):

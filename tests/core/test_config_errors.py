@@ -94,6 +94,14 @@ def test_an_override_hydra_cannot_parse_is_named_with_how_to_write_it() -> None:
     assert "pass each as its own argument" in problems[0]
 
 
+def test_an_empty_stop_string_is_refused() -> None:
+    """'' matches at once: every completion came back empty, every reward flat, no word said."""
+    problems = _problems(["+experiment=quickstart", "generation.stop=['</answer>', '']"])
+    assert problems == [
+        "generation.stop[1]: '' string should have at least 1 character (plugin arena_core)"
+    ]
+
+
 def test_unknown_key_without_a_close_match_lists_valid_keys() -> None:
     (problem,) = _problems(["+algo=grpo", "algo.zzz=1"])
     assert problem.startswith("algo.zzz: unknown key (plugin arena_algorithms")
