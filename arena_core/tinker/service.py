@@ -488,6 +488,12 @@ class TinkerService:
                 f"sample: sampling_params.temperature must be >= 0 (0 is greedy), "
                 f"got {params.temperature}"
             )
+        stop = [params.stop] if isinstance(params.stop, str) else list(params.stop or [])
+        if any(isinstance(s, str) and not s for s in stop):
+            raise TinkerError(
+                "sample: sampling_params.stop has an empty string, which would end every sample "
+                "before its first token; give non-empty strings or token ids"
+            )
         if not 0 < float(params.top_p) <= 1:
             raise TinkerError(
                 f"sample: sampling_params.top_p must be in (0, 1] (1 keeps every token), "

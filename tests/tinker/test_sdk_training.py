@@ -237,6 +237,7 @@ def test_bad_input_is_a_400_naming_datum_and_field(service, sft_datum) -> None:
         (0, types.SamplingParams(max_tokens=2), "num_samples must be >= 1, got 0"),
         (1, types.SamplingParams(max_tokens=2, temperature=-1), "temperature must be >= 0"),
         (1, types.SamplingParams(max_tokens=2, top_p=0.0), r"top_p must be in \(0, 1\]"),
+        (1, types.SamplingParams(max_tokens=2, stop=["x", ""]), "stop has an empty string"),
     ]:
         with pytest.raises(tinker.RequestFailedError, match=message):
             sampler.sample(prompt, n, params).result()
