@@ -176,11 +176,10 @@ def teacher_check(cfg: dict[str, Any], report: Report) -> None:
         return
     from arena_core.errors import ArenaError
     from arena_core.models.cache import model_availability
-    from arena_core.store.index import NotALanguageModel, select_model_checkpoint, split_ref
+    from arena_core.store.index import NotALanguageModel, split_ref
 
-    runs = (cfg.get("paths") or {}).get("runs") or "./runs"
     try:
-        run_dir, ckpt = select_model_checkpoint(str(ref), runs)
+        detail = _checkpoint_detail(cfg, "algo.teacher", str(ref))
     except NotALanguageModel as exc:
         report.add("algo.teacher", FAIL, f"algo.teacher={ref}: {exc}")
         return
@@ -196,7 +195,17 @@ def teacher_check(cfg: dict[str, Any], report: Report) -> None:
             )
         report.add("algo.teacher", PASS if ok else FAIL, detail)
         return
-    report.add("algo.teacher", PASS, f"algo.teacher={ref}: {run_dir.name} step {ckpt.step}")
+    report.add("algo.teacher", PASS, detail)
+
+
+def _checkpoint_detail(cfg: dict[str, Any], key: str, ref: str) -> str:
+    """`key=ref: RUN step N (DIR)` for the run checkpoint `ref` names under the run's
+    `paths.runs`, resolved by the run index as the load resolves it; its ArenaError otherwise."""
+    from arena_core.store.index import select_model_checkpoint
+
+    runs = (cfg.get("paths") or {}).get("runs") or "./runs"
+    run_dir, ckpt = select_model_checkpoint(ref, runs)
+    return f"{key}={ref}: {run_dir.name} step {ckpt.step} ({ckpt.dir})"
 
 
 def model_check(cfg: dict[str, Any], report: Report) -> None:
@@ -210,16 +219,13 @@ def model_check(cfg: dict[str, Any], report: Report) -> None:
     ref = model.get("init_from")
     if ref:
         from arena_core.errors import ArenaError
-        from arena_core.store.index import select_model_checkpoint
 
-        runs = (cfg.get("paths") or {}).get("runs") or "./runs"
         try:
-            run_dir, ckpt = select_model_checkpoint(str(ref), runs)
+            report.add(
+                "model.available", PASS, _checkpoint_detail(cfg, "model.init_from", str(ref))
+            )
         except ArenaError as exc:
             report.add("model.available", FAIL, f"model.init_from={ref}: {exc}")
-            return
-        detail = f"model.init_from={ref}: {run_dir.name} step {ckpt.step} ({ckpt.dir})"
-        report.add("model.available", PASS, detail)
         return
     name = str(model.get("name_or_path") or "")
     ok, detail = model_availability(name)
