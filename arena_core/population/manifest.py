@@ -16,6 +16,7 @@ environment's defaults, placed in manifest sections; running that output gives t
 from __future__ import annotations
 
 import re
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,35 @@ _KEY_ALIASES: dict[str, list[str]] = {
 _GROUPS = {"algorithm": "algo", "environment": "env"}
 
 
+class _RepeatedKey(Exception):
+    """A manifest mapping names one key twice."""
+
+
+def _unique_key_loader() -> type:
+    """A safe YAML loader that refuses a key given twice in one mapping: PyYAML keeps the last
+    silently, so `lr` written twice would train with whichever came second (Hydra's configs,
+    read by OmegaConf, refuse it too)."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):  # noqa: ANN001, ANN202 - PyYAML's hook
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                line = key_node.start_mark.line + 1
+                if not isinstance(key, Hashable):  # PyYAML's own error names it
+                    continue
+                if key in seen:
+                    raise _RepeatedKey(
+                        f"key {key!r} is given twice in one mapping (lines {seen[key]} and "
+                        f"{line}): keep one"
+                    )
+                seen[key] = line
+            return super().construct_mapping(node, deep=deep)
+
+    return Loader
+
+
 def load_manifest(path: str | Path) -> dict[str, Any]:
     """Read a manifest file (YAML or JSON, safe_load); errors name the file and the fix."""
     import yaml
@@ -68,12 +98,14 @@ def load_manifest(path: str | Path) -> dict[str, Any]:
     if not file.is_file():
         raise ConfigError([f"{path}: no such manifest file"], header="Invalid manifest")
     try:
-        data = yaml.safe_load(file.read_text(encoding="utf-8"))
+        data = yaml.load(file.read_text(encoding="utf-8"), Loader=_unique_key_loader())  # noqa: S506
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(
             [f"{path}: cannot be read as UTF-8 text ({exc}); a manifest is a YAML file"],
             header="Invalid manifest",
         ) from None
+    except _RepeatedKey as exc:
+        raise ConfigError([f"{path}: {exc}"], header="Invalid manifest") from None
     except yaml.YAMLError as exc:
         raise ConfigError(
             [f"{path}: not valid YAML: {' '.join(str(exc).split())}"], header="Invalid manifest"
@@ -191,6 +223,9 @@ def manifest_overrides(
                 problems.append(misplaced)
                 continue
             for cpath in to_config_path(mpath):
+                if cpath in origin:  # two spellings of one key: neither may win silently
+                    problems.append(f"{mpath} and {origin[cpath]} both set {cpath}: keep one")
+                    continue
                 origin[cpath] = mpath
                 overrides.append(f"{cpath}={hydra_value(value)}")
     evo = sections.get("training") or {}

@@ -206,6 +206,30 @@ def test_unreadable_manifests_are_explained(tmp_path) -> None:
     ]
 
 
+def test_a_key_given_twice_is_refused_never_silently_dropped(tmp_path, capsys) -> None:
+    """YAML keeps the last of two equal keys and a manifest maps several spellings onto one
+    config key: either way one value would win without a word, so the run is refused."""
+    twice = (
+        "algorithm:\n  name: grpo\n  lr: 1.0e-4\n  lr: 2.0e-4\nenvironment: {name: arithmetic}\n"
+    )
+    path = _write(tmp_path, twice)
+    assert arena_run.main(["--manifest", str(path), "dry_run=true"]) == 2
+    err = capsys.readouterr().err
+    assert "key 'lr' is given twice in one mapping (lines 3 and 4): keep one" in err
+    spellings = {
+        "algorithm: {name: grpo, lr: 1.0e-3}\nenvironment: {name: arithmetic}\n"
+        "arena: {algo: {lr: 0.5}}\n": "arena.algo.lr and algorithm.lr both set algo.lr",
+        "algorithm: {name: grpo, clip_coef: 0.3, eps_low: 0.1}\n"
+        "environment: {name: arithmetic}\n": "algorithm.eps_low and algorithm.clip_coef both",
+        "algorithm: {name: grpo, temperature: 0.5}\nenvironment: {name: arithmetic}\n"
+        "arena: {generation: {temperature: 0.9}}\n": "both set generation.temperature",
+    }
+    for text, message in spellings.items():
+        with pytest.raises(ConfigError) as info:
+            compose_manifest(_write(tmp_path, text), run=False)
+        assert [p for p in info.value.problems if message in p], info.value.problems
+
+
 def test_docs_manifest_example_composes(tmp_path) -> None:
     """docs/populations.md's manifest block is a working manifest (docs kept true to the code)."""
     page = (EXAMPLE.parents[2] / "docs" / "populations.md").read_text()
