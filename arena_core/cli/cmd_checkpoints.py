@@ -97,5 +97,12 @@ def run_export(args: argparse.Namespace) -> int:
 
     run_dir, ckpt = index.select_checkpoint(args.ref, args.runs, metric=args.metric)
     out = export_checkpoint(run_dir, ckpt, args.out, fmt=args.fmt)
-    print(f"exported step {ckpt.step} of {run_dir} ({args.fmt}) to {out}")
+    kind = index.checkpoint_kind(run_dir, ckpt)
+    what = (
+        args.fmt
+        if kind == "llm"
+        else f"the '{kind}' policy network: arena_core.classic_rl.policy.load_gym_policy('{out}') "
+        "loads it"
+    )
+    print(f"exported step {ckpt.step} of {run_dir} ({what}) to {out}")
     return 0

@@ -2,7 +2,10 @@
 
 `merged`: a plain Hugging Face model directory (`AutoModelForCausalLM.from_pretrained(out)` and
 the tokenizer); a LoRA checkpoint is folded into its base first. `adapter`: the PEFT adapter
-(`PeftModel.from_pretrained(base, out)`), with the run's tokenizer beside it.
+(`PeftModel.from_pretrained(base, out)`), with the run's tokenizer beside it. A classic-RL run's
+checkpoint is a policy network, not a language model: `merged` copies it as it is
+(`model.safetensors` + `arena_policy.json`, which `load_gym_policy(out)` loads), and the manifest
+names its algorithm (`source.algorithm`), so nothing mistakes it for a Hugging Face model.
 
 Both are assembled in a temporary sibling directory and renamed into place only when complete;
 the manifest and its completion marker (`arena_core.store.export_manifest`) are written last. This lives
@@ -21,7 +24,7 @@ from arena_core.models.cache import resolve_model
 from arena_core.models.loading import load_policy
 from arena_core.store.atomic import atomic_write_json, folder_problem
 from arena_core.store.export_manifest import FORMATS, check_lora_alpha, write_manifest
-from arena_core.store.index import CheckpointInfo
+from arena_core.store.index import CheckpointInfo, checkpoint_kind
 from arena_core.store.rundir import read_config
 
 MAX_SHARD = "2GB"
@@ -33,6 +36,14 @@ def export_checkpoint(
     """Write checkpoint `ckpt` of `run_dir` to `out` as `fmt` (see the module docstring)."""
     if fmt not in FORMATS:
         raise ArenaError(f"unknown export format '{fmt}'; use one of: {', '.join(FORMATS)}")
+    algorithm = checkpoint_kind(run_dir, ckpt)
+    if algorithm != "llm" and fmt == "adapter":
+        raise ArenaError(
+            f"{run_dir.name} is a '{algorithm}' run: its checkpoints are a policy network "
+            "(arena_policy.json + model.safetensors), not a language model, so there is no adapter; "
+            "export it with --format merged, which copies the policy as it is "
+            "(arena_core.classic_rl.policy.load_gym_policy(DIR) loads it)."
+        )
     out = Path(out)
     if out.is_file() or (problem := folder_problem(out.parent)) is not None:
         why = f"{out} is a file" if out.is_file() else problem
@@ -43,13 +54,20 @@ def export_checkpoint(
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir(parents=True)
-        if fmt == "adapter":
+        if algorithm != "llm":
+            _copy_files(ckpt.weights_dir, tmp)
+        elif fmt == "adapter":
             _export_adapter(run_dir, ckpt, tmp)
         elif ckpt.kind == "lora":
             _export_merged_lora(ckpt, tmp)
         else:
             _copy_files(ckpt.weights_dir, tmp)
-        source = {"run": str(run_dir), "step": ckpt.step, "kind": ckpt.kind}
+        source = {
+            "run": str(run_dir.resolve()),
+            "step": ckpt.step,
+            "kind": ckpt.kind,
+            "algorithm": algorithm,
+        }
         write_manifest(tmp, fmt=fmt, source=source)
         if out.exists():
             out.rmdir()

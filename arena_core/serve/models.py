@@ -183,6 +183,27 @@ def _not_found(target: str, problem: ArenaError) -> ArenaError:
     )
 
 
+def _exported_policy(target: str) -> ArenaError | None:
+    """What to do with an exported classic-RL policy (`arena checkpoints export` of a PPO run):
+    the server loads such a policy from its run, where its algorithm and agents are recorded."""
+    folder = Path(target).expanduser()
+    if not (folder / "arena_policy.json").is_file():
+        return None
+    try:
+        source = json.loads((folder / "arena_manifest.json").read_text()).get("source") or {}
+    except (OSError, ValueError, AttributeError):
+        source = {}
+    run, step = source.get("run"), source.get("step")
+    serve = (
+        f"`arena deploy {run}:{step}`" if run and step is not None else "`arena deploy RUN:STEP`"
+    )
+    return ArenaError(
+        f"'{target}' is an exported classic-RL policy (arena_policy.json), not a language model "
+        f"or a run: serve its run's checkpoint with {serve} (POST /v1/act), or load it in Python "
+        f"with arena_core.classic_rl.policy.load_gym_policy('{target}')."
+    )
+
+
 @dataclass
 class _Target:
     """One thing to serve, whatever it came from: its weights and how they are stored."""
@@ -209,7 +230,7 @@ def _targets(refs: list[str], runs: str | Path, metric: str | None) -> list[_Tar
         try:
             run_dir, ckpt = select_checkpoint(target, runs, metric=metric)
         except ArenaError as exc:
-            raise _not_found(target, exc) from None
+            raise _exported_policy(target) or _not_found(target, exc) from None
         source = {"run": str(run_dir), "step": ckpt.step, "checkpoint": str(ckpt.dir)}
         kind = checkpoint_kind(run_dir, ckpt)
         name = name or _default_name(run_dir.name, ckpt.step, len(refs))

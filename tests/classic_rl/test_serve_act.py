@@ -124,3 +124,33 @@ def test_a_policy_run_is_refused_wherever_a_language_model_is_asked_for(
     err = " ".join(capsys.readouterr().err.split())
     assert "FAIL algo.teacher:" in err and f"{name} is a 'ppo' run" in err
     assert not new_runs.exists()
+
+
+def test_an_exported_policy_says_what_it_is_and_how_to_serve_it(
+    tiny_cartpole: Path, tmp_path: Path, capsys
+) -> None:
+    """`arena checkpoints export` of a PPO run copies the policy network, and its manifest says
+    so: nothing calls it a Hugging Face model. An adapter export is refused by kind, and
+    `arena deploy` of the exported folder names the command that serves it."""
+    import json
+
+    from arena_core.cli.main import main as arena
+
+    runs, out = tiny_cartpole.parent, tmp_path / "exported"
+    assert arena(["checkpoints", "export", f"{tiny_cartpole}:latest", "--out", str(out)]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "(the 'ppo' policy network: arena_core.classic_rl.policy.load_gym_policy(" in said
+    source = json.loads((out / "arena_manifest.json").read_text())["source"]
+    assert source["algorithm"] == "ppo" and Path(source["run"]).is_absolute()
+    assert load_gym_policy(out)([0.0] * 4) in (0, 1)  # the copy loads on its own
+
+    adapter = ["checkpoints", "export", str(tiny_cartpole), "--format", "adapter"]
+    assert arena([*adapter, "--out", str(tmp_path / "adapter")]) != 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{tiny_cartpole.name} is a 'ppo' run: its checkpoints are a policy network" in err
+    assert "model.lora.r=0" not in err and not (tmp_path / "adapter").exists()
+
+    assert arena(["deploy", str(out), "--runs", str(runs), "--port", "0"]) != 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "is an exported classic-RL policy" in err
+    assert f"`arena deploy {source['run']}:{source['step']}`" in err
