@@ -63,14 +63,21 @@ class ReasoningGymConfig(PromptConfig):
     tasks: dict[str, float | TaskSpec] | None = Field(
         None,
         description="A weighted mix instead of env.task: {chain_sum: 1.0, products: {weight: "
-        "0.5, config: {max_digits: 1}}} (reasoning-gym's CompositeDataset).",
+        "0.5, config: {max_digits: 1}}} (reasoning-gym's CompositeDataset); a list of names "
+        "([chain_sum, gcd]) weighs them equally.",
     )
 
     @field_validator("tasks", mode="before")
     @classmethod
     def _positive_weights(cls, tasks: Any) -> Any:
         """A weight <= 0 (or nan) would drop a task from the mix or break reasoning-gym's draw:
-        named with the task, before pydantic's union tries each form and reports both."""
+        named with the task, before pydantic's union tries each form and reports both. A list
+        of names is the equal-weight mix, the way a user lists tasks on the command line."""
+        if isinstance(tasks, list | tuple) and all(isinstance(t, str) for t in tasks):
+            repeated = sorted({t for t in tasks if tasks.count(t) > 1})
+            if repeated:
+                raise ValueError(f"task {repeated[0]!r} is listed twice; list each task once")
+            return dict.fromkeys(tasks, 1.0)
         if not isinstance(tasks, dict):
             return tasks
         for name, spec in tasks.items():
@@ -136,7 +143,8 @@ def task_names() -> list[str]:
 
 
 def _check_task(name: str, config: dict[str, Any], where: str) -> None:
-    """ConfigError when `name` is no reasoning-gym task or `config` does not fit it."""
+    """ConfigError when `name` is no reasoning-gym task or `config` does not fit it; `where` is
+    how the config names it (`env.task=NAME`, `env.tasks.NAME`)."""
     from reasoning_gym.factory import DATASETS
 
     names = task_names()
@@ -144,15 +152,14 @@ def _check_task(name: str, config: dict[str, Any], where: str) -> None:
         near = closest(name, names, n=3)
         hint = f" Did you mean {', '.join(near)}?" if near else ""
         raise ConfigError(
-            f"{where}={name}: no such reasoning-gym task.{hint} All {len(names)} tasks: "
-            f"{', '.join(names)}"
+            f"{where}: no such reasoning-gym task.{hint} All {len(names)} tasks: {', '.join(names)}"
         )
     _, config_cls = DATASETS[name]
     known = {f.name for f in fields(config_cls)} - {"seed", "size"}
     unknown = sorted(set(config) - known)
     if unknown:
         raise ConfigError(
-            f"{where}={name}: unknown config key(s) {', '.join(unknown)}; {name} takes "
+            f"{where}: unknown config key(s) {', '.join(unknown)}; {name} takes "
             f"{', '.join(sorted(known))}"
         )
     try:
@@ -160,9 +167,7 @@ def _check_task(name: str, config: dict[str, Any], where: str) -> None:
         if hasattr(probe, "validate"):
             probe.validate()
     except (AssertionError, ValueError, TypeError) as exc:
-        raise ConfigError(
-            f"{where}={name} config {config}: rejected by reasoning-gym: {exc}"
-        ) from None
+        raise ConfigError(f"{where} config {config}: rejected by reasoning-gym: {exc}") from None
 
 
 class ReasoningGymTask(PromptedTask):
@@ -208,7 +213,7 @@ class ReasoningGymTask(PromptedTask):
                 "env.tasks={chain_sum: 1.0, gcd: 0.5}"
             )
         for name, spec in specs.items():
-            _check_task(name, spec.config, "env.task" if cfg.task else f"env.tasks.{name}")
+            _check_task(name, spec.config, f"env.task={name}" if cfg.task else f"env.tasks.{name}")
         return specs
 
     # -- rows -----------------------------------------------------------------------------------

@@ -121,6 +121,23 @@ def test_a_weight_that_is_not_positive_is_named_with_its_task(capsys) -> None:
     assert "env.tasks:" in err and "the weight of task 'chain_sum' is -1; weights are > 0" in err
 
 
+def test_a_list_of_task_names_is_the_equal_weight_mix(capsys) -> None:
+    """`env.tasks=[chain_sum,gcd]`, the way tasks are listed on a command line, is the mix with
+    weight 1 each (it was refused as "not a mapping"); a misspelt task is named by its key."""
+    from arena_core.config import compose_config
+
+    cfg = compose_config(["+algo=grpo", "+env=reasoning_gym", "env.tasks=[chain_sum,gcd]"])
+    assert cfg["env"]["tasks"] == {"chain_sum": 1.0, "gcd": 1.0}
+    held = make_reasoning_gym({"tasks": ["chain_sum", "gcd"]}).eval_examples(40)
+    sources = {json.loads(e.answer)["metadata"]["source_dataset"] for e in held}
+    assert sources == {"chain_sum", "gcd"}
+    with pytest.raises(ConfigError) as info:
+        make_reasoning_gym({"tasks": ["chain_sum", "gdc"]})
+    assert "env.tasks.gdc: no such reasoning-gym task. Did you mean gcd" in str(info.value)
+    code = arena_run(["+algo=grpo", "+env=reasoning_gym", "env.tasks=[gcd,gcd]"])
+    assert code == 2 and "task 'gcd' is listed twice" in capsys.readouterr().err
+
+
 def test_missing_package_names_the_install_command(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "reasoning_gym", None)  # `import reasoning_gym` fails
     with pytest.raises(ConfigError, match=r"pip install 'arena-rl\[reasoning-gym\]'"):
