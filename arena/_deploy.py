@@ -49,6 +49,11 @@ class Deployment:
     def chat_stream(self, messages: Messages, **params: Any) -> Iterator[str]:
         return self._client.chat_stream(messages, **params)
 
+    def act(self, observation: Any, *, agent: str | None = None) -> Any:
+        """The action a deployed PPO/IPPO policy takes for `observation` (`POST /v1/act`): an
+        int for a Discrete action space, a list otherwise; `agent` names an IPPO agent."""
+        return self._client.act(observation, agent=agent)
+
     def close(self) -> None:
         self._client.close()
         self.server.close()

@@ -112,6 +112,22 @@ class HttpClient:
                 if piece:
                     yield piece
 
+    def act(self, observation: Any, *, agent: str | None = None) -> Any:
+        """The action a served classic-RL policy (PPO, IPPO) takes for `observation` (`POST
+        /v1/act`; a numpy array is sent as its list); `agent` picks a multi-agent policy's net."""
+        if hasattr(observation, "tolist"):
+            observation = observation.tolist()
+        body: dict[str, Any] = {"model": self._model(), "observation": observation}
+        if agent is not None:
+            body["agent"] = agent
+        resp = self._send("POST", "/v1/act", body)
+        if resp.status_code == 404 and "model_not_found" not in resp.text:  # no such route
+            raise ArenaError(
+                f"{self.url} serves no classic-RL policy (it has no POST /v1/act): act() is for "
+                "a deployed PPO or IPPO run; a language model answers generate() and chat()"
+            )
+        return self._check(resp).json()["action"]
+
     def close(self) -> None:
         self._http.close()
 

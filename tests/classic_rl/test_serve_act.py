@@ -154,3 +154,27 @@ def test_an_exported_policy_says_what_it_is_and_how_to_serve_it(
     err = " ".join(capsys.readouterr().err.split())
     assert "is an exported classic-RL policy" in err
     assert f"`arena deploy {source['run']}:{source['step']}`" in err
+
+
+def test_the_sdk_deployment_acts(tiny_cartpole: Path, tmp_path: Path) -> None:
+    """`arena.deploy(run).act(obs)` answers what the policy computes (a numpy observation
+    included), names a bad observation, and on a language model's deployment says that act()
+    is for policies instead of a bare 404."""
+    import numpy as np
+    import pytest
+
+    import arena
+    from arena_core.errors import ArenaError
+
+    act = load_gym_policy(tiny_cartpole)
+    env = gym.make("CartPole-v1")
+    obs, _ = env.reset(seed=3)
+    with arena.deploy(str(tiny_cartpole)) as dep:
+        for _ in range(5):
+            assert dep.act(obs) == act(obs.tolist())
+            obs, *_ = env.step(dep.act(np.asarray(obs)))
+        with pytest.raises(ArenaError, match=r"answered 400: observation: observation shape"):
+            dep.act([0.0, 1.0])
+    with arena.deploy("arena:tiny") as dep, pytest.raises(ArenaError) as info:
+        dep.act([0.0] * 4)
+    assert "serves no classic-RL policy (it has no POST /v1/act)" in str(info.value)
