@@ -80,7 +80,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="send PROMPT alone, without a run's env.system_prompt and env.user_template",
     )
-    g.set_defaults(func=run_generate)
+    g.set_defaults(
+        func=run_generate,
+        stray_words="PROMPT is one argument: quote it (arena generate MODEL 'what is 2+2?')",
+    )
     c = subparsers.add_parser(
         "chat",
         help="chat with a checkpoint, streaming (in process or via --url)",
@@ -94,7 +97,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help='a system message to start with; a run\'s checkpoint defaults to its env.system_prompt ("" for none)',
     )
     c.add_argument("--as-is", action="store_true", help="no run's env.system_prompt")
-    c.set_defaults(func=run_chat)
+    c.set_defaults(
+        func=run_chat, stray_words="arena chat takes no prompt: type each message once it starts"
+    )
 
 
 def _client(args: argparse.Namespace) -> Any:

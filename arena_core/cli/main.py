@@ -49,7 +49,11 @@ def main(argv: list[str] | None = None) -> int:
         # ends argparse's positional list: the overrides after it, in their order, join it
         args.overrides = [*overrides, *extra]
     elif extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        hint = getattr(args, "stray_words", None)
+        words = not any(a.startswith("-") for a in extra)
+        parser.error(
+            f"unrecognized arguments: {' '.join(extra)}" + (f"; {hint}" if words and hint else "")
+        )
     if not getattr(args, "func", None):
         parser.print_help()
         return 0

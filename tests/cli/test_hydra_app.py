@@ -71,6 +71,24 @@ def test_a_flag_between_overrides_keeps_every_override(capsys) -> None:
     assert "unrecognized arguments: --jsn" in _out(capsys)[1]
 
 
+def test_an_unquoted_prompt_is_told_to_quote_it(capsys) -> None:
+    """`arena generate tiny what is 2+2` splits the prompt into words: argparse's bare
+    "unrecognized arguments: is 2+2" gets the fix, and nothing loads a model."""
+    from arena_core.cli.main import main as arena
+
+    with pytest.raises(SystemExit):
+        arena(["generate", "tiny", "what", "is", "2+2"])
+    err = _out(capsys)[1]
+    assert "unrecognized arguments: is 2+2; PROMPT is one argument: quote it" in err
+    with pytest.raises(SystemExit):
+        arena(["chat", "tiny", "hello"])
+    assert "arena chat takes no prompt: type each message once it starts" in _out(capsys)[1]
+    with pytest.raises(SystemExit):  # a flag is a flag: no prompt hint
+        arena(["generate", "tiny", "hi", "--bogus"])
+    err = _out(capsys)[1]
+    assert "unrecognized arguments: --bogus" in err and "quote" not in err
+
+
 def test_help_lists_the_config_groups_and_hydra_s_and_arena_s_flags(capsys) -> None:
     assert main(["--help"]) == 0
     out = _out(capsys)[0]
