@@ -31,6 +31,20 @@ class LoraConfig(Strict):
         "attention, mlp, all) mapped per architecture, or the model's own module names.",
     )
 
+    @field_validator("target_modules")
+    @classmethod
+    def _names_something(cls, value: list[str]) -> list[str]:
+        """An empty list (or an empty name) would adapt nothing a user chose: the loader would
+        fall back to the attention projections without a word."""
+        if not value:
+            raise ValueError(
+                "names no module: leave it out for the attention projections, or name roles, "
+                "groups or module names (model.lora.target_modules=[attention,mlp])"
+            )
+        if any(not name.strip() for name in value):
+            raise ValueError(f"{value} has an empty name: name each module or role")
+        return value
+
 
 class ModelConfig(Strict):
     name_or_path: str = Field(

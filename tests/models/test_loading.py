@@ -109,6 +109,21 @@ def test_bad_lora_targets_name_the_modules() -> None:
         )
 
 
+def test_an_empty_target_list_is_refused_not_replaced_by_the_default(capsys) -> None:
+    """`model.lora.target_modules=[]` would train the attention projections as if it were
+    unset; it names nothing, so arena-run refuses it, as an empty name in the list."""
+    from arena_core.cli.run import main as arena_run
+
+    for value, said in (
+        ("[]", "model.lora.target_modules: names no module: leave it out"),
+        ("[q,'']", "has an empty name: name each module or role"),
+    ):
+        code = arena_run(
+            ["+experiment=quickstart", "model.lora.r=8", f"model.lora.target_modules={value}"]
+        )
+        assert code == 2 and said in capsys.readouterr().err
+
+
 def test_unknown_embedded_and_non_model_dir(tmp_path) -> None:
     with pytest.raises(ArenaError, match="arena:tiny"):
         load_policy({"name_or_path": "arena:huge"})
