@@ -80,7 +80,9 @@ class EvolutionConfig(_Strict):
     )
     selection: SelectionConfig = Field(default_factory=SelectionConfig)
     mutation: MutationConfig = Field(default_factory=MutationConfig)
-    seed: int = Field(0, description="Seeds selection and mutation (the same draws on resume).")
+    seed: int = Field(
+        0, ge=0, description="Seeds selection and mutation (the same draws on resume); >= 0."
+    )
     parallel: Literal["auto", "on", "off"] = Field(
         "auto",
         description="Members train concurrently as Ray actors, one per device of the plan "

@@ -146,3 +146,15 @@ def test_a_clamped_mutation_says_so() -> None:
     assert scale(12, 1.2, 4, 12) == (12, "max")  # ints: at the bound already
     assert scale(4, 0.8, 4, 12) == (4, "min")
     assert scale(10, 1.2, 1, 12) == (12, None)  # ceil(12.0): the factor applied in full
+
+
+def test_a_negative_evolution_seed_is_a_config_error_not_a_crash(tmp_path, capsys) -> None:
+    """numpy's generator takes no negative seed: `evolution.seed=-5` crashed the population run
+    with a traceback after its run directory was made; it is refused with the config."""
+    from arena_core.cli.run import main as arena_run
+
+    runs = tmp_path / "runs"
+    code = arena_run([*BASE, "evolution.seed=-5", f"paths.runs={runs}"])
+    err = capsys.readouterr().err
+    assert code == 2 and "evolution.seed: -5 input should be greater than or equal to 0" in err
+    assert "Traceback" not in err and not runs.exists()
