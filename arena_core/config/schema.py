@@ -316,7 +316,12 @@ class LoggerConfig(Strict):
 class CoreConfig(Strict):
     """The whole run config; `algo` and `env` are checked against their plugins' schemas."""
 
-    seed: int = 0
+    seed: int = Field(
+        0,
+        ge=0,
+        description="Seeds sampling, data order and initialisation; >= 0, as Gymnasium's reset "
+        "and numpy's generators take it.",
+    )
     dry_run: bool = False
     run_name: str | None = None
     project: str | None = Field(

@@ -102,6 +102,17 @@ def test_an_empty_stop_string_is_refused() -> None:
     ]
 
 
+def test_a_negative_seed_is_named_as_the_seed(capsys) -> None:
+    """PPO's pre-flight blamed the environment for `seed=-1` (Gymnasium's reset refuses it:
+    "FAIL env.reset_return: raised Error: Seed must be greater or equal to zero"); the seed is
+    the user's value, so the config names it, for every kind of run."""
+    for preset in ("cartpole", "quickstart"):
+        assert arena_run.main([f"+experiment={preset}", "seed=-1"]) == 2
+        err = capsys.readouterr().err
+        assert "seed: -1 input should be greater than or equal to 0" in err
+        assert "env.reset_return" not in err
+
+
 def test_unknown_key_without_a_close_match_lists_valid_keys() -> None:
     (problem,) = _problems(["+algo=grpo", "algo.zzz=1"])
     assert problem.startswith("algo.zzz: unknown key (plugin arena_algorithms")
