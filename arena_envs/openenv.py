@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, model_validator
 
 from arena_core.errors import ArenaError
 from arena_core.tasks import Example
@@ -50,6 +50,18 @@ class OpenEnvConfig(OpenEnvFields):
     reward: str = Field(
         REWARD_FILE, description="Reward file; the default returns the episode's env reward."
     )
+
+    @model_validator(mode="after")
+    def _seeds_fit_below_the_held_out_ones(self) -> OpenEnvConfig:
+        """Training draws `train_seeds` distinct seeds below `eval_seed_start`: more than there
+        are would fail when the first training prompt is drawn, after the run started."""
+        if self.train_seeds is not None and self.train_seeds > self.eval_seed_start:
+            raise ValueError(
+                f"env.train_seeds={self.train_seeds} distinct training seeds do not fit below "
+                f"env.eval_seed_start={self.eval_seed_start} (training seeds are 0 to "
+                f"{self.eval_seed_start - 1}): lower train_seeds or raise eval_seed_start"
+            )
+        return self
 
 
 class OpenEnvTextTask(OpenEnvTask):

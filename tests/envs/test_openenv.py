@@ -115,6 +115,15 @@ def test_an_app_class_or_url_of_the_wrong_shape_is_a_config_error(capsys) -> Non
         assert code == 1 and checks["config"].startswith(f"FAIL {said}"), checks
 
 
+def test_more_training_seeds_than_fit_below_the_held_out_ones_is_a_config_error(capsys) -> None:
+    """`env.train_seeds` distinct seeds are drawn below `env.eval_seed_start`: asking for more
+    failed at the first training prompt, after the run started; arena-run refuses it."""
+    args = ["+algo=grpo", "+env=openenv", "env.url=http://127.0.0.1:9", "model=tiny"]
+    code = arena_run([*args, "env.train_seeds=100", "env.eval_seed_start=10", "dry_run=true"])
+    err = capsys.readouterr().err
+    assert code == 2 and "env.train_seeds=100 distinct training seeds do not fit below" in err
+
+
 def test_validate_env_names_a_url_where_no_server_answers(capsys) -> None:
     code, checks, _ = _validate(capsys, f"env.url=http://127.0.0.1:{_free_port()}")
     assert code == 1
