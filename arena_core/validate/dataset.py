@@ -215,7 +215,9 @@ def _content_checks(
     may be lists of turns."""
     wrong: Counter[str] = Counter()
     empty: Counter[str] = Counter()
+    numbers: Counter[str] = Counter()
     first_wrong: dict[str, tuple[int, str]] = {}
+    whole_floats: dict[str, tuple[int, float]] = {}
     for i, row in enumerate(rows):
         for col in required:
             value = row.get(col)
@@ -223,6 +225,11 @@ def _content_checks(
                 empty[col] += 1
             elif isinstance(value, str) and not value.strip():
                 empty[col] += 1
+            elif isinstance(value, int | float) and not isinstance(value, bool):
+                # training reads a number as its text (loading._canonical_row): 42 -> "42"
+                numbers[col] += 1
+                if isinstance(value, float) and value.is_integer():
+                    whole_floats.setdefault(col, (i, value))
             elif not isinstance(value, str) and not (col in turns and isinstance(value, list)):
                 wrong[col] += 1
                 first_wrong.setdefault(col, (i, type(value).__name__))
@@ -232,9 +239,25 @@ def _content_checks(
             for col, n in wrong.items()
         ]
         report.add("types", FAIL, "values that are not text: " + "; ".join(parts))
+    elif whole_floats:
+        parts = [f"{col} (first row {i}: {v!r} -> '{v}')" for col, (i, v) in whole_floats.items()]
+        report.add(
+            "types",
+            WARN,
+            "whole numbers stored as floats are read as their text with '.0': "
+            + "; ".join(parts)
+            + ", which an answer of the integer does not match; store them as integers or text",
+        )
     else:
         listed = any(isinstance(row.get(c), list) for row in rows for c in required)
-        report.add("types", PASS, "every required value is text" + (" or turns" if listed else ""))
+        read = "; ".join(f"{col}: {n} numbers, read as their text" for col, n in numbers.items())
+        report.add(
+            "types",
+            PASS,
+            "every required value is text"
+            + (" or turns" if listed else "")
+            + (f" ({read})" if read else ""),
+        )
     if empty:
         share = max(empty.values()) / len(rows)
         parts = ", ".join(f"{col}: {n}" for col, n in empty.items())

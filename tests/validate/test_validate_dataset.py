@@ -44,12 +44,31 @@ def test_mapping_fixes_columns_and_bad_mapping_is_reported(tmp_path):
 
 def test_types_empties_duplicates(tmp_path):
     rows = [{"question": "same", "answer": "1"}, {"question": "same", "answer": ""}]
-    rows += [{"question": f"q{i}", "answer": i} for i in range(3)]
+    rows += [{"question": f"q{i}", "answer": {"value": i}} for i in range(3)]
     report = validate_dataset(write(tmp_path, rows))
     got = statuses(report)
     assert got["types"] == "FAIL" and "answer: 3 rows" in report.check("types").detail
     assert got["empties"] == "WARN"
     assert got["duplicates"] == "WARN"
+
+
+def test_numbers_are_read_as_their_text_as_training_reads_them(tmp_path, capsys):
+    """JSONL answers written as numbers (`"answer": 42`) load for training as "42"; the types
+    check failed them, so a dataset the run could train on stopped at the pre-flight. A whole
+    number stored as a float reads "3.0", which an answer of 3 does not match: a WARN."""
+    from arena_core.cli.main import main as arena
+
+    ints = write(tmp_path, [{"question": f"{i}+1?", "answer": i + 1} for i in range(5)])
+    report = validate_dataset(ints)
+    assert report.verdict == "PASS", report.summary()
+    assert "answer: 5 numbers, read as their text" in report.check("types").detail
+    assert arena(["validate", "dataset", ints]) == 0
+    assert "PASS" in capsys.readouterr().out
+    floats = [{"question": f"q{i}", "answer": v} for i, v in enumerate([2.5, 3.0])]
+    check = validate_dataset(write(tmp_path, floats, "f.jsonl")).check("types")
+    assert check.status == "WARN" and "(first row 1: 3.0 -> '3.0')" in check.detail
+    flags = [{"question": "q", "answer": True}]
+    assert validate_dataset(write(tmp_path, flags, "b.jsonl")).check("types").status == "FAIL"
 
 
 def test_csv_and_other_categories(tmp_path):
