@@ -28,7 +28,7 @@ from arena_core.llm_rl.batch_source import AsyncSource, SyncSource, generator_po
 from arena_core.llm_rl.groups import StepBatch, build_collector
 from arena_core.llm_rl.mismatch_guard import GuardHook
 from arena_core.llm_rl.run_warnings import count_step, run_warnings
-from arena_core.llm_rl.step_row import rate, step_row
+from arena_core.llm_rl.step_row import run_figures, step_row
 from arena_core.planner.measured import record_measured
 from arena_core.planner.plan_check import plan_check
 from arena_core.planner.refill import add_step, refill_note
@@ -47,7 +47,6 @@ from arena_core.session.recipe import Recipe, RunInputs, registered_recipe
 from arena_core.store.best import save_reason
 from arena_core.store.checkpoints import latest_checkpoint
 from arena_core.store.curves import plot_reward_curve
-from arena_core.store.index import best_checkpoint_entry
 from arena_core.threads import torch_threads
 
 PLAN_CHECK_STEPS = 3  # steps after the first (warm-up) that the plan's prediction is checked on
@@ -385,28 +384,13 @@ class _Loop:
         finished, failed or interrupted; `warnings` when the run trained on nothing), tell the
         loggers, and print the closing summary."""
         ckpt = self._checkpoint() if save else latest_checkpoint(self.run_dir)
-        empty = {"step": None, "eval/reward_mean": None, "eval/accuracy": None}
-        first = self.evals[0] if self.evals else empty
-        last = self.evals[-1] if self.evals else empty
+        first = self.evals[0] if self.evals else {}
+        last = self.evals[-1] if self.evals else {}
         t = self.totals
         summary = {
-            "run_dir": str(self.run_dir),
-            "status": status,
-            "steps": self.step,
-            "interrupted": status != "finished",
-            "eval_reward_initial": first["eval/reward_mean"],
-            "eval_reward_final": last["eval/reward_mean"],
-            "eval_accuracy_initial": first["eval/accuracy"],
-            "eval_accuracy_final": last["eval/accuracy"],
-            "eval_prompts": len(self.eval_examples),
-            "eval_final_step": last["step"],
-            "wall_seconds": t.get("wall_seconds", 0.0),
-            "tokens_per_s/generated": rate(t.get("tokens/generated"), t.get("time/generate_s")),
-            "tokens_per_s/trained": rate(t.get("tokens/trained"), t.get("time/learn_s")),
-            "tokens/generated": t.get("tokens/generated", 0.0),
-            "tokens/trained": t.get("tokens/trained", 0.0),
-            "final_checkpoint": str(ckpt) if ckpt else None,
-            "best_checkpoint": best_checkpoint_entry(self.run_dir),
+            **run_figures(
+                self.run_dir, status, self.step, (first, last), t, len(self.eval_examples), ckpt
+            ),
             "step_seconds_predicted": _predicted_step_s(self.plan),
             "step_seconds_measured": statistics.fmean(self.step_times[1:])
             if len(self.step_times) > 1

@@ -1,16 +1,20 @@
-"""The metrics.csv row of one learner step: what a user reads to see whether the run learns.
+"""The metrics.csv row of one learner step: what a user reads to see whether the run learns; and
+the run's closing figures in summary.json.
 
-One function for the single run and population members (arena_core.population.member_step), so a
-member's row has the same columns and meanings as a single run's.
+One function each for the single run and populations (arena_core.population.member_step and
+.summary), so a member's row and a population's summary have the same keys and meanings as a
+single run's.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+from pathlib import Path
 from typing import Any
 
 from arena_core.llm_rl.groups import StepBatch
+from arena_core.store.index import best_checkpoint_entry
 
 
 def step_row(batch: StepBatch, learn: dict[str, float], step_s: float) -> dict[str, Any]:
@@ -73,3 +77,39 @@ ALGORITHM_METRICS = ("opd/",)  # learner-metric prefixes that become metrics.csv
 def rate(tokens: float | None, seconds: float | None) -> float:
     """Tokens per second; 0.0 when nothing was measured."""
     return float(tokens) / seconds if tokens and seconds else 0.0
+
+
+def run_figures(
+    run_dir: Path,
+    status: str,
+    steps: int,
+    evals: tuple[dict[str, Any], dict[str, Any]],
+    totals: dict[str, float],
+    eval_prompts: int,
+    ckpt: Path | None,
+) -> dict[str, Any]:
+    """summary.json's figures of an LLM RL run: held-out reward and accuracy at the (first, last)
+    evaluation (None where none ran), throughput and tokens over the run's `totals`, and its
+    final and best checkpoints; `arena runs`, the dashboard and the closing lines read them."""
+    first, last = evals
+    return {
+        "run_dir": str(run_dir),
+        "status": status,
+        "steps": steps,
+        "interrupted": status != "finished",
+        "eval_reward_initial": first.get("eval/reward_mean"),
+        "eval_reward_final": last.get("eval/reward_mean"),
+        "eval_accuracy_initial": first.get("eval/accuracy"),
+        "eval_accuracy_final": last.get("eval/accuracy"),
+        "eval_prompts": eval_prompts,
+        "eval_final_step": last.get("step"),
+        "wall_seconds": totals.get("wall_seconds", 0.0),
+        "tokens_per_s/generated": rate(
+            totals.get("tokens/generated"), totals.get("time/generate_s")
+        ),
+        "tokens_per_s/trained": rate(totals.get("tokens/trained"), totals.get("time/learn_s")),
+        "tokens/generated": totals.get("tokens/generated", 0.0),
+        "tokens/trained": totals.get("tokens/trained", 0.0),
+        "final_checkpoint": str(ckpt) if ckpt else None,
+        "best_checkpoint": best_checkpoint_entry(run_dir),
+    }

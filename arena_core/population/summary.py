@@ -8,9 +8,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from arena_core.config.schema import CoreConfig
-from arena_core.llm_rl.step_row import rate
+from arena_core.llm_rl.step_row import run_figures
 from arena_core.store.checkpoints import latest_checkpoint
-from arena_core.store.index import best_checkpoint_entry
 
 if TYPE_CHECKING:
     from arena_core.population.members import Member
@@ -23,27 +22,19 @@ def population_summary(trainer: Any, status: str, elite: Member) -> dict[str, An
     PopulationTrainer`), typed loosely: this room sits below the recipes and never imports them."""
     first = trainer.evals[0] if trainer.evals else {}
     last = trainer.evals[-1] if trainer.evals else {}
-    t = trainer.totals
     ckpt = latest_checkpoint(trainer.run_dir)
+    # every member's tokens over the time spent generating / learning them, as a single run's
+    figures = run_figures(
+        trainer.run_dir,
+        status,
+        trainer.step,
+        (first, last),
+        trainer.totals,
+        len(trainer.fitness_examples),
+        ckpt,
+    )
     return {
-        "run_dir": str(trainer.run_dir),
-        "status": status,
-        "steps": trainer.step,
-        "interrupted": status != "finished",
-        "eval_reward_initial": first.get("eval/reward_mean"),
-        "eval_reward_final": last.get("eval/reward_mean"),
-        "eval_accuracy_initial": first.get("eval/accuracy"),
-        "eval_accuracy_final": last.get("eval/accuracy"),
-        "eval_prompts": len(trainer.fitness_examples),
-        "eval_final_step": last.get("step"),
-        "wall_seconds": t.get("wall_seconds", 0.0),
-        # every member's tokens over the time spent generating / learning them, as a single run's
-        "tokens_per_s/generated": rate(t.get("tokens/generated"), t.get("time/generate_s")),
-        "tokens_per_s/trained": rate(t.get("tokens/trained"), t.get("time/learn_s")),
-        "tokens/generated": t.get("tokens/generated", 0.0),
-        "tokens/trained": t.get("tokens/trained", 0.0),
-        "final_checkpoint": str(ckpt) if ckpt else None,
-        "best_checkpoint": best_checkpoint_entry(trainer.run_dir),
+        **figures,
         "evals": trainer.evals,
         "eval_samples_final": elite.scores.get("_samples", []),
         "population": {
