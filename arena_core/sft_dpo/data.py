@@ -143,6 +143,24 @@ class SftDpoData:
         yield from shuffled_epochs(self.rows, rng)
 
 
+@dataclass
+class CutCounts:
+    """Samples encoded, how many were longer than max_length (cut on the right), how many of
+    those kept no loss token, and the longest length before the cut."""
+
+    samples: int = 0
+    cut: int = 0
+    no_loss: int = 0
+    longest: int = 0
+
+    def add(self, length: int, max_length: int, has_loss: bool) -> None:
+        self.samples += 1
+        self.longest = max(self.longest, length)
+        if length > max_length:
+            self.cut += 1
+            self.no_loss += not has_loss
+
+
 class Encoder:
     """Rows -> `Sample`s (prompt via the chat template, completion + EOS), cut at max_length."""
 
@@ -151,6 +169,9 @@ class Encoder:
         self.max_length = max_length
         self.completion_only = completion_only
         self._prompts: dict[str, list[int]] = {}
+        # what the cut at max_length did, for the run to say: samples cut, those left with no
+        # loss token (their whole completion was past the cut), the longest length seen
+        self.cuts = CutCounts()
 
     def prompt(self, messages: list[dict[str, str]]) -> list[int]:
         return chat_prompt(self.tokenizer, messages, self._prompts)
@@ -164,6 +185,7 @@ class Encoder:
         seq = (prompt + comp)[: self.max_length]
         split = min(len(prompt), len(seq)) if self.completion_only else 1
         completion_ids = seq[split:]
+        self.cuts.add(len(prompt) + len(comp), self.max_length, bool(completion_ids))
         return Sample(seq[:split], completion_ids, [0.0] * len(completion_ids), 1.0)
 
     def chat(self, messages: list[dict[str, str]]) -> list[Sample]:
@@ -180,7 +202,9 @@ class Encoder:
             out = self.tokenizer.apply_chat_template(
                 messages, tokenize=True, return_dict=False, add_generation_prompt=False
             )
-            ids = list(out["input_ids"] if isinstance(out, dict) else out)[: self.max_length]
+            ids = list(out["input_ids"] if isinstance(out, dict) else out)
+            self.cuts.add(len(ids), self.max_length, min(len(ids), self.max_length) > 1)
+            ids = ids[: self.max_length]
             return [Sample(ids[:1], ids[1:], [0.0] * (len(ids) - 1), 1.0)]
         # an assistant turn of weight 0 (OpenAI's fine-tuning files) stays context, mask 0
         turns = [
@@ -198,7 +222,9 @@ class Encoder:
             reply.append(self.tokenizer.eos_token_id)
             mask += [0] * (len(context) - len(seq)) + [1] * len(reply)
             seq = context + reply
+        full = len(seq)
         seq, mask = seq[: self.max_length], mask[: self.max_length]
+        self.cuts.add(full, self.max_length, 1 in mask)
         start = mask.index(1) if 1 in mask else len(seq)
         completion = seq[start:]
         return [Sample(seq[:start], completion, [0.0] * len(completion), 1.0, mask[start:])]

@@ -31,7 +31,7 @@ from arena_core.planner.sft_price import sft_reprice
 from arena_core.run_parts.build import build_algorithm, make_env
 from arena_core.session import RunSession
 from arena_core.session.recipe import Recipe, RunInputs
-from arena_core.sft_dpo.data import Encoder, SftDpoData, task_category
+from arena_core.sft_dpo.data import CutCounts, Encoder, SftDpoData, task_category
 from arena_core.sft_dpo.eval import Evaluator
 from arena_core.store.best import save_reason
 from arena_core.store.checkpoints import latest_checkpoint
@@ -227,6 +227,7 @@ class _SftDpoRun:
         t0 = time.perf_counter()
         rows = [next(self.stream) for _ in range(self.algorithm.config.batch_size)]
         self._set_lr()
+        cuts = self.encoder.cuts = CutCounts()  # this step's samples only
         if self.preference:
             from arena_core.learn.sequence_loss import preference_step
 
@@ -241,6 +242,16 @@ class _SftDpoRun:
                 learn.pop(key, None)  # no sampler: demonstrations carry no behaviour logprobs
         self.step += 1
         step_s = time.perf_counter() - t0
+        # samples longer than algo.max_length, cut on the right (those with no loss left trained
+        # nothing): per step in metrics.csv, summed for the closing summary's warning
+        learn = {**learn, "samples/cut": cuts.cut, "samples/no_loss": cuts.no_loss}
+        for key, value in (
+            ("samples/encoded", cuts.samples),
+            ("samples/cut", cuts.cut),
+            ("samples/no_loss", cuts.no_loss),
+        ):
+            self.totals[key] = self.totals.get(key, 0.0) + value
+        self.totals["samples/longest"] = max(self.totals.get("samples/longest", 0.0), cuts.longest)
         for key in ("tokens/trained", "time/learn_s"):
             self.totals[key] = self.totals.get(key, 0.0) + float(learn.get(key) or 0.0)
         trained, secs = learn.get("tokens/trained", 0.0), learn.get("time/learn_s", 0.0)
@@ -311,9 +322,32 @@ class _SftDpoRun:
                 "evals": self.evals,
             }
         )
+        if warnings := self._cut_warnings():
+            summary["warnings"] = warnings
         if error:
             summary["error"] = error
         self.session.finish(summary)  # summary.json (+ signal), the loggers, the closing lines
+
+    def _cut_warnings(self) -> list[dict[str, str]]:
+        """summary.json's warning when training samples were longer than algo.max_length: they
+        were cut on the right, and those cut before their completion trained nothing."""
+        t = self.totals
+        cut, seen = int(t.get("samples/cut", 0)), int(t.get("samples/encoded", 0))
+        if not cut:
+            return []
+        limit, lost = self.encoder.max_length, int(t.get("samples/no_loss", 0))
+        message = (
+            f"{cut} of {seen} training samples were longer than algo.max_length={limit} tokens "
+            f"and were cut on the right (the longest: {int(t.get('samples/longest', 0))} tokens; "
+            "samples/cut in metrics.csv)"
+        )
+        if lost:
+            message += (
+                f"; {lost} of them were cut before their completion began, so they trained "
+                "nothing (samples/no_loss)"
+            )
+        fix = f"raise algo.max_length (above {int(t.get('samples/longest', 0))} keeps every sample whole) or shorten those rows"
+        return [{"code": "samples_cut", "message": message, "fix": fix}]
 
 
 def _fmt(values: dict[str, Any]) -> str:

@@ -81,3 +81,37 @@ def test_sft_run_lowers_held_out_loss(sft_file: Path, tmp_runs: Path, common: li
     assert [e["step"] for e in summary["evals"]] == [0, 2, 4]
     header = (run / "metrics.csv").read_text().splitlines()[0]
     assert "eval/loss" in header and "tokens/loss" in header
+
+
+def test_rows_longer_than_max_length_are_counted_and_named(
+    tmp_path: Path, tmp_runs: Path, common: list[str], capsys
+) -> None:
+    """Rows are cut at algo.max_length, and a row whose prompt fills it keeps no loss token: it
+    trains nothing. Each step says how many were cut (samples/cut, samples/no_loss) and the run
+    ends with a warning naming the count, the longest length and the fix."""
+    import csv
+
+    path = tmp_path / "long.jsonl"
+    rows = [
+        # every other row: a prompt past the cut; every fourth: a completion past it
+        {
+            "prompt": f"q{i} " + "word " * (300 if i % 2 else 2),
+            "response": "ok " * (200 if i % 4 == 0 else 1),
+        }
+        for i in range(32)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    overrides = ["+algo=sft", "+env=dataset", f"env.path={path}", "env.eval_size=4"]
+    overrides += ["algo.batch_size=8", "algo.max_length=64", "train.max_steps=2", *common]
+    assert execute(overrides) == 0
+    (run,) = tmp_runs.iterdir()
+    steps = list(csv.DictReader((run / "metrics.csv").open()))
+    cut = sum(int(float(r["samples/cut"])) for r in steps)
+    lost = sum(int(float(r["samples/no_loss"])) for r in steps)
+    assert 0 < lost < cut <= 16
+    (warning,) = json.loads((run / "summary.json").read_text())["warnings"]
+    assert warning["code"] == "samples_cut"
+    assert f"{cut} of 16 training samples were longer than algo.max_length=64" in warning["message"]
+    assert f"{lost} of them were cut before their completion began" in warning["message"]
+    assert "raise algo.max_length (above " in warning["fix"]
+    assert "warning: " + warning["message"] in capsys.readouterr().out
