@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from arena_core.sandbox import SandboxPolicy, run_in_sandbox
+from arena_core.validate.env_text import TEMPLATE_EVENT
 from arena_core.validate.isolation import add_isolation_check
-from arena_core.validate.report import FAIL, PASS, Report
+from arena_core.validate.report import FAIL, PASS, SKIP, Check, Report
 
 # The env options that wrap another environment for the classic-RL loops (arena_envs/gym.py): what is
 # validated is the wrapped one, built as arena_core/classic_rl/envs.py builds it.
@@ -39,7 +40,7 @@ OPERATION = {
     "eval_examples": "eval_examples()",
     "held_out": "train_examples() of the held-out check",
     "messages": "messages()",
-    "chat_template": "loading the tokenizer or rendering the chat template",
+    "chat_template": "messages() and a session's tools, for the chat template",
     "reward": "importing or calling the reward",
 }
 
@@ -111,6 +112,7 @@ def _run_checks(report: Report, target: str, rollouts: int, seed: int, timeout_s
     phase: list[str] = ["class_path"]
     overrides = [_absolute_override(o) for o in overrides or []]
     config = _absolute_config(config)
+    to_render: list[tuple[Check, dict[str, Any]]] = []
 
     def on_event(event: Any) -> None:
         if not isinstance(event, dict):
@@ -120,6 +122,8 @@ def _run_checks(report: Report, target: str, rollouts: int, seed: int, timeout_s
         elif "check" in event:
             data = event.get("data") if isinstance(event.get("data"), dict) else {}
             report.add(str(event["check"]), str(event["status"]), str(event["detail"]), **data)
+        elif isinstance(event.get(TEMPLATE_EVENT), dict):  # rendered once the child is done
+            to_render.append((report.add("chat_template", SKIP), event[TEMPLATE_EVENT]))
 
     outcome = run_in_sandbox(
         "arena_core.validate.env_checks:run",
@@ -145,10 +149,24 @@ def _run_checks(report: Report, target: str, rollouts: int, seed: int, timeout_s
             detail = f"the environment process {outcome.detail} in {op}"
         report.checks = [c for c in report.checks if c.name != name]
         report.add(name, FAIL, detail, outcome=outcome.kind)
+    for check, inputs in to_render:
+        check.status, check.detail = render_chat_template(inputs)
     report.info["seconds"] = round(outcome.duration_s, 3)
     if outcome.stray_processes:
         report.info["stray_processes"] = outcome.stray_processes
     return report
+
+
+def render_chat_template(inputs: dict[str, Any]) -> tuple[str, str]:
+    """(status, detail) of the chat-template check of what the child sent (`template_inputs`):
+    the tokenizer is Arena's own code on the model's files, so it loads here, and the child that
+    runs the environment's code never imports transformers (seconds off every pre-flight)."""
+    from arena_core.validate.env_harness import outcome_of
+    from arena_core.validate.env_text import check_rendered
+
+    model, limit = inputs.get("model"), inputs.get("max_prompt_tokens")
+    result = outcome_of(lambda: check_rendered(inputs, model, limit))
+    return result.status, result.detail
 
 
 def own_validator(target: str, config: dict[str, Any] | None = None) -> Any:

@@ -199,10 +199,6 @@ def run(
         _run_source(h, target, source, rollouts, seed)
         return h.info
     registered = config is None and ":" not in target and _is_registered(target)
-    if registered or config is not None:
-        # Before the first event, under the startup timeout: the chat-template check needs
-        # transformers, whose import alone can outlast a per-operation timeout on a busy machine.
-        import transformers  # noqa: F401
     if registered:
         config = h.run("config", lambda: compose_env(target, overrides or []))
         if config is None:

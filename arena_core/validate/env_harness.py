@@ -8,10 +8,8 @@ The kind-specific checks (env_gym.py, env_pz.py, env_text.py) and the dispatcher
 
 from __future__ import annotations
 
-import contextlib
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,24 +60,6 @@ class Harness:
             self._last_beat = now
             self.emit({"phase": name})
 
-    @contextlib.contextmanager
-    def keepalive(self, name: str) -> Iterator[None]:
-        """Heartbeats from a thread while Arena's own slow work runs (loading a tokenizer on a
-        busy machine), so the per-operation timeout keeps catching hangs in user code only."""
-        done = threading.Event()
-
-        def beat() -> None:
-            while not done.wait(1.0):
-                self.emit({"phase": name})
-
-        thread = threading.Thread(target=beat, daemon=True)
-        thread.start()
-        try:
-            yield
-        finally:
-            done.set()
-            thread.join()
-
     def run(self, name: str, fn: Callable[[], Result], requires: tuple[str, ...] = ()) -> Any:
         blocked = [r for r in requires if r in self.failed]
         if blocked:
@@ -87,16 +67,17 @@ class Harness:
             self.failed.add(name)
             return None
         self.emit({"phase": name})
-        try:
-            result = fn()
-        except Fail as exc:
-            self.record(name, FAIL, str(exc))
-            return None
-        except ArenaError as exc:  # Arena's own words (an unknown env id, a bad env.kwargs)
-            self.record(name, FAIL, str(exc))
-            return None
-        except Exception as exc:  # noqa: BLE001 - the environment's own error is the finding
-            self.record(name, FAIL, f"raised {describe_exception(exc, None)['detail']}")
-            return None
+        result = outcome_of(fn)
         self.record(name, result.status, result.detail)
-        return result.value
+        return None if result.status == FAIL else result.value
+
+
+def outcome_of(fn: Callable[[], Result]) -> Result:
+    """`fn()`'s Result, or a FAIL Result with what it raised: a `Fail`'s or an ArenaError's own
+    words (an unknown env id, a bad env.kwargs), else the exception, the environment's finding."""
+    try:
+        return fn()
+    except (Fail, ArenaError) as exc:
+        return Result(FAIL, str(exc))
+    except Exception as exc:  # noqa: BLE001 - the environment's own error is the finding
+        return Result(FAIL, f"raised {describe_exception(exc, None)['detail']}")

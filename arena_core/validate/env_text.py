@@ -10,6 +10,7 @@ plugin's tests and `arena validate env` agree.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import time
 from collections.abc import Callable
@@ -18,12 +19,13 @@ from typing import Any
 from arena_core.models.chat_template import missing_template
 from arena_core.sandbox._child import check_value, import_user_file, module_name
 from arena_core.tasks import Example, contract_problems, gold_completion, problem_key
-from arena_core.validate.env_harness import Fail, Harness, Result, ok, warn
+from arena_core.validate.env_harness import FAIL, Fail, Harness, Result, ok, outcome_of, warn
 
 TRAIN_SAMPLE = 64  # examples compared for determinism
 LEAK_SAMPLE = 2000  # training examples per seed compared with the held-out set
 EVAL_SAMPLE = 64
 REWARD_ROWS = 8  # examples whose gold completions are scored
+TEMPLATE_EVENT = "render_chat_template"  # the child's event: template_inputs for the parent
 GARBAGE = ("", "I don't know.", "答案 🤖 \u200b λ→∞ ﬁ", "<answer></answer>")
 
 
@@ -162,14 +164,36 @@ def local_tokenizer(model: dict[str, Any]) -> Any:
     return tokenizer
 
 
-def check_chat_template(
-    task: Any,
-    examples: list[Example],
+def template_inputs(task: Any, examples: list[Example]) -> dict[str, Any]:
+    """What the chat-template check renders, gathered where the task's code runs: each example's
+    question and `messages()`, and a tool task's tools as its episodes render them (one
+    session's schemas, `tools_in_prompt`). Plain JSON, so the validation child sends it to the
+    parent, which loads the tokenizer and renders (the child never imports transformers)."""
+    inputs: dict[str, Any] = {
+        "prompts": [{"question": ex.question, "messages": task.messages(ex)} for ex in examples],
+        "tools": None,
+        "listed": bool(getattr(task, "tools_in_prompt", False)),
+    }
+    if callable(getattr(task, "open_session", None)) and examples:
+        from arena_core.tools.listing import first_session_tools
+
+        try:
+            tools = first_session_tools(task, examples[0])
+            inputs["tools"] = json.loads(json.dumps(list(tools or [])))
+        except Exception:  # noqa: BLE001 - a session that does not open is the tool checks' finding
+            inputs["tools"] = None
+    return inputs
+
+
+def check_rendered(
+    inputs: dict[str, Any],
     model: dict[str, Any] | None,
     max_tokens: int | None,
     tokenizer: Any = None,
 ) -> Result:
-    """`tokenizer`: the model's, when already loaded (else it is loaded here)."""
+    """Render `template_inputs` through `model`'s chat template as the run renders its prompts
+    (a tool task's through its episodes' renderer); `tokenizer`: the model's, when already loaded
+    (else it is loaded here, from local files only)."""
     if not model:
         return Result("SKIP", "no model given: the chat template was not checked")
     name = model.get("name_or_path")
@@ -182,20 +206,26 @@ def check_chat_template(
         )
     if problem := missing_template(tokenizer, str(name)):
         raise Fail(problem)
+    renderer = None
+    if inputs.get("tools") is not None:
+        from arena_core.engines.multi_turn import ToolRenderer
+
+        renderer = ToolRenderer(tokenizer, inputs["tools"], listed=bool(inputs.get("listed")))
     lengths = []
-    episodes = _episode_prompts(task, tokenizer, examples)
-    for i, ex in enumerate(examples):
-        if episodes:
-            text, n_tokens = tokenizer.decode(episodes[i]), len(episodes[i])
+    for prompt in inputs["prompts"]:
+        question, messages = str(prompt["question"]), prompt["messages"]
+        if renderer is not None:
+            ids = renderer.prompt(messages)
+            text, n_tokens = tokenizer.decode(ids), len(ids)
         else:
             text = tokenizer.apply_chat_template(
-                task.messages(ex), tokenize=False, add_generation_prompt=True
+                messages, tokenize=False, add_generation_prompt=True
             )
             n_tokens = len(tokenizer(text, add_special_tokens=False)["input_ids"])
-        if ex.question.strip() and ex.question.strip()[:40] not in text:
+        if question.strip() and question.strip()[:40] not in text:
             raise Fail(
                 f"the chat template of {name} rendered a prompt without its question "
-                f"({ex.question[:40]!r}): check messages() and the template"
+                f"({question[:40]!r}): check messages() and the template"
             )
         lengths.append(n_tokens)
     detail = f"renders through {name}'s chat template: {min(lengths)}-{max(lengths)} tokens"
@@ -207,18 +237,15 @@ def check_chat_template(
     return ok(detail)
 
 
-def _episode_prompts(task: Any, tokenizer: Any, examples: list[Example]) -> list[list[int]] | None:
-    """A tool task's prompts as its episodes render them (with the tools: `episode_prompts`), so
-    their length is the run's; None for a text task, or when no session opens (the tool checks
-    report that)."""
-    if not callable(getattr(task, "open_session", None)) or not examples:
-        return None
-    from arena_core.engines.multi_turn import episode_prompts
-
-    try:
-        return episode_prompts(task, tokenizer, examples)
-    except Exception:  # noqa: BLE001 - a session that does not open is the tool checks' finding
-        return None
+def check_chat_template(
+    task: Any,
+    examples: list[Example],
+    model: dict[str, Any] | None,
+    max_tokens: int | None,
+    tokenizer: Any = None,
+) -> Result:
+    """`examples` rendered through `model`'s chat template, in this process (EnvConformance)."""
+    return check_rendered(template_inputs(task, examples), model, max_tokens, tokenizer)
 
 
 def load_reward(path: str) -> Callable[[str, str, str], Any]:
@@ -318,15 +345,17 @@ def check_text_task(
     )
     examples = train[:4] + held[:4]
     h.run("messages", lambda: check_messages(task, examples))
-    tokenizer = None
     if model and "messages" not in h.failed:
-        with h.keepalive("chat_template"):
-            tokenizer = local_tokenizer(model)
-    h.run(
-        "chat_template",
-        lambda: check_chat_template(task, examples, model, max_prompt_tokens, tokenizer),
-        requires=("messages",),
-    )
+        # rendered in the parent (validate.env), so this child never imports transformers
+        h.emit({"phase": "chat_template"})
+        gathered = outcome_of(lambda: ok("", template_inputs(task, examples)))
+        if gathered.status == FAIL:
+            h.record("chat_template", FAIL, gathered.detail)
+        else:
+            limit = {"model": model, "max_prompt_tokens": max_prompt_tokens}
+            h.emit({TEMPLATE_EVENT: {**gathered.value, **limit}})
+    else:
+        h.run("chat_template", lambda: check_rendered({}, model, None), requires=("messages",))
     h.run(
         "reward",
         lambda: check_reward(task, reward or task.reward, train[:4] + held[:4]),

@@ -88,6 +88,38 @@ def test_the_quickstart_env_validates_pass_through_the_text_task_checks(capsys) 
     assert "gold completions (task gold_completion()) score 2" in checks["reward"]["detail"]
 
 
+# scores gold 1 only in a process that has not imported transformers: the env check's child
+NO_TRANSFORMERS_REWARD = """
+import sys
+
+
+def reward(question, answer, completion):
+    if "transformers" in sys.modules:
+        return 0.0
+    gold = answer.split("####")[-1].strip()
+    return 1.0 if f"<answer>{gold}</answer>" in completion else 0.0
+"""
+
+
+def test_the_env_check_child_leaves_the_tokenizer_to_arena(tmp_path: Path, capsys) -> None:
+    """The sandboxed child that runs the environment's and the reward's code never imports
+    transformers (seconds off every arena-run's pre-flight); the chat template is still checked,
+    with the run's tokenizer, and its lengths are the run's."""
+    reward = tmp_path / "reward_without_transformers.py"
+    reward.write_text(NO_TRANSFORMERS_REWARD)
+    assert run_cli("env", "arithmetic", "model=tiny", f"env.reward={reward}", "--json") == 0
+    checks = checks_of(capsys)
+    assert checks["reward"]["status"] == "PASS", checks["reward"]
+    assert checks["chat_template"]["status"] == "PASS", checks["chat_template"]
+    assert "arena:tiny's chat template: 33-74 tokens" in checks["chat_template"]["detail"]
+    assert list(checks).index("chat_template") == list(checks).index("messages") + 1
+
+    # a limit the prompts pass is a WARN, rendered and counted by the parent
+    assert run_cli("env", "arithmetic", "model=tiny", "+env.max_prompt_tokens=40", "--json") == 0
+    detail = checks_of(capsys)["chat_template"]
+    assert detail["status"] == "WARN" and "exceed max_prompt_tokens=40" in detail["detail"]
+
+
 def test_gsm8k_validates_offline_with_arena_runs_overrides(tmp_path: Path, capsys) -> None:
     data = tmp_path / "gsm8k.jsonl"
     rows = [{"question": f"Tom has {i} pens and buys 3. How many?", "answer": f"{i}+3\n#### {i + 3}"}
