@@ -35,7 +35,7 @@ def measured_prompt_tokens(cfg: dict[str, Any]) -> int | None:
     try:
         from arena_core.engines.multi_turn import episode_prompts
         from arena_core.models.chat_template import set_chat_template
-        from arena_core.models.loading import load_tokenizer
+        from arena_core.models.tokenizer import load_tokenizer
         from arena_core.run_parts.build import build_task
         from arena_core.run_parts.prompts import PromptEncoder
 
@@ -115,7 +115,7 @@ def sft_plan(cfg: dict[str, Any]) -> dict[str, Any]:
     from arena_core.errors import ConfigError
     from arena_core.learn.settings import DEFAULT_MICRO_BATCH_TOKENS
     from arena_core.models.chat_template import set_chat_template
-    from arena_core.models.loading import load_tokenizer
+    from arena_core.models.tokenizer import load_tokenizer
     from arena_core.planner.sft_price import sft_step_price
     from arena_core.run_parts.build import make_env
     from arena_core.sft_dpo.data import Encoder, SftDpoData

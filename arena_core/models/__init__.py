@@ -16,7 +16,7 @@ from arena_core.models.catalog import EMBEDDED
 _LAZY = {
     "LoadedPolicy": "loading",
     "load_policy": "loading",
-    "load_tokenizer": "loading",
+    "load_tokenizer": "tokenizer",
     "save_policy": "loading",
     "build_tiny": "tiny",
     "tiny_config": "tiny",

@@ -23,12 +23,11 @@ from arena_core.models.catalog import EMBEDDED, TINY_PREFIX
 from arena_core.models.chat_template import set_chat_template
 from arena_core.models.lora_targets import module_names, resolve_targets
 from arena_core.models.tiny import build_tiny
-from arena_core.models.tokenizer import build_tiny_tokenizer
+from arena_core.models.tokenizer import load_tokenizer
 from arena_core.store.checkpoints import ADAPTER_CHAT_TEMPLATE
 
 # Tokenizer classes that mean "exactly the tokenizer.json that was saved": loaded as such, because
 # AutoTokenizer would substitute the model type's class (Qwen2Tokenizer for qwen2) and its pipeline.
-_VERBATIM_TOKENIZERS = ("TokenizersBackend", "PreTrainedTokenizerFast")
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -227,32 +226,6 @@ def _load_hf(name: str, *, dtype: torch.dtype, trust: bool) -> tuple[nn.Module, 
             f"cannot load model '{name}' from the Hugging Face hub: {exc}. Check the id, or point "
             "model.name_or_path at a local directory."
         ) from None
-
-
-def load_tokenizer(name_or_path: str, **kwargs: Any) -> Any:
-    """The tokenizer saved with a model, exactly as saved; an embedded model's (`arena:tiny`) is
-    built, as the model is.
-
-    A tokenizer saved as a plain `tokenizer.json` (TokenizersBackend, e.g. arena:tiny's) is loaded
-    verbatim; others go through AutoTokenizer, which picks their recorded class. A model of
-    Arena's cache (`smollm2-135m-instruct`) is read from there when present, never fetched here.
-    """
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
-
-    if str(name_or_path).startswith(TINY_PREFIX):
-        if name_or_path not in EMBEDDED:
-            raise ModelLoadError(
-                f"unknown embedded model '{name_or_path}'. Embedded models: {', '.join(EMBEDDED)}."
-            )
-        return build_tiny_tokenizer()
-    name_or_path = resolve_model(str(name_or_path), fetch=False)  # a cached catalog model
-    cfg_file = Path(name_or_path) / "tokenizer_config.json"
-    if cfg_file.is_file():
-        cls = json.loads(cfg_file.read_text()).get("tokenizer_class", "")
-        if cls in _VERBATIM_TOKENIZERS:
-            kwargs.pop("trust_remote_code", None)
-            return PreTrainedTokenizerFast.from_pretrained(name_or_path, **kwargs)
-    return AutoTokenizer.from_pretrained(name_or_path, **kwargs)
 
 
 def _prepare_tokenizer(tokenizer: Any, model: nn.Module) -> None:

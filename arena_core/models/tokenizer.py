@@ -1,4 +1,5 @@
-"""The embedded tiny model's tokenizer, built deterministically in code.
+"""Tokenizers: the one saved with a model (`load_tokenizer`), and the embedded tiny model's,
+built deterministically in code.
 
 Byte-level with no merges: every UTF-8 byte is one token, so any text (GSM8K included) encodes
 without an unknown token, and the vocabulary is small enough (~270) that the embedding and the
@@ -10,9 +11,17 @@ trained with.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
 from tokenizers import AddedToken as RustAddedToken
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
+
+from arena_core.errors import ModelLoadError
+from arena_core.models.cache import resolve_model
+from arena_core.models.catalog import EMBEDDED, TINY_PREFIX
 
 PAD = "<|endoftext|>"
 BOS_CHAT = "<|im_start|>"
@@ -72,3 +81,33 @@ def build_tiny_tokenizer() -> PreTrainedTokenizerFast:
     )
     tok.chat_template = CHAT_TEMPLATE
     return tok
+
+
+# tokenizers saved as a plain tokenizer.json, loaded verbatim (no AutoTokenizer class lookup)
+_VERBATIM_TOKENIZERS = ("TokenizersBackend", "PreTrainedTokenizerFast")
+
+
+def load_tokenizer(name_or_path: str, **kwargs: Any) -> Any:
+    """The tokenizer saved with a model, exactly as saved; an embedded model's (`arena:tiny`) is
+    built, as the model is.
+
+    A tokenizer saved as a plain `tokenizer.json` (TokenizersBackend, e.g. arena:tiny's) is loaded
+    verbatim; others go through AutoTokenizer, which picks their recorded class. A model of
+    Arena's cache (`smollm2-135m-instruct`) is read from there when present, never fetched here.
+    """
+    if str(name_or_path).startswith(TINY_PREFIX):
+        if name_or_path not in EMBEDDED:
+            raise ModelLoadError(
+                f"unknown embedded model '{name_or_path}'. Embedded models: {', '.join(EMBEDDED)}."
+            )
+        return build_tiny_tokenizer()
+    name_or_path = resolve_model(str(name_or_path), fetch=False)  # a cached catalog model
+    cfg_file = Path(name_or_path) / "tokenizer_config.json"
+    if cfg_file.is_file():
+        cls = json.loads(cfg_file.read_text()).get("tokenizer_class", "")
+        if cls in _VERBATIM_TOKENIZERS:
+            kwargs.pop("trust_remote_code", None)
+            return PreTrainedTokenizerFast.from_pretrained(name_or_path, **kwargs)
+    from transformers import AutoTokenizer  # seconds to import: only for the tokenizers it picks
+
+    return AutoTokenizer.from_pretrained(name_or_path, **kwargs)

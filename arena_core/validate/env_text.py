@@ -150,7 +150,7 @@ def local_tokenizer(model: dict[str, Any]) -> Any:
     """The run's tokenizer, from local files only (None when it would need a download)."""
     from arena_core.errors import ModelLoadError
     from arena_core.models.chat_template import set_chat_template
-    from arena_core.models.loading import load_tokenizer
+    from arena_core.models.tokenizer import load_tokenizer
 
     try:
         tokenizer = load_tokenizer(
