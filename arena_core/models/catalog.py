@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 TINY_PREFIX = "arena:"
+EMBEDDED_POSITIONS = 1024  # the embedded models' max_position_embeddings (models/tiny.py)
 EMBEDDED = {
     "arena:tiny": "warm-started on the arithmetic environment (offline quickstart default)",
     "arena:tiny-init": "seeded random initialisation of the same architecture",

@@ -23,7 +23,7 @@ import torch
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from arena_core.errors import ModelLoadError
-from arena_core.models.catalog import EMBEDDED
+from arena_core.models.catalog import EMBEDDED, EMBEDDED_POSITIONS
 from arena_core.models.tokenizer import EOS, PAD, build_tiny_tokenizer
 
 WEIGHTS_DIR = Path(__file__).parent / "weights"
@@ -43,7 +43,7 @@ def tiny_config(tokenizer: PreTrainedTokenizerFast | None = None) -> Qwen2Config
         num_hidden_layers=4,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=1024,
+        max_position_embeddings=EMBEDDED_POSITIONS,
         rope_theta=10000.0,
         tie_word_embeddings=True,
         pad_token_id=tok.convert_tokens_to_ids(PAD),

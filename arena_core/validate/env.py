@@ -165,7 +165,8 @@ def render_chat_template(inputs: dict[str, Any]) -> tuple[str, str]:
     from arena_core.validate.env_text import check_rendered
 
     model, limit = inputs.get("model"), inputs.get("max_prompt_tokens")
-    result = outcome_of(lambda: check_rendered(inputs, model, limit))
+    new_tokens = inputs.get("max_new_tokens")
+    result = outcome_of(lambda: check_rendered(inputs, model, limit, max_new_tokens=new_tokens))
     return result.status, result.detail
 
 

@@ -252,6 +252,7 @@ def run(
                 model=config.get("model"),
                 reward=config.get("reward"),
                 max_prompt_tokens=section.get("max_prompt_tokens"),
+                max_new_tokens=(config.get("generation") or {}).get("max_new_tokens"),
             )
             return h.info
         factory: Callable[[], Any] = lambda: make_env(section)  # noqa: E731

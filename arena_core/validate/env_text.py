@@ -14,6 +14,7 @@ import json
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from arena_core.models.chat_template import missing_template
@@ -185,15 +186,37 @@ def template_inputs(task: Any, examples: list[Example]) -> dict[str, Any]:
     return inputs
 
 
+def model_positions(model: dict[str, Any]) -> int | None:
+    """The positions the run's model has (its config's `max_position_embeddings`): the prompt
+    and the completion share them. None when its config is not on this machine."""
+    from arena_core.models.cache import resolve_model
+    from arena_core.models.catalog import EMBEDDED_POSITIONS, TINY_PREFIX
+
+    name = str(model.get("name_or_path") or "")
+    if name.startswith(TINY_PREFIX):
+        return EMBEDDED_POSITIONS
+    try:
+        config = json.loads((Path(resolve_model(name, fetch=False)) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if isinstance(config.get("text_config"), dict):  # a multimodal model's language model
+        config = config["text_config"]
+    found = config.get("max_position_embeddings")
+    return found if isinstance(found, int) and found > 0 else None
+
+
 def check_rendered(
     inputs: dict[str, Any],
     model: dict[str, Any] | None,
     max_tokens: int | None,
     tokenizer: Any = None,
+    max_new_tokens: int | None = None,
 ) -> Result:
     """Render `template_inputs` through `model`'s chat template as the run renders its prompts
     (a tool task's through its episodes' renderer); `tokenizer`: the model's, when already loaded
-    (else it is loaded here, from local files only)."""
+    (else it is loaded here, from local files only). A WARN when prompts pass `max_tokens`
+    (env.max_prompt_tokens) or leave no room for `max_new_tokens` in the model's positions: the
+    run goes on, but past them the model continues where it was never trained."""
     if not model:
         return Result("SKIP", "no model given: the chat template was not checked")
     name = model.get("name_or_path")
@@ -229,12 +252,26 @@ def check_rendered(
             )
         lengths.append(n_tokens)
     detail = f"renders through {name}'s chat template: {min(lengths)}-{max(lengths)} tokens"
+    problems = []
     if max_tokens is not None and max(lengths) > max_tokens:
         over = sum(n > max_tokens for n in lengths)
-        return warn(
-            f"{detail}; {over}/{len(lengths)} prompts exceed max_prompt_tokens={max_tokens}"
+        problems.append(f"{over}/{len(lengths)} prompts exceed max_prompt_tokens={max_tokens}")
+    positions = model_positions(model) if max_new_tokens else None
+    if positions is not None and max_new_tokens and max(lengths) + max_new_tokens > positions:
+        over = sum(n + max_new_tokens > positions for n in lengths)
+        longest = max(lengths)
+        fix = (
+            f"lower generation.max_new_tokens to {positions - longest}"
+            if longest < positions
+            else "shorten the prompts (the longest alone fills them)"
         )
-    return ok(detail)
+        problems.append(
+            f"{over}/{len(lengths)} prompts plus generation.max_new_tokens={max_new_tokens} "
+            f"pass the {positions} positions of {name} (the longest prompt is {longest} "
+            f"tokens): completions run on past what the model was built for; {fix}, or use "
+            "a model with a longer context"
+        )
+    return warn(f"{detail}; {'; '.join(problems)}") if problems else ok(detail)
 
 
 def check_chat_template(
@@ -330,6 +367,7 @@ def check_text_task(
     model: dict[str, Any] | None = None,
     reward: str | None = None,
     max_prompt_tokens: int | None = None,
+    max_new_tokens: int | None = None,
 ) -> None:
     """Every text-task check, each recorded on the harness (dependent checks skip on FAIL)."""
     h.run("contract", lambda: check_contract(task))
@@ -352,7 +390,11 @@ def check_text_task(
         if gathered.status == FAIL:
             h.record("chat_template", FAIL, gathered.detail)
         else:
-            limit = {"model": model, "max_prompt_tokens": max_prompt_tokens}
+            limit = {
+                "model": model,
+                "max_prompt_tokens": max_prompt_tokens,
+                "max_new_tokens": max_new_tokens,
+            }
             h.emit({TEMPLATE_EVENT: {**gathered.value, **limit}})
     else:
         h.run("chat_template", lambda: check_rendered({}, model, None), requires=("messages",))

@@ -120,6 +120,33 @@ def test_the_env_check_child_leaves_the_tokenizer_to_arena(tmp_path: Path, capsy
     assert detail["status"] == "WARN" and "exceed max_prompt_tokens=40" in detail["detail"]
 
 
+def test_prompts_that_leave_the_completion_no_room_warn_with_the_length_that_fits(
+    capsys, monkeypatch
+) -> None:
+    """arena:tiny has 1024 positions: prompts of up to 74 tokens and 1000 new tokens pass them,
+    so the check (and arena-run's pre-flight, which goes on) warns with the length that fits."""
+    from arena_core.cli.run import main
+
+    assert run_cli("env", "arithmetic", "model=tiny", "--json") == 0
+    assert checks_of(capsys)["chat_template"]["status"] == "PASS"  # 256 new tokens fit
+    assert (
+        run_cli("env", "arithmetic", "model=tiny", "generation.max_new_tokens=1000", "--json") == 0
+    )
+    check = checks_of(capsys)["chat_template"]
+    assert check["status"] == "WARN", check
+    assert (
+        "8/8 prompts plus generation.max_new_tokens=1000 pass the 1024 positions"
+        in (check["detail"])
+    )
+    assert "lower generation.max_new_tokens to 950" in check["detail"]
+
+    monkeypatch.setenv("COLUMNS", "400")  # one table row per line
+    assert main(["+experiment=quickstart", "generation.max_new_tokens=1000", "dry_run=true"]) == 0
+    out = capsys.readouterr()
+    (row,) = [line for line in (out.out + out.err).splitlines() if "env.chat_template" in line]
+    assert "WARN" in row and "pass the 1024 positions of arena:tiny" in row, row
+
+
 def test_gsm8k_validates_offline_with_arena_runs_overrides(tmp_path: Path, capsys) -> None:
     data = tmp_path / "gsm8k.jsonl"
     rows = [{"question": f"Tom has {i} pens and buys 3. How many?", "answer": f"{i}+3\n#### {i + 3}"}
