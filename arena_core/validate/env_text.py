@@ -14,7 +14,6 @@ import json
 import os
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from arena_core.models.chat_template import missing_template
@@ -187,22 +186,20 @@ def template_inputs(task: Any, examples: list[Example]) -> dict[str, Any]:
 
 
 def model_positions(model: dict[str, Any]) -> int | None:
-    """The positions the run's model has (its config's `max_position_embeddings`): the prompt
-    and the completion share them. None when its config is not on this machine."""
-    from arena_core.models.cache import resolve_model
+    """The positions the run's model has (`max_position_embeddings`): the prompt and the
+    completion share them. Read as the planner reads a model's config (a directory, Arena's
+    cache, the Hugging Face cache); None when it cannot be had here."""
+    from arena_core.errors import ArenaError
     from arena_core.models.catalog import EMBEDDED_POSITIONS, TINY_PREFIX
+    from arena_core.planner.model_spec import ModelSpec
 
     name = str(model.get("name_or_path") or "")
     if name.startswith(TINY_PREFIX):
         return EMBEDDED_POSITIONS
     try:
-        config = json.loads((Path(resolve_model(name, fetch=False)) / "config.json").read_text())
-    except (OSError, ValueError):
+        return ModelSpec.from_hf_config(name).max_position_embeddings or None
+    except (ArenaError, OSError, ValueError):
         return None
-    if isinstance(config.get("text_config"), dict):  # a multimodal model's language model
-        config = config["text_config"]
-    found = config.get("max_position_embeddings")
-    return found if isinstance(found, int) and found > 0 else None
 
 
 def check_rendered(
