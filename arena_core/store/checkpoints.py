@@ -41,6 +41,7 @@ from arena_core.store.atomic import (
     read_json,
 )
 from arena_core.store.best import best_of, infer_ranking
+from arena_core.store.rundir import INDEX, checkpoints_dir
 from arena_core.store.space import (
     SLACK_BYTES,
     check_disk_space,
@@ -51,12 +52,6 @@ from arena_core.store.space import (
     model_bytes,
     optimizer_bytes,
 )
-
-INDEX = "index.json"
-
-
-def checkpoints_dir(run_dir: Path) -> Path:
-    return Path(run_dir) / "checkpoints"
 
 
 def read_index(run_dir: Path) -> dict[str, Any]:

@@ -30,8 +30,15 @@ import yaml
 
 from arena_core.errors import ArenaError
 from arena_core.store.best import Ranking, best_of, infer_ranking, ranking_for
-from arena_core.store.checkpoints import INDEX, checkpoints_dir
-from arena_core.store.rundir import STAMP_RE, holder_text, read_config, run_holder, slug
+from arena_core.store.rundir import (
+    INDEX,
+    STAMP_RE,
+    checkpoints_dir,
+    holder_text,
+    read_config,
+    run_holder,
+    slug,
+)
 
 # no metric named: "best" ranks by the run's own headline score (arena_core.store.best)
 DEFAULT_METRIC: str | None = None

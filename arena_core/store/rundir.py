@@ -25,6 +25,12 @@ CONFIG_FILE = "config.yaml"
 VALIDATION_FILE = "validation.json"  # arena-run's pre-flight report (reward, env, dataset checks)
 LAUNCH_FILE = "launch.json"  # the directory the run started in: its config's relative paths
 LOCK_FILE = "run.lock"  # locked (flock) by the process training the run, for as long as it does
+INDEX = "index.json"  # checkpoints/index.json: every checkpoint a run saved, with its metrics
+
+
+def checkpoints_dir(run_dir: Path) -> Path:
+    """Where a run keeps its checkpoints (`step_NNNNNN/`) and their index."""
+    return Path(run_dir) / "checkpoints"
 
 
 class RunBusy(ArenaError):

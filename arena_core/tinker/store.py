@@ -43,11 +43,10 @@ from arena_core.store.atomic import (
     fsync_dir,
     fsync_tree,
 )
-from arena_core.store.rundir import claim_run, release_run
+from arena_core.store.rundir import INDEX, checkpoints_dir, claim_run, release_run
 
 KINDS = {"weights": "training", "sampler_weights": "sampler"}
 DEFAULT_STATE_DIR = "./runs/tinker"  # Arena's runs directory, project "tinker"
-INDEX = "index.json"  # Arena's checkpoint index (arena_core.store.checkpoints)
 META = "checkpoint.json"
 ADAPTER = "adapter_model.safetensors"
 OPTIMIZER = "optimizer.safetensors"
@@ -240,7 +239,7 @@ class Store:
 
 def run_checkpoints(run_dir: Path) -> list[dict[str, Any]]:
     """The Tinker checkpoints `run_dir`'s index names (a run of another kind has none)."""
-    index = run_dir / "checkpoints" / INDEX
+    index = checkpoints_dir(run_dir) / INDEX
     if not index.is_file():
         return []
     found = []

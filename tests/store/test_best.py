@@ -12,7 +12,7 @@ import yaml
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from arena_core.cli.main import main
-from arena_core.store import checkpoints, index
+from arena_core.store import checkpoints, index, rundir
 from arena_core.store.best import save_reason
 from arena_core.store.checkpoints import load_checkpoint, read_index, save_checkpoint
 
@@ -56,7 +56,7 @@ def _train(run: Path, rewards: list[float], *, every: int, keep: int | None = No
 
 
 def _on_disk(run: Path) -> list[int]:
-    root = checkpoints.checkpoints_dir(run)
+    root = rundir.checkpoints_dir(run)
     return sorted(int(p.name.removeprefix("step_")) for p in root.glob("step_*"))
 
 

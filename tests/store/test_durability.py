@@ -12,7 +12,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from arena_core.config.resume import resolve_resume
 from arena_core.errors import ConfigError
-from arena_core.store import atomic, checkpoints
+from arena_core.store import atomic, rundir
 from arena_core.store.atomic import atomic_write_json, file_mode
 from arena_core.store.checkpoints import save_checkpoint
 from arena_core.store.index import best_checkpoint_entry
@@ -56,7 +56,7 @@ def test_checkpoint_files_and_directories_are_fsynced_before_the_rename(
     model = _model()
     final = save_checkpoint(tmp_path, 3, model, torch.optim.AdamW(model.parameters()), {"a": 1})
     assert str(final) in renamed_at  # renamed into place, after the checks above
-    root = str(checkpoints.checkpoints_dir(tmp_path))
+    root = str(rundir.checkpoints_dir(tmp_path))
     assert root in synced[renamed_at[str(final)] :]  # then the parent directory is fsynced
     modes = {stat.S_IMODE(p.stat().st_mode) for p in final.rglob("*") if p.is_file()}
     assert modes == {file_mode()}  # safetensors' 0600 normalised like every other file

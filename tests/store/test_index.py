@@ -211,3 +211,31 @@ def test_runs_naming_a_file_or_no_folder_says_so(tmp_path: Path, capsys) -> None
         )
     assert main(["runs", "list", "--runs", str(tmp_path / "nope")]) == 0
     assert "(no such folder: --runs DIR names where they are)" in capsys.readouterr().out
+
+
+def test_reading_runs_from_the_cli_does_not_load_torch(runs: Path) -> None:
+    """`arena --help`, `arena runs list` and `arena checkpoints list` read YAML and JSON only;
+    importing torch would add seconds to every one of them."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import contextlib, io, sys\n"
+        "from arena_core.cli.main import main\n"
+        "out = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out):\n"
+        "    try:\n"
+        "        main(['--help'])\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        f"    assert main(['runs', 'list', '--runs', {str(runs)!r}]) == 0\n"
+        f"    assert main(['checkpoints', 'list', 'good', '--runs', {str(runs)!r}]) == 0\n"
+        "print(out.getvalue())\n"
+        "print('torch loaded:', 'torch' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "best latest" in done.stdout  # the checkpoints were listed
+    assert "torch loaded: False" in done.stdout
