@@ -132,9 +132,10 @@ def register_serving(register: Register) -> None:
 
     :param register: call ``register(kind, support, description="")``: ``kind`` is the algorithm's
         name as a run's config records it (``ppo``); ``support`` is an
-        ``arena_core.serve.models.KindServing`` (a loader ``(name, run_dir, checkpoint, device) ->
-        ServedModel`` and ``add_routes(app, models)``), or a function without arguments that
-        returns one, called only when such a checkpoint is served.
+        ``arena_core.serve.models.KindServing`` (a loader ``(name, policy_dir, kind, device) ->
+        ServedModel``, where ``policy_dir`` holds a checkpoint's weights or an export of them,
+        and ``add_routes(app, models)``), or a function without arguments that returns one,
+        called only when such a checkpoint is served.
     """
 
 

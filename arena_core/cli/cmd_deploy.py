@@ -19,6 +19,7 @@ EPILOG = """examples:
   arena deploy smollm2-135m-instruct                      a model by name (`arena models list`)
   arena deploy tiny                                       the embedded tiny model
   arena deploy ./my-model                                 a Hugging Face dir, an exported adapter
+  arena deploy ./exports/cartpole                         an exported PPO/IPPO policy (/v1/act)
   arena deploy SmolLM2.Q4_1.gguf                          a GGUF file (converted once, cached)
   arena deploy --model base=smollm2-135m-instruct --model tuned=RUN:best   mixed
   arena deploy quickstart:best                            a run_name, a run id or a run directory
@@ -60,7 +61,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "adapter) at /v1/models, /v1/chat/completions and /v1/completions (streaming, n, stop, "
         "seed, usage, logprobs, token ids, tools, structured output), /health. Concurrent requests share "
         "decode steps (continuous batching on the torch engine). A PPO/IPPO checkpoint answers "
-        "POST /v1/act (observation in, action out) instead. Binds 127.0.0.1 unless --host says "
+        "POST /v1/act (observation in, action out) instead, from its run or its export. Binds 127.0.0.1 unless --host says "
         "otherwise; any other address requires an API key.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -70,8 +71,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar="MODEL|RUN[:STEP|best]",
         nargs="?",
         help="what to serve: a run checkpoint, or a model: a name from `arena models list` "
-        "(smollm2-135m-instruct; tiny), a Hugging Face directory, a .gguf file or an exported "
-        "adapter directory",
+        "(smollm2-135m-instruct; tiny), a Hugging Face directory, a .gguf file, an exported "
+        "adapter directory or an exported PPO/IPPO policy",
     )
     p.add_argument(
         "--model",

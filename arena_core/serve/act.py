@@ -14,7 +14,7 @@ OpenAI error JSON shape, an unknown model a 404, and the API key is checked as o
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastapi import FastAPI, Request
 from pydantic import BaseModel, ConfigDict
@@ -24,10 +24,6 @@ from arena_core.classic_rl.policy import load_gym_policy
 from arena_core.errors import ArenaError
 from arena_core.serve.app import ApiError, parse_body
 from arena_core.serve.models import KindServing, ServedModel
-from arena_core.store.index import checkpoint_kind
-
-if TYPE_CHECKING:
-    from arena_core.store.index import CheckpointInfo
 
 
 class ActRequest(BaseModel):
@@ -45,12 +41,12 @@ def act_serving() -> KindServing:
     return KindServing(load_act_model, add_act_routes)
 
 
-def load_act_model(name: str, run_dir: Path, ckpt: CheckpointInfo, device: str) -> ServedModel:
-    """The served model of one classic-RL checkpoint: its `act` function stands as the backend
-    (these networks are small: they run on the CPU whatever `device` says)."""
-    act = load_gym_policy(ckpt.dir)
+def load_act_model(name: str, policy_dir: Path, kind: str, device: str) -> ServedModel:
+    """The served model of one classic-RL policy (a checkpoint's or an export's): its `act`
+    function stands as the backend (these networks are small: they run on the CPU whatever
+    `device` says)."""
+    act = load_gym_policy(policy_dir)
     spec = act.spec  # type: ignore[attr-defined]
-    kind = checkpoint_kind(run_dir, ckpt)
     agents = sorted(spec.get("key_of") or {})
     return ServedModel(name, kind, act, None, source={"agents": agents} if agents else {})
 

@@ -3,7 +3,8 @@ they share.
 
 A target is a run checkpoint (`RUN[:STEP|best]`) or a model, as `vllm serve MODEL` takes one: an
 embedded model (`tiny`), a model Arena fetches by name (`smollm2-135m-instruct`), a `.gguf` file,
-a Hugging Face directory, an exported adapter directory (`model_source`).
+a Hugging Face directory, an exported adapter directory (`model_source`); or an export of a kind
+that is not a language model (a PPO policy), which its kind's serving support loads.
 `--model name=TARGET` (repeatable) names each one; LoRA checkpoints whose adapters share
 a base load that base once and become adapters of one PEFT model, switched per batch, so a whole
 population costs one base in memory. The base itself is served too (adapters disabled), and
@@ -29,6 +30,7 @@ from typing import Any
 import yaml
 
 from arena_core.errors import ArenaError
+from arena_core.store.export_manifest import MANIFEST, verify_export
 from arena_core.store.index import (
     DEFAULT_METRIC,
     CheckpointInfo,
@@ -95,8 +97,9 @@ class ServedModel:
             yield
 
 
-# loader(name, run_dir, checkpoint, device) for the checkpoints of a kind that is not an LLM
-KindLoader = Callable[[str, Path, CheckpointInfo, str], ServedModel]
+# loader(name, policy_dir, kind, device) for the weights of a kind that is not an LLM: policy_dir
+# is a run checkpoint's weights (`checkpoints/step_N/model`) or an export of them
+KindLoader = Callable[[str, Path, str, str], ServedModel]
 KindRoutes = Callable[[Any, list[ServedModel]], None]  # add_routes(app, models of that kind)
 
 
@@ -179,29 +182,31 @@ def _not_found(target: str, problem: ArenaError) -> ArenaError:
     return ArenaError(
         f"'{target}' is neither a run checkpoint ({problem}) nor a model: give RUN[:STEP|best], "
         f"a model name ({', '.join([*_EMBEDDED_SHORT, *CATALOG])}; `arena models list`), a "
-        "Hugging Face model directory, a .gguf file or an exported adapter directory."
+        "Hugging Face model directory, a .gguf file, an exported adapter directory or an "
+        "exported PPO/IPPO policy."
     )
 
 
-def _exported_policy(target: str) -> ArenaError | None:
-    """What to do with an exported classic-RL policy (`arena checkpoints export` of a PPO run):
-    the server loads such a policy from its run, where its algorithm and agents are recorded."""
+def _exported_policy(name: str | None, target: str) -> _Target | None:
+    """An export (`arena checkpoints export`) that is not a language model, such as a PPO policy,
+    served on its own: its manifest names the algorithm whose serving support loads it, so the
+    run it came from may be gone. A language model's export is a model directory instead."""
     folder = Path(target).expanduser()
-    if not (folder / "arena_policy.json").is_file():
+    if not (folder / MANIFEST).is_file():
         return None
     try:
-        source = json.loads((folder / "arena_manifest.json").read_text()).get("source") or {}
-    except (OSError, ValueError, AttributeError):
-        source = {}
-    run, step = source.get("run"), source.get("step")
-    serve = (
-        f"`arena deploy {run}:{step}`" if run and step is not None else "`arena deploy RUN:STEP`"
-    )
-    return ArenaError(
-        f"'{target}' is an exported classic-RL policy (arena_policy.json), not a language model "
-        f"or a run: serve its run's checkpoint with {serve} (POST /v1/act), or load it in Python "
-        f"with arena_core.classic_rl.policy.load_gym_policy('{target}')."
-    )
+        source = verify_export(folder).get("source") or {}
+    except (ArenaError, OSError, ValueError, KeyError, AttributeError) as exc:
+        raise ArenaError(
+            f"'{target}' is an Arena export that cannot be served as it is: {exc} Export it "
+            "again with `arena checkpoints export RUN:STEP --out DIR`, or serve its run's "
+            "checkpoint (`arena deploy RUN:STEP`)."
+        ) from None
+    kind = source.get("algorithm")
+    if not isinstance(kind, str) or kind in ("", "llm"):
+        return None  # a language model's export that is not a model directory: _not_found says
+    served = {"checkpoint": str(folder.resolve()), "exported_from": source}
+    return _Target(name or folder.resolve().name, str(folder), False, kind, served)
 
 
 @dataclass
@@ -227,10 +232,14 @@ def _targets(refs: list[str], runs: str | Path, metric: str | None) -> list[_Tar
             source = {"model": model}
             out.append(_Target(name or default, model, lora, "llm", source))
             continue
+        exported = _exported_policy(name, target)
+        if exported is not None:
+            out.append(exported)
+            continue
         try:
             run_dir, ckpt = select_checkpoint(target, runs, metric=metric)
         except ArenaError as exc:
-            raise _exported_policy(target) or _not_found(target, exc) from None
+            raise _not_found(target, exc) from None
         source = {"run": str(run_dir), "step": ckpt.step, "checkpoint": str(ckpt.dir)}
         kind = checkpoint_kind(run_dir, ckpt)
         name = name or _default_name(run_dir.name, ckpt.step, len(refs))
@@ -269,15 +278,19 @@ def load_models(
         if any(m.name == name for m in served) or name in bases:
             raise ArenaError(f"two served models are named '{name}'; name them: --model NAME=RUN")
         if t.kind != "llm":
-            assert t.run_dir is not None and t.ckpt is not None
             support = kind_serving(t.kind)
             if support is None:
-                raise ArenaError(
-                    f"{t.run_dir} is a '{t.kind}' run: its checkpoints are not language models, "
-                    f"and no server support for '{t.kind}' is installed (a plugin registers it "
-                    "through the register_serving hook: docs/serving.md)."
+                what = (
+                    f"{t.run_dir} is a '{t.kind}' run"
+                    if t.run_dir
+                    else (f"{t.weights} is an export of a '{t.kind}' run")
                 )
-            model = support.load(name, t.run_dir, t.ckpt, device)
+                raise ArenaError(
+                    f"{what}: its weights are not a language model, and no server support for "
+                    f"'{t.kind}' is installed (a plugin registers it through the register_serving "
+                    "hook: docs/serving.md)."
+                )
+            model = support.load(name, Path(t.weights), t.kind, device)
             model.source = {**t.source, **model.source}
             served.append(model)
             continue

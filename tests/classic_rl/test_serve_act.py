@@ -126,13 +126,15 @@ def test_a_policy_run_is_refused_wherever_a_language_model_is_asked_for(
     assert not new_runs.exists()
 
 
-def test_an_exported_policy_says_what_it_is_and_how_to_serve_it(
+def test_an_exported_policy_is_served_on_its_own(
     tiny_cartpole: Path, tmp_path: Path, capsys
 ) -> None:
     """`arena checkpoints export` of a PPO run copies the policy network, and its manifest says
-    so: nothing calls it a Hugging Face model. An adapter export is refused by kind, and
-    `arena deploy` of the exported folder names the command that serves it."""
+    so: nothing calls it a Hugging Face model, and an adapter export is refused by kind. The
+    exported folder is served by `arena deploy DIR` with its run gone (shipped to another
+    machine): `POST /v1/act` answers what the policy computes. A damaged export is refused."""
     import json
+    import shutil
 
     from arena_core.cli.main import main as arena
 
@@ -150,10 +152,28 @@ def test_an_exported_policy_says_what_it_is_and_how_to_serve_it(
     assert f"{tiny_cartpole.name} is a 'ppo' run: its checkpoints are a policy network" in err
     assert "model.lora.r=0" not in err and not (tmp_path / "adapter").exists()
 
-    assert arena(["deploy", str(out), "--runs", str(runs), "--port", "0"]) != 0
+    shipped = tmp_path / "elsewhere" / "policy"
+    shutil.copytree(out, shipped)
+    act = load_gym_policy(shipped)
+    observations = [[0.01, -0.2, 0.03, 0.4], [0.0, 0.5, -0.1, -0.6], [0.1, 0.0, 0.0, 0.0]]
+    options = ServeOptions(port=0, runs=tmp_path / "no-runs-here", api_key=KEY)
+    with Server([str(shipped)], options).start() as server:
+        auth = {"Authorization": f"Bearer {KEY}"}
+        with httpx.Client(base_url=server.url, headers=auth, timeout=30) as client:
+            listed = client.get("/v1/models").json()["data"]
+            assert [(m["id"], m["kind"]) for m in listed] == [("policy", "ppo")]
+            assert listed[0]["root"] == str(shipped.resolve())
+            for obs in observations:
+                reply = client.post("/v1/act", json={"observation": obs})
+                assert reply.status_code == 200, reply.text
+                assert reply.json() == {"model": "policy", "action": act(obs)}
+
+    (shipped / "model.safetensors").write_bytes(b"not the exported weights")
+    assert arena(["deploy", str(shipped), "--runs", str(runs), "--port", "0"]) != 0
     err = " ".join(capsys.readouterr().err.split())
-    assert "is an exported classic-RL policy" in err
-    assert f"`arena deploy {source['run']}:{source['step']}`" in err
+    assert f"'{shipped}' is an Arena export that cannot be served as it is" in err
+    assert "files missing or changed since export: model.safetensors" in err
+    assert "arena checkpoints export RUN:STEP --out DIR" in err
 
 
 def test_the_sdk_deployment_acts(tiny_cartpole: Path, tmp_path: Path) -> None:

@@ -239,7 +239,8 @@ def test_other_algorithm_kinds_add_their_own_routes(tmp_path) -> None:
     with pytest.raises(ArenaError, match="'nokind' run: .*register_serving hook"):
         load_models([str(_policy_run(tmp_path, "nokind"))])
 
-    def load(name, run_dir, ckpt, device) -> ServedModel:
+    def load(name, policy_dir, kind, device) -> ServedModel:
+        assert (policy_dir / "arena_policy.json").is_file() and kind == "toy-policy"
         return ServedModel(name, "toy-policy", backend=None, tokenizer=None)
 
     def add_routes(app, models) -> None:
