@@ -1,9 +1,10 @@
 """The OpenAI wire format: request schemas, response and chunk shapes, the error shape.
 
 Requests are strict: every field is type-checked without coercion (`"max_tokens": "16"` is a 400
-naming `max_tokens`), and a field Arena does not implement (`logit_bias`, `frobnicate`) is a 400
-naming it, never silently ignored: a client that asks for something must either get it or be
-told. docs/serving.md lists every field these schemas accept; `supported_fields` gives the same
+naming `max_tokens`), and a field Arena does not implement (`frobnicate`) is a 400 naming it,
+never silently ignored: a client that asks for something must either get it or be told. Settings
+that clients send at their neutral value (`presence_penalty: 0`, `logit_bias: {}`, `store: false`)
+are accepted at that value, which asks for nothing, and are a 400 at any other. docs/serving.md lists every field these schemas accept; `supported_fields` gives the same
 list to an error message.
 """
 
@@ -14,9 +15,24 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 MAX_TOP_LOGPROBS = 20  # vLLM's limit as well; OpenAI's chat API allows 20
+# the value of each sampling setting Arena does not apply that leaves the distribution as it is
+NEUTRAL = {
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "repetition_penalty": 1.0,
+    "min_p": 0.0,
+}
 
 
 @dataclass
@@ -57,6 +73,14 @@ class SamplingRequest(BaseModel):
     stream_options: StreamOptions | None = None
     ignore_eos: bool = False  # vLLM's extension (`extra_body`): decode to max_tokens past EOS
     return_token_ids: bool = False  # vLLM's extension: prompt_token_ids and choices[].token_ids
+    # Sampling settings Arena's engines do not apply, accepted at the value that asks for nothing
+    # (`_only_neutral`): clients send them so (verifiers' sampling_args, chat UIs, agent SDKs).
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0  # vLLM's extension
+    min_p: float = 0.0  # vLLM's extension
+    logit_bias: dict[str, float] | None = None
+    user: str | None = None  # who the end user is, for the provider's records: changes no token
 
     @field_validator("stop")
     @classmethod
@@ -66,6 +90,27 @@ class SamplingRequest(BaseModel):
             raise ValueError("at most 4 stop sequences")
         if any(not s for s in stops):
             raise ValueError("stop sequences must be non-empty strings")
+        return v
+
+    @field_validator("presence_penalty", "frequency_penalty", "repetition_penalty", "min_p")
+    @classmethod
+    def _only_neutral(cls, v: float, info: ValidationInfo) -> float:
+        neutral = NEUTRAL[info.field_name or ""]
+        if v != neutral:
+            raise ValueError(
+                f"Arena's engines do not apply {info.field_name}, so only {neutral:g} (none) is "
+                f"accepted, not {v:g}; leave it out or send {neutral:g}"
+            )
+        return v
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _no_bias(cls, v: dict[str, float] | None) -> dict[str, float] | None:
+        if v and any(bias != 0 for bias in v.values()):
+            raise ValueError(
+                "Arena's engines do not apply a logit bias, so only an empty one is accepted; "
+                "leave it out or send {}"
+            )
         return v
 
     def stops(self) -> list[str]:
@@ -186,6 +231,11 @@ class ChatRequest(SamplingRequest):
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool = True  # False: at most one call per answer
     response_format: ResponseFormat | None = None
+    # OpenAI's platform fields, accepted where they ask for nothing Arena would have to do
+    store: Literal[False] | None = None  # Arena keeps no completions
+    metadata: dict[str, str] | None = None  # labels of a stored completion: none is stored
+    service_tier: Literal["auto", "default"] | None = None  # one tier: this server
+    modalities: list[Literal["text"]] | None = None  # text in, text out
 
     @model_validator(mode="after")
     def _consistent(self) -> ChatRequest:

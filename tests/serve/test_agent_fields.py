@@ -49,6 +49,10 @@ def client(server: str) -> OpenAI:
         ({"n": 1.0}, "n"),
         ({"frobnicate": 1}, "frobnicate"),
         ({"logit_bias": {"1": 5}}, "logit_bias"),
+        ({"presence_penalty": 0.5}, "presence_penalty"),
+        ({"repetition_penalty": 1.1}, "repetition_penalty"),
+        ({"store": True}, "store"),
+        ({"modalities": ["text", "audio"]}, "modalities.1"),
         ({"stream_options": {"include_usage": True, "x": 1}}, "stream_options.x"),
     ],
 )
@@ -61,6 +65,47 @@ def test_a_wrong_type_or_unknown_field_is_a_400_naming_it(
     assert set(err) == {"message", "type", "param", "code"}  # OpenAI's error shape
     assert err["param"] == param and param.split(".")[-1] in err["message"]
     assert err["type"] == "invalid_request_error"
+
+
+def test_settings_sent_at_their_neutral_value_change_nothing(client: OpenAI) -> None:
+    """What verifiers' sampling_args, chat UIs and agent SDKs send by default (a penalty of 0, an
+    empty logit bias, `store: false`) asks for nothing: the answer is the one without them, on
+    both endpoints. Any other value of such a setting is refused by name, with the value that is
+    accepted."""
+    neutral = {
+        "presence_penalty": 0,
+        "frequency_penalty": 0.0,
+        "logit_bias": {},
+        "user": "user-42",
+        "store": False,
+        "metadata": {"team": "rl"},
+        "service_tier": "auto",
+        "modalities": ["text"],
+    }
+    vllm_neutral = {"repetition_penalty": 1.0, "min_p": 0.0, "top_k": -1}
+    plain = client.chat.completions.create(
+        model="tiny", messages=CHAT, max_tokens=12, temperature=0
+    )
+    sent = client.chat.completions.create(
+        model="tiny", messages=CHAT, max_tokens=12, temperature=0, **neutral,
+        extra_body=vllm_neutral,
+    )  # fmt: skip
+    assert sent.choices[0].message.content == plain.choices[0].message.content
+    legacy = {"presence_penalty": 0, "frequency_penalty": 0, "logit_bias": {}, "user": "u"}
+    base = client.completions.create(model="tiny", prompt="12+30=", max_tokens=6, temperature=0)
+    also = client.completions.create(
+        model="tiny", prompt="12+30=", max_tokens=6, temperature=0, **legacy,
+        extra_body=vllm_neutral,
+    )  # fmt: skip
+    assert also.choices[0].text == base.choices[0].text
+
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model="tiny", messages=CHAT, frequency_penalty=0.3)
+    assert info.value.body["param"] == "frequency_penalty"
+    assert "only 0 (none) is accepted, not 0.3" in info.value.message
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(model="tiny", prompt="1+1=", extra_body={"min_p": 0.05})
+    assert info.value.body["param"] == "min_p"
 
 
 def test_an_unknown_message_field_and_a_bad_role_are_400(client: OpenAI) -> None:
