@@ -58,7 +58,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "deploy",
         help="serve checkpoints or models with an OpenAI-compatible API",
         description="Serve run checkpoints or models (by name, directory, GGUF file or exported "
-        "adapter) at /v1/models, /v1/chat/completions and /v1/completions (streaming, n, stop, "
+        "adapter) at /v1/models, /v1/chat/completions, /v1/responses and /v1/completions (streaming, n, stop, "
         "seed, usage, logprobs, token ids, tools, structured output), /health. Concurrent requests share "
         "decode steps (continuous batching on the torch engine). A PPO/IPPO checkpoint answers "
         "POST /v1/act (observation in, action out) instead, from its run or its export. Binds 127.0.0.1 unless --host says "

@@ -18,6 +18,16 @@ from typing import Any
 
 from fastapi.responses import StreamingResponse
 
+from arena_core.serve.answer_extras import (
+    TokenText,
+    ToolStream,
+    Wants,
+    chat_logprobs,
+    finish_reason,
+    message,
+    text_completion_logprobs,
+    tool_call_deltas,
+)
 from arena_core.serve.batching import QueueFull, RequestBatcher
 from arena_core.serve.chat import chat_grammar, check_tools, read_tool_calls, render_chat, tool_def
 from arena_core.serve.chunks import ChunkTemplate
@@ -35,16 +45,6 @@ from arena_core.serve.protocol import (
     now,
     text_choice,
     usage,
-)
-from arena_core.serve.responses import (
-    TokenText,
-    ToolStream,
-    Wants,
-    chat_logprobs,
-    finish_reason,
-    message,
-    text_completion_logprobs,
-    tool_call_deltas,
 )
 
 

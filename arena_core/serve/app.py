@@ -35,6 +35,7 @@ from arena_core.serve.protocol import (
     now,
     validation_message,
 )
+from arena_core.serve.responses_api import ResponsesRequest, respond
 
 
 class _Guard:
@@ -147,6 +148,11 @@ def create_app(
     async def completions(request: Request) -> Any:
         req = await parse_body(request, CompletionRequest)
         return await text_completion(batcher, _pick(batcher, req.model, request), req, limits)
+
+    @app.post("/v1/responses")
+    async def responses(request: Request) -> Any:
+        req = await parse_body(request, ResponsesRequest)
+        return await respond(batcher, _pick(batcher, req.model, request), req, limits)
 
     openai_paths = _paths(app)
     for kind in sorted({m.kind for m in models} - {"llm"}):

@@ -14,9 +14,9 @@ from openai import OpenAI
 from pydantic import BaseModel, Field
 
 from arena_core.models import load_policy
+from arena_core.serve.answer_extras import ToolStream
 from arena_core.serve.chat import read_tool_calls, render_chat
 from arena_core.serve.protocol import ChatRequest
-from arena_core.serve.responses import ToolStream
 from arena_core.serve.server import serve_policy
 from tests.serve.tool_schemas import ASK, SCHEMAS, TOOLS, Answer
 

@@ -1,0 +1,260 @@
+"""`POST /v1/responses` with the official `openai` client and OpenAI's Agents SDK, against a server
+over the embedded tiny model: the Responses API answers what the chat route answers for the
+same conversation, function calls go out and their outputs come back in, the stream rebuilds
+the same Response, and what Arena does not do is refused by name.
+
+Traffic goes only to 127.0.0.1, to the server the fixture starts and stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from typing import Annotated
+
+import jsonschema
+import openai
+import pytest
+from openai import OpenAI
+from pydantic import Field
+
+from arena_core.models import load_policy
+from arena_core.serve.protocol import Limits
+from arena_core.serve.server import serve_policy
+from tests.serve.tool_schemas import ADD
+
+QUESTION = "What is 12+30?"
+TOOLS = [{"type": "function", "name": "add", "description": "add", "parameters": ADD}]
+CHAT_TOOLS = [{"type": "function", "function": {"name": "add", "parameters": ADD}}]
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    policy = load_policy({"name_or_path": "arena:tiny", "lora": {"r": 0}})
+    with serve_policy(policy, name="tiny", limits=Limits(max_tokens=256)) as srv:
+        yield srv.url
+
+
+@pytest.fixture(scope="module")
+def client(server: str) -> OpenAI:
+    return OpenAI(base_url=f"{server}/v1", api_key="none", max_retries=0, timeout=60)
+
+
+def test_a_response_answers_what_the_chat_route_answers(client: OpenAI) -> None:
+    """Greedy: the same conversation gives the same text and token counts on both routes;
+    `instructions` is the system message."""
+    chat = client.chat.completions.create(
+        model="tiny",
+        messages=[
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": QUESTION},
+        ],
+        max_tokens=24,
+        temperature=0,
+    )
+    response = client.responses.create(
+        model="tiny", instructions="Be brief.", input=QUESTION, max_output_tokens=24, temperature=0
+    )
+    assert response.object == "response" and response.model == "tiny"
+    assert response.output_text == chat.choices[0].message.content
+    assert [item.type for item in response.output] == ["message"]
+    assert response.usage.input_tokens == chat.usage.prompt_tokens
+    assert response.usage.output_tokens == chat.usage.completion_tokens
+    # the input as message items with text parts: the same answer again
+    items = [{"role": "developer", "content": [{"type": "input_text", "text": "Be brief."}]}]
+    items.append({"type": "message", "role": "user", "content": QUESTION})
+    again = client.responses.create(model="tiny", input=items, max_output_tokens=24, temperature=0)
+    assert again.output_text == response.output_text
+
+    cut = client.responses.create(model="tiny", input=QUESTION, max_output_tokens=2)
+    assert cut.status == "incomplete" and cut.incomplete_details.reason == "max_output_tokens"
+
+
+def test_a_function_call_goes_out_and_its_output_comes_back(client: OpenAI) -> None:
+    """A forced call validates against its tool's schema; sent back with its output, the
+    conversation is answered as the chat route answers the same tool turns."""
+    first = client.responses.create(
+        model="tiny",
+        input=QUESTION,
+        tools=TOOLS,
+        tool_choice="required",
+        max_output_tokens=64,
+        temperature=0,
+    )
+    calls = [item for item in first.output if item.type == "function_call"]
+    assert first.status == "completed" and len(calls) == 1 and calls[0].name == "add"
+    jsonschema.validate(json.loads(calls[0].arguments), ADD)
+    named = client.responses.create(
+        model="tiny",
+        input=QUESTION,
+        tools=TOOLS,
+        tool_choice={"type": "function", "name": "add"},
+        max_output_tokens=64,
+        temperature=0,
+    )
+    assert [item.type for item in named.output] == ["function_call"]
+
+    call = calls[0]
+    history = [{"role": "user", "content": QUESTION}]
+    history += [item.model_dump(exclude_none=True) for item in first.output]
+    history.append({"type": "function_call_output", "call_id": call.call_id, "output": "42"})
+    answer = client.responses.create(
+        model="tiny", input=history, tools=TOOLS, max_output_tokens=24, temperature=0
+    )
+    tool_call = {"name": "add", "arguments": call.arguments}
+    chat = client.chat.completions.create(
+        model="tiny",
+        messages=[
+            {"role": "user", "content": QUESTION},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": call.call_id, "type": "function", "function": tool_call}],
+            },
+            {"role": "tool", "tool_call_id": call.call_id, "content": "42"},
+        ],
+        tools=CHAT_TOOLS,
+        max_tokens=24,
+        temperature=0,
+    )
+    assert answer.output_text == (chat.choices[0].message.content or "")
+
+
+def test_the_stream_rebuilds_the_response(client: OpenAI) -> None:
+    """The SDK's stream helper accumulates the events into the Response a plain call returns:
+    text deltas into the message, a call's arguments into its item."""
+    plain = client.responses.create(
+        model="tiny", input=QUESTION, max_output_tokens=24, temperature=0
+    )
+    with client.responses.stream(
+        model="tiny", input=QUESTION, max_output_tokens=24, temperature=0
+    ) as stream:
+        kinds = [event.type for event in stream]
+        final = stream.get_final_response()
+    assert kinds[:4] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+    ]
+    assert kinds[-1] == "response.completed" and "response.output_text.delta" in kinds
+    assert final.output_text == plain.output_text
+    assert final.usage.output_tokens == plain.usage.output_tokens
+
+    with client.responses.stream(
+        model="tiny",
+        input=QUESTION,
+        tools=TOOLS,
+        tool_choice="required",
+        max_output_tokens=64,
+        temperature=0,
+    ) as stream:
+        kinds = [event.type for event in stream]
+        final = stream.get_final_response()
+    assert "response.function_call_arguments.done" in kinds
+    (call,) = [item for item in final.output if item.type == "function_call"]
+    jsonschema.validate(json.loads(call.arguments), ADD)
+
+
+def test_a_json_schema_format_and_logprobs(client: OpenAI) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"x": {"type": "integer", "minimum": 0, "maximum": 99}},
+        "required": ["x"],
+        "additionalProperties": False,
+    }
+    fmt = {"type": "json_schema", "name": "answer", "schema": schema, "strict": True}
+    response = client.responses.create(
+        model="tiny", input=QUESTION, text={"format": fmt}, max_output_tokens=32, temperature=0
+    )
+    jsonschema.validate(json.loads(response.output_text), schema)
+
+    probed = client.responses.create(
+        model="tiny",
+        input=QUESTION,
+        max_output_tokens=6,
+        temperature=0,
+        include=["message.output_text.logprobs"],
+        top_logprobs=2,
+    )
+    logprobs = probed.output[0].content[0].logprobs
+    chat = client.chat.completions.create(
+        model="tiny",
+        messages=[{"role": "user", "content": QUESTION}],
+        max_tokens=6,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=2,
+    )
+    expected = chat.choices[0].logprobs.content
+    assert [(p.token, p.logprob) for p in logprobs] == [(p.token, p.logprob) for p in expected]
+    assert all(len(p.top_logprobs) == 2 for p in logprobs)
+
+
+@pytest.mark.parametrize(
+    ("extra", "param", "says"),
+    [
+        ({"store": True}, "store", "Arena stores no responses"),
+        ({"previous_response_id": "resp_1"}, "previous_response_id", "unsupported field"),
+        ({"tools": [{"type": "web_search"}]}, "tools", "function tools only"),
+        ({"include": ["reasoning.encrypted_content"]}, "include", "returns no reasoning"),
+        ({"input": [{"type": "reasoning", "summary": []}]}, "input.0.type", "'reasoning'"),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_image"}]}]},
+            "input.0.content.0",
+            "text parts",
+        ),  # fmt: skip
+        ({"max_output_tokens": 4000}, "max_output_tokens", "max_output_tokens=4000 is above"),
+        ({"text": {"format": {"type": "json_schema"}}}, "text.format", "needs a name and a schema"),
+    ],
+)
+def test_what_arena_does_not_do_is_refused_by_name(
+    client: OpenAI, extra: dict, param: str, says: str
+) -> None:
+    body = {"model": "tiny", "input": "hi", "max_output_tokens": 4, **extra}
+    with pytest.raises(openai.BadRequestError) as info:
+        client.post("/responses", body=body, cast_to=object)
+    assert info.value.body["param"] == param and says in info.value.message
+
+
+def test_an_agents_sdk_agent_calls_its_tool_and_answers(server: str) -> None:
+    """OpenAI's Agents SDK runs its whole loop on Arena's Responses API: the model's forced
+    call reaches the Python function, its result goes back, and the model's answer ends the
+    run (its tool choice resets to auto after the call); streamed the same way."""
+    agents = pytest.importorskip("agents")
+    from openai import AsyncOpenAI
+
+    agents.set_tracing_disabled(True)
+    seen: list[int] = []
+
+    @agents.function_tool
+    def add_ten(a: Annotated[int, Field(ge=0, le=99)]) -> int:
+        """Add ten to a."""
+        seen.append(a)
+        return a + 10
+
+    client = AsyncOpenAI(base_url=f"{server}/v1", api_key="none", max_retries=0)
+    agent = agents.Agent(
+        name="calc",
+        instructions="Use the add_ten tool.",
+        tools=[add_ten],
+        model=agents.OpenAIResponsesModel(model="tiny", openai_client=client),
+        model_settings=agents.ModelSettings(tool_choice="required", temperature=0, max_tokens=150),
+    )
+
+    async def run() -> tuple[object, object, set[str]]:
+        done = await agents.Runner.run(agent, "What is 5 plus ten?", max_turns=4)
+        streamed = agents.Runner.run_streamed(agent, "What is 7 plus ten?", max_turns=4)
+        kinds = {event.type async for event in streamed.stream_events()}
+        return done, streamed, kinds
+
+    done, streamed, kinds = asyncio.run(run())
+    assert len(seen) == 2 and all(0 <= a <= 99 for a in seen)
+    assert [type(item).__name__ for item in done.new_items] == [
+        "ToolCallItem",
+        "ToolCallOutputItem",
+        "MessageOutputItem",
+    ]
+    assert isinstance(done.final_output, str) and done.final_output
+    assert isinstance(streamed.final_output, str) and "raw_response_event" in kinds
