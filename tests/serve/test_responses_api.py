@@ -26,6 +26,15 @@ from tests.serve.tool_schemas import ADD
 
 QUESTION = "What is 12+30?"
 TOOLS = [{"type": "function", "name": "add", "description": "add", "parameters": ADD}]
+# a request whose answer must call `add` (greedy, room for the call)
+FORCED_CALL = dict(
+    model="tiny",
+    input=QUESTION,
+    tools=TOOLS,
+    tool_choice="required",
+    max_output_tokens=64,
+    temperature=0,
+)
 CHAT_TOOLS = [{"type": "function", "function": {"name": "add", "parameters": ADD}}]
 
 
@@ -74,14 +83,7 @@ def test_a_response_answers_what_the_chat_route_answers(client: OpenAI) -> None:
 def test_a_function_call_goes_out_and_its_output_comes_back(client: OpenAI) -> None:
     """A forced call validates against its tool's schema; sent back with its output, the
     conversation is answered as the chat route answers the same tool turns."""
-    first = client.responses.create(
-        model="tiny",
-        input=QUESTION,
-        tools=TOOLS,
-        tool_choice="required",
-        max_output_tokens=64,
-        temperature=0,
-    )
+    first = client.responses.create(**FORCED_CALL)
     calls = [item for item in first.output if item.type == "function_call"]
     assert first.status == "completed" and len(calls) == 1 and calls[0].name == "add"
     jsonschema.validate(json.loads(calls[0].arguments), ADD)
@@ -142,14 +144,7 @@ def test_the_stream_rebuilds_the_response(client: OpenAI) -> None:
     assert final.output_text == plain.output_text
     assert final.usage.output_tokens == plain.usage.output_tokens
 
-    with client.responses.stream(
-        model="tiny",
-        input=QUESTION,
-        tools=TOOLS,
-        tool_choice="required",
-        max_output_tokens=64,
-        temperature=0,
-    ) as stream:
+    with client.responses.stream(**FORCED_CALL) as stream:
         kinds = [event.type for event in stream]
         final = stream.get_final_response()
     assert "response.function_call_arguments.done" in kinds
