@@ -603,9 +603,13 @@ class VerifiersRollouts:
         from verifiers.legacy.types import ClientConfig
 
         # the in-run server takes no key: name a variable nobody sets, so a key of the user's
-        # (verifiers reads PRIME_API_KEY by default) is never sent
+        # (verifiers reads PRIME_API_KEY by default) is never sent. The token client sends each
+        # turn after the first as the previous turn's ids plus the new messages' tokens (the
+        # server's /tokenize and /v1/chat/completions/tokens), so an episode's sequence extends
+        # turn by turn as it was sampled (`interleave`), as prime-rl's rollouts do.
         client = resolve_client(
             ClientConfig(
+                client_type="openai_chat_completions_token",
                 api_base_url=url,
                 api_key_var="ARENA_IN_RUN_SERVER_HAS_NO_KEY",
                 max_retries=0,

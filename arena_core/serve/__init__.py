@@ -5,9 +5,10 @@ concurrent requests on one generation backend (jobs.py: a request in flight and 
 backends.py: the backend by name; running.py: continuous batching on the torch engine), protocol.py
 is the OpenAI wire format (strict request schemas, errors), app.py the routes, answers.py turns a
 request into an answer or a stream (answer_extras.py: logprobs, token ids, tool calls; chunks.py:
-the streamed chunks), responses_api.py answers OpenAI's Responses API through the chat path, chat.py renders tools and reads tool calls, grammar.py constrains decoding (JSON
-schemas, forced calls), act.py serves classic-RL policies (`/v1/act`), server.py starts it safely
-(`arena deploy`, `arena.deploy`, `serve_policy` inside a run), client.py talks to it (or to the
-request batcher in process, for `arena generate` without a server). dashboard/ is `arena
-dashboard`.
+the streamed chunks), responses_api.py answers OpenAI's Responses API through the chat path,
+tokens.py the token-in-token-out routes (`/tokenize`, `/v1/chat/completions/tokens`), chat.py
+renders tools and reads tool calls, grammar.py constrains decoding (JSON schemas, forced calls),
+act.py serves classic-RL policies (`/v1/act`), server.py starts it safely (`arena deploy`,
+`arena.deploy`, `serve_policy` inside a run), client.py talks to it (or to the request batcher
+in process, for `arena generate` without a server). dashboard/ is `arena dashboard`.
 """

@@ -49,10 +49,15 @@ from arena_core.serve.protocol import (
 
 
 async def chat_completion(
-    batcher: RequestBatcher, model: ServedModel, req: ChatRequest, limits: Limits
+    batcher: RequestBatcher,
+    model: ServedModel,
+    req: ChatRequest,
+    limits: Limits,
+    prompt_ids: list[int] | None = None,
 ) -> Any:
-    """POST /v1/chat/completions for `model`: the prompt (tools through the template), the
-    grammar when the answer is constrained, then the answer."""
+    """POST /v1/chat/completions for `model`: the prompt (tools through the template, unless
+    `prompt_ids` gives it: `/v1/chat/completions/tokens`), the grammar when the answer is
+    constrained, then the answer."""
     tools = [t.function.model_dump(exclude_none=True) for t in req.tools or []]
     choice = req.tool_choice or ("auto" if tools else "none")
     offered = tools if choice != "none" else []
@@ -62,7 +67,9 @@ async def chat_completion(
         # 49k vocabulary), which would stall every other stream meanwhile
         grammar = await asyncio.to_thread(_constraints, batcher, model, req, tools, choice)
     try:
-        if offered or any(m.tool_calls or m.role == "tool" for m in req.messages):
+        if prompt_ids is not None:
+            prompt = prompt_ids
+        elif offered or any(m.tool_calls or m.role == "tool" for m in req.messages):
             prompt = render_chat(
                 model.tokenizer, req.messages, [tool_def(t) for t in offered], model.tool_prompt
             )
@@ -119,13 +126,8 @@ async def text_completion(
     ]
     if any(not p for p in prompts):
         raise ApiError(400, "a prompt is empty (no tokens)", param="prompt")
-    vocab = _vocab(model)
-    if any(t < 0 or t >= vocab for p in prompts for t in p):
-        raise ApiError(
-            400,
-            f"a prompt token id is outside the model's vocabulary [0, {vocab})",
-            param="prompt",
-        )
+    for p in prompts:
+        check_in_vocabulary(model, p, "prompt")
     max_tokens = req.max_tokens or 16  # the OpenAI default for completions
     wants = Wants(
         chat=False,
@@ -136,10 +138,15 @@ async def text_completion(
     return await _answer(batcher, model, req, wants, max_tokens, limits, None)
 
 
-def _vocab(model: ServedModel) -> int:
+def check_in_vocabulary(model: ServedModel, ids: list[int], param: str) -> None:
+    """A 400 naming `param` when a token id sent is outside the model's vocabulary."""
     module = model.module
     head = module.get_output_embeddings() if module is not None else None
-    return int(head.weight.shape[0]) if head is not None else len(model.tokenizer)
+    vocab = int(head.weight.shape[0]) if head is not None else len(model.tokenizer)
+    if any(t < 0 or t >= vocab for t in ids):
+        raise ApiError(
+            400, f"a {param} token id is outside the model's vocabulary [0, {vocab})", param=param
+        )
 
 
 class _Waker:

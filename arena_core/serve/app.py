@@ -24,18 +24,22 @@ from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from arena_core import __version__
-from arena_core.serve.answers import chat_completion, text_completion
+from arena_core.serve.answers import chat_completion, check_in_vocabulary, text_completion
 from arena_core.serve.batching import RequestBatcher
 from arena_core.serve.models import ServedModel, kind_serving
 from arena_core.serve.protocol import (
     ApiError,
     ChatRequest,
+    ChatTokensRequest,
     CompletionRequest,
+    DetokenizeRequest,
     Limits,
+    TokenizeRequest,
     now,
     validation_message,
 )
 from arena_core.serve.responses_api import ResponsesRequest, respond
+from arena_core.serve.tokens import detokenize, tokenize
 
 
 class _Guard:
@@ -148,6 +152,23 @@ def create_app(
     async def completions(request: Request) -> Any:
         req = await parse_body(request, CompletionRequest)
         return await text_completion(batcher, _pick(batcher, req.model, request), req, limits)
+
+    @app.post("/v1/chat/completions/tokens")
+    async def chat_tokens(request: Request) -> Any:
+        req = await parse_body(request, ChatTokensRequest)
+        model = _pick(batcher, req.model, request)
+        check_in_vocabulary(model, req.tokens, "tokens")
+        return await chat_completion(batcher, model, req, limits, prompt_ids=req.tokens)
+
+    @app.post("/tokenize")
+    async def tokenize_route(request: Request) -> Any:
+        req = await parse_body(request, TokenizeRequest)
+        return tokenize(_pick(batcher, req.model, request), req)
+
+    @app.post("/detokenize")
+    async def detokenize_route(request: Request) -> Any:
+        req = await parse_body(request, DetokenizeRequest)
+        return detokenize(_pick(batcher, req.model, request), req)
 
     @app.post("/v1/responses")
     async def responses(request: Request) -> Any:

@@ -250,6 +250,52 @@ class ChatRequest(SamplingRequest):
         return (self.top_logprobs or 0) if self.logprobs else None
 
 
+class ChatTokensRequest(ChatRequest):
+    """prime-rl's `POST /v1/chat/completions/tokens`: a chat request whose prompt is `tokens`,
+    the ids a token-in-token-out client stitched (`arena_core.serve.tokens`); `messages` and
+    `tools` still say which tools an answer's calls are read for."""
+
+    tokens: list[int] = Field(min_length=1)
+
+
+class TokenizeRequest(BaseModel):
+    """vLLM's `POST /tokenize`: a prompt's ids, or chat messages' as the chat route renders
+    them."""
+
+    model_config = _STRICT
+
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+    tools: list[ToolDef] | None = None
+    add_generation_prompt: bool = True
+    add_special_tokens: bool | None = None  # vLLM's defaults: True for a prompt, False for chat
+    return_token_strs: bool = False
+    chat_template_kwargs: dict[str, Any] | None = None  # only empty: the template as it is
+
+    @model_validator(mode="after")
+    def _one_input(self) -> TokenizeRequest:
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("send either prompt or messages")
+        if self.tools and self.messages is None:
+            raise ValueError("tools go with messages")
+        if self.chat_template_kwargs:
+            raise ValueError(
+                "Arena renders with the model's chat template as it is, so chat_template_kwargs "
+                "must be empty; the chat route takes none either"
+            )
+        return self
+
+
+class DetokenizeRequest(BaseModel):
+    """vLLM's `POST /detokenize`."""
+
+    model_config = _STRICT
+
+    model: str | None = None
+    tokens: list[int]
+
+
 class CompletionRequest(SamplingRequest):
     prompt: str | list[str] | list[int] | list[list[int]]
     echo: Literal[False] = False

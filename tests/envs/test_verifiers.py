@@ -313,15 +313,20 @@ def test_a_stateful_tool_env_injects_state_into_its_tool_and_the_rubric_reads_it
 ) -> None:
     """StatefulToolEnv: the model's call (forced by the env's own first request) runs through
     the env's call_tool with the account it injects from the episode's state; the rubric reads
-    that state in the sandbox. The forced call's compact JSON is rendered differently in the
-    next prompt, so the sequence restarts there: the tool's answer is context."""
+    that state in the sandbox. verifiers' token client sends the second turn as the first
+    turn's ids plus the tool's answer (`/tokenize`, `/v1/chat/completions/tokens`), so the
+    sequence extends: the call trains as it was sampled and the tool's answer is masked
+    context. Rendering the conversation again whole would write the forced call's compact
+    JSON with spaces, and the sequence would restart at the second turn (the call untrained)."""
     task, examples, comps = _rollouts(engine, "vf-bank-fixture", [0, 1], max_new_tokens=64)
     tok = engine.tokenizer
     for c in comps:
         episode = c.episode or {}
         assert episode["turns"] == 2 and episode["outcomes"] == {"ok": 1}
-        assert episode["restarts"] == 1  # counted as verifiers/restarts
-        assert "deposit #1 done" in tok.decode(c.prompt_ids)
+        assert episode["restarts"] == 0  # counted as verifiers/restarts
+        sampled, between = _split(c, tok)
+        assert "<tool_call>" in sampled and "deposit #1 done" in between
+        assert "deposit #1 done" not in tok.decode(c.prompt_ids)
         assert episode["final_state"]["state"]["account"]["deposits"] == 1
     values, kinds, got = _scores(task, examples, comps)
     assert kinds == ["ok", "ok"] and got["deposits"] == [1.0, 1.0]
