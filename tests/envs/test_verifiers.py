@@ -201,6 +201,9 @@ def test_arena_run_trains_envs_that_run_their_own_episodes(
     assert {f"reward/{first}", "reward/correctness"} <= columns
     if env_id == "vf-bank-fixture":
         assert any(float(r.get("tokens/trained") or 0) > 0 for r in rows)
+        # the token client's turns extend the sequence: the forced call trains, no restart
+        restarts = [float(r["verifiers/restarts"]) for r in rows if r.get("verifiers/restarts")]
+        assert restarts and not any(restarts)
 
 
 def test_arena_run_trains_a_v1_taskset(tmp_runs: Path) -> None:
