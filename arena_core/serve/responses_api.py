@@ -77,7 +77,7 @@ class ResponsesRequest(BaseModel):
     model_config = _STRICT
 
     model: str | None = None
-    input: str | list[dict[str, Any]]
+    input: str | list[Any]  # items are checked one by one (`_add_item`), each error naming it
     instructions: str | None = None
     tools: list[FunctionTool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedTool | None = None

@@ -195,6 +195,7 @@ def test_a_json_schema_format_and_logprobs(client: OpenAI) -> None:
         ({"tools": [{"type": "web_search"}]}, "tools", "function tools only"),
         ({"include": ["reasoning.encrypted_content"]}, "include", "returns no reasoning"),
         ({"input": [{"type": "reasoning", "summary": []}]}, "input.0.type", "'reasoning'"),
+        ({"input": ["hi", 5]}, "input.0", "an input item is a JSON object"),
         (
             {"input": [{"role": "user", "content": [{"type": "input_image"}]}]},
             "input.0.content.0",
