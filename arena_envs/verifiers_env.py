@@ -512,6 +512,7 @@ class VerifiersRolloutTask(VerifiersTask):
                     max_request_bytes=64 << 20,
                     max_pending=max(64, at_once),
                     max_batch_rows=at_once,
+                    penalties=False,
                 )
                 server = self._servers[id(backend)] = serve_policy(
                     backend, name=SERVED_MODEL, limits=limits

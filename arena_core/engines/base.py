@@ -12,6 +12,22 @@ from typing import Protocol, runtime_checkable
 from arena_core.errors import ArenaError
 
 
+@dataclass(frozen=True)
+class Penalties:
+    """What a served request may add to the logits before sampling (OpenAI's and vLLM's fields).
+
+    Serving only: a run never samples with them, because the learner scores each token under the
+    policy's own distribution and a penalty that depends on the text so far would bias every
+    ratio. The torch engine's server applies them per row (`engines.sampling.apply_penalties`), the
+    vLLM backend passes them to vLLM; both follow vLLM's order and definitions."""
+
+    presence: float = 0.0  # subtracted once from every token the answer already holds
+    frequency: float = 0.0  # subtracted per occurrence in the answer so far
+    repetition: float = 1.0  # a token seen in the prompt or answer: logit / p if > 0, else * p
+    min_p: float = 0.0  # drop tokens below min_p x the likeliest one's probability (sampling)
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, added to its logit)
+
+
 @dataclass
 class SamplingParams:
     """How to sample. temperature 0 means greedy; top_k 0 and top_p 1.0 mean no truncation."""
@@ -30,6 +46,7 @@ class SamplingParams:
     # a Lark grammar in llguidance's dialect (JSON as `%json {schema}`), every row decodes under
     # it. The torch engine constrains per row instead (arena_core.serve.grammar) and ignores it.
     grammar: str | None = None
+    penalties: Penalties | None = None  # a served request's (see `Penalties`); None: none
 
 
 @dataclass

@@ -21,7 +21,7 @@ How the batch is kept (the CPU layout of `TorchBackend._generate_dynamic`): one 
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import torch
@@ -168,6 +168,17 @@ class ContinuousBatch:
             logits.add_(bias)
         else:
             logits.index_add_(0, torch.tensor(rows, device=logits.device), bias)
+
+    def reshape(self, rows: list[int], change: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        """Replace the next-token logits of `rows` by `change(their logits)` ([len(rows), vocab]
+        in, same shape out; a served request's penalties); the next `sample` and
+        `top_logprobs` see the result, as with `restrict`."""
+        assert self._logits is not None
+        if len(rows) == len(self.owners):
+            self._logits = change(self._logits)
+            return
+        index = torch.tensor(rows, device=self._logits.device)
+        self._logits[index] = change(self._logits[index])
 
     def top_logprobs(self, rows: list[int], k: int) -> list[list[tuple[int, float]]]:
         """The `k` likeliest tokens of each row in `rows` and their logprobs, under the

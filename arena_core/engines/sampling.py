@@ -6,9 +6,11 @@ logprob applies too, so behaviour and learner logprobs describe one distribution
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from arena_core.engines.base import SamplingParams
+from arena_core.engines.base import Penalties, SamplingParams
 from arena_core.kernels.filtering import filter_logits
 
 
@@ -47,6 +49,61 @@ def sampled_distribution(logits: torch.Tensor, params: SamplingParams) -> torch.
         return torch.log_softmax(logits.float(), dim=-1)
     scaled = logits if params.temperature == 1.0 else logits / params.temperature
     return torch.log_softmax(filter_logits(scaled, params.top_k, params.top_p).float(), dim=-1)
+
+
+def apply_penalties(
+    logits: torch.Tensor,
+    prompts: list[list[int]],
+    answers: list[list[int]],
+    penalties: list[Penalties],
+    temperatures: list[float],
+) -> torch.Tensor:
+    """`logits` [rows, vocab] with each row's `Penalties` applied in place (and returned), in
+    vLLM's order and by its definitions, so a served answer does not depend on the backend:
+    the logit bias; the repetition penalty (a token in the row's prompt or answer so far: a
+    positive logit divided by it, a negative one multiplied); the frequency penalty per
+    occurrence and the presence penalty once, over the answer so far; then, for a row that
+    samples (temperature > 0), min_p: a token whose probability at that temperature is below
+    min_p times the likeliest one's is dropped. min_p is applied to the unscaled logits as
+    `logit - max < temperature * ln(min_p)`, the same set, so the sampler's temperature still
+    applies once. A token masked out before (-inf, a grammar) stays out."""
+    rows, vocab = logits.shape
+    device, dtype = logits.device, logits.dtype
+    bias = [(row, token, value) for row, p in enumerate(penalties) for token, value in p.logit_bias]
+    if bias:
+        at, tokens, values = zip(*bias, strict=True)
+        index = (torch.tensor(at, device=device), torch.tensor(tokens, device=device))
+        logits.index_put_(index, torch.tensor(values, device=device, dtype=dtype), accumulate=True)
+    counts = _token_counts(answers, vocab, device, dtype)
+    seen = counts > 0
+    repetition = torch.tensor([p.repetition for p in penalties], device=device, dtype=dtype)
+    if bool((repetition != 1).any()):
+        where = seen | (_token_counts(prompts, vocab, device, dtype) > 0)
+        factor = torch.where(where, repetition[:, None], torch.ones_like(logits))
+        logits *= torch.where(logits > 0, 1.0 / factor, factor)
+    frequency = torch.tensor([p.frequency for p in penalties], device=device, dtype=dtype)
+    presence = torch.tensor([p.presence for p in penalties], device=device, dtype=dtype)
+    logits -= frequency[:, None] * counts + presence[:, None] * seen
+    for row, (p, temperature) in enumerate(zip(penalties, temperatures, strict=True)):
+        if p.min_p > 0 and temperature > 0:
+            line = logits[row]
+            floor = line.max() + temperature * math.log(p.min_p)
+            line.masked_fill_(line < floor, float("-inf"))
+    return logits
+
+
+def _token_counts(
+    seqs: list[list[int]], vocab: int, device: torch.device, dtype: torch.dtype
+) -> torch.Tensor:
+    """[len(seqs), vocab]: how often each token occurs in each sequence."""
+    counts = torch.zeros((len(seqs), vocab + 1), device=device, dtype=dtype)
+    width = max(map(len, seqs), default=0)
+    if width:
+        ids = torch.full((len(seqs), width), vocab, dtype=torch.long)
+        for row, seq in enumerate(seqs):
+            ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+        counts.scatter_add_(1, ids.to(device), torch.ones_like(ids, device=device, dtype=dtype))
+    return counts[:, :vocab]
 
 
 BLOCK = 256  # vocabulary entries per block of the two-level inverse CDF (see `draw`)

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from arena_core.engines.backend_configs import VLLMBackendConfig
-from arena_core.engines.base import SamplingParams
+from arena_core.engines.base import Penalties, SamplingParams
 from arena_core.errors import ArenaError
 
 log = logging.getLogger("arena_core.engines.vllm_backend")
@@ -222,11 +222,13 @@ def engine_args(vllm: Any, cfg: VLLMBackendConfig, model_dir: Path) -> Any:
 def vllm_sampling_params(vllm: Any, params: SamplingParams, index: int) -> Any:
     """vLLM's SamplingParams for request `index` of a batch: one sample, the sampled token's
     logprob, tokens streamed as made (each gets the policy version it was made under), and
-    `params.grammar` as vLLM's structured output (its guidance backend, see `engine_args`)."""
+    `params.grammar` as vLLM's structured output (its guidance backend, see `engine_args`), and
+    a served request's `params.penalties` as vLLM's own fields."""
     from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
     seed = None if params.seed is None else int(params.seed) + index  # a group must differ
     grammar = params.grammar
+    asked = params.penalties or Penalties()
     return vllm.SamplingParams(
         n=1,
         max_tokens=params.max_new_tokens,
@@ -241,4 +243,9 @@ def vllm_sampling_params(vllm: Any, params: SamplingParams, index: int) -> Any:
         logprobs=0,  # the sampled token's logprob only
         output_kind=RequestOutputKind.DELTA,  # tokens arrive as made: each gets its version
         structured_outputs=StructuredOutputsParams(grammar=grammar) if grammar else None,
+        presence_penalty=asked.presence,
+        frequency_penalty=asked.frequency,
+        repetition_penalty=asked.repetition,
+        min_p=asked.min_p,
+        logit_bias=dict(asked.logit_bias) or None,
     )

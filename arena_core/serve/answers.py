@@ -229,6 +229,36 @@ def _check_limits(
         )
 
 
+def _penalties(batcher: RequestBatcher, model: ServedModel, req: Any, limits: Limits) -> Any:
+    """The request's logit bias, penalties and min_p (`Penalties`), or None; a 400 naming the
+    first one set where it cannot be applied as asked."""
+    asked = req.penalties()
+    if asked is None:
+        return None
+    fields = ("presence_penalty", "frequency_penalty", "repetition_penalty", "min_p")
+    neutral = (0.0, 0.0, 1.0, 0.0)
+    named = [f for f, n in zip(fields, neutral, strict=True) if getattr(req, f) != n]
+    param = named[0] if named else "logit_bias"
+    if not limits.penalties:
+        raise ApiError(
+            400,
+            f"{param}: this server samples the policy a run is training, and the learner scores "
+            "each token under the policy's own distribution, so a logit bias, penalty or min_p "
+            "would bias every update; leave them out",
+            param=param,
+        )
+    if not batcher.continuous.get(model.name) and not getattr(
+        model.backend, "takes_penalties", False
+    ):
+        raise ApiError(
+            400,
+            f"{param} needs the torch or vllm backend; this model is served by another backend",
+            param=param,
+        )
+    check_in_vocabulary(model, [token for token, _ in asked.logit_bias], "logit_bias")
+    return asked
+
+
 async def _collect(job: Any, pipe: _Pipe, n_rows: int) -> tuple[list[str], list[str | None]]:
     """A non-streamed answer: every row's text and finish reason (the job is cancelled on the
     way out, so a client that went away frees its rows)."""
@@ -264,6 +294,7 @@ async def _answer(
             "another backend",
             param="logprobs",
         )
+    penalties = _penalties(batcher, model, req, limits)
     rows = [p for p in prompts for _ in range(req.n)]
     gen = GenRequest(
         rows=rows,
@@ -277,6 +308,7 @@ async def _answer(
         ignore_eos=req.ignore_eos,
         logprobs=wants.logprobs,
         grammar=grammar,
+        penalties=penalties,
     )
     pipe = _Pipe()
     try:

@@ -81,6 +81,7 @@ class VLLMServing:
     name = "vllm"
     model = None  # no torch module in this process
     takes_grammar = True  # SamplingParams.grammar: vLLM's own (llguidance) constrained decoding
+    takes_penalties = True  # SamplingParams.penalties: vLLM's own logit bias, penalties, min_p
 
     def __init__(self, weights_dir: Path, max_batch: int | None) -> None:
         from transformers import AutoTokenizer

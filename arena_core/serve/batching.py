@@ -269,7 +269,9 @@ class RequestBatcher:
             top_p=req.top_p,
             top_k=req.top_k,
             seed=req.seed,
+            ignore_eos=req.ignore_eos,
             grammar=req.grammar.lark if req.grammar is not None else None,
+            penalties=req.penalties,
         )
         self.batches += 1
         self.max_rows_seen = max(self.max_rows_seen, len(prompts))

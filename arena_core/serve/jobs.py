@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from arena_core.engines.base import Penalties
 from arena_core.serve.models import ServedModel
 
 # Events a job's sink receives (from the worker thread):
@@ -40,13 +41,15 @@ class Request:
     top_k: int = 0
     logprobs: int | None = None  # None: none; k: each sampled token's logprob and k alternatives
     grammar: Any = None  # a compiled grammar (arena_core.serve.grammar): each row decodes under it
+    penalties: Penalties | None = None  # logit bias, penalties, min_p; None: none asked for
 
 
 class Choice:
     """One row's decoding state: tokens so far, text emitted so far, whether it ended."""
 
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int, prompt: list[int]) -> None:
         self.index = index
+        self.prompt = prompt  # the row's prompt ids (a repetition penalty counts them)
         self.tokens: list[int] = []  # the tokens of the text (EOS excluded)
         self.ids: list[int] = []  # every sampled token, EOS included (what token_ids returns)
         self.logprobs: list[float] = []  # the sampled tokens' logprobs, aligned with `ids`
@@ -66,7 +69,7 @@ class Job:
     def __init__(self, model: ServedModel, request: Request, sink: Callable[[Event], None]) -> None:
         self.id = next(Job._ids)
         self.model, self.request, self.sink = model, request, sink
-        self.choices = [Choice(i) for i in request.indexes]
+        self.choices = [Choice(i, p) for i, p in zip(request.indexes, request.rows, strict=True)]
         self.cancelled = False
         self.completion_tokens = 0
 
@@ -79,7 +82,8 @@ class Job:
         # so does a constrained one on a backend without continuous batching (its grammar goes
         # to the backend in the call's SamplingParams, shared by every row)
         alone = self.id if r.seed is not None or r.grammar is not None else None
-        rule = (r.temperature if r.temperature > 0 else 0.0, r.top_p, r.top_k)
+        rule = (r.temperature if r.temperature > 0 else 0.0, r.top_p, r.top_k, r.penalties)
+        rule += (r.ignore_eos,)
         return (self.model.name, *rule, alone)
 
 

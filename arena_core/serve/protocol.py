@@ -2,10 +2,10 @@
 
 Requests are strict: every field is type-checked without coercion (`"max_tokens": "16"` is a 400
 naming `max_tokens`), and a field Arena does not implement (`frobnicate`) is a 400 naming it,
-never silently ignored: a client that asks for something must either get it or be told. Settings
-that clients send at their neutral value (`presence_penalty: 0`, `logit_bias: {}`, `store: false`)
-are accepted at that value, which asks for nothing, and are a 400 at any other. docs/serving.md lists every field these schemas accept; `supported_fields` gives the same
-list to an error message.
+never silently ignored: a client that asks for something must either get it or be told. Platform
+fields that clients send at a value asking for nothing (`store: false`, `service_tier: auto`) are
+accepted at that value and are a 400 at any other. docs/serving.md lists every field these
+schemas accept; `supported_fields` gives the same list to an error message.
 """
 
 from __future__ import annotations
@@ -20,19 +20,13 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
-    ValidationInfo,
     field_validator,
     model_validator,
 )
 
+from arena_core.engines.base import Penalties
+
 MAX_TOP_LOGPROBS = 20  # vLLM's limit as well; OpenAI's chat API allows 20
-# the value of each sampling setting Arena does not apply that leaves the distribution as it is
-NEUTRAL = {
-    "presence_penalty": 0.0,
-    "frequency_penalty": 0.0,
-    "repetition_penalty": 1.0,
-    "min_p": 0.0,
-}
 
 
 @dataclass
@@ -45,6 +39,9 @@ class Limits:
     max_prompts: int = 64
     max_pending: int = 64
     max_batch_rows: int = 32
+    # whether requests may ask for a logit bias, penalties or min_p: not on a run's in-run server,
+    # whose answers are trained on (the learner scores the policy's own distribution)
+    penalties: bool = True
 
 
 _STRICT = ConfigDict(extra="forbid", strict=True)
@@ -73,13 +70,12 @@ class SamplingRequest(BaseModel):
     stream_options: StreamOptions | None = None
     ignore_eos: bool = False  # vLLM's extension (`extra_body`): decode to max_tokens past EOS
     return_token_ids: bool = False  # vLLM's extension: prompt_token_ids and choices[].token_ids
-    # Sampling settings Arena's engines do not apply, accepted at the value that asks for nothing
-    # (`_only_neutral`): clients send them so (verifiers' sampling_args, chat UIs, agent SDKs).
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    repetition_penalty: float = 1.0  # vLLM's extension
-    min_p: float = 0.0  # vLLM's extension
-    logit_bias: dict[str, float] | None = None
+    # adjustments of the logits before sampling (`Penalties`), OpenAI's ranges and vLLM's
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    repetition_penalty: float = Field(1.0, gt=0.0)  # vLLM's extension
+    min_p: float = Field(0.0, ge=0.0, le=1.0)  # vLLM's extension
+    logit_bias: dict[str, float] | None = None  # token id (a string) -> -100..100
     user: str | None = None  # who the end user is, for the provider's records: changes no token
 
     @field_validator("stop")
@@ -92,26 +88,29 @@ class SamplingRequest(BaseModel):
             raise ValueError("stop sequences must be non-empty strings")
         return v
 
-    @field_validator("presence_penalty", "frequency_penalty", "repetition_penalty", "min_p")
-    @classmethod
-    def _only_neutral(cls, v: float, info: ValidationInfo) -> float:
-        neutral = NEUTRAL[info.field_name or ""]
-        if v != neutral:
-            raise ValueError(
-                f"Arena's engines do not apply {info.field_name}, so only {neutral:g} (none) is "
-                f"accepted, not {v:g}; leave it out or send {neutral:g}"
-            )
-        return v
-
     @field_validator("logit_bias")
     @classmethod
-    def _no_bias(cls, v: dict[str, float] | None) -> dict[str, float] | None:
-        if v and any(bias != 0 for bias in v.values()):
-            raise ValueError(
-                "Arena's engines do not apply a logit bias, so only an empty one is accepted; "
-                "leave it out or send {}"
-            )
+    def _bias(cls, v: dict[str, float] | None) -> dict[str, float] | None:
+        for key, value in (v or {}).items():
+            if not key.isdigit():
+                raise ValueError(
+                    f'logit_bias keys are token ids written as strings ({{"50256": -100}}), '
+                    f"not {key!r}"
+                )
+            if not -100 <= value <= 100:
+                raise ValueError(f"logit_bias of token {key} is {value:g}, outside -100..100")
         return v
+
+    def penalties(self) -> Penalties | None:
+        """The logit adjustments this request asks for; None when it asks for none."""
+        asked = Penalties(
+            presence=self.presence_penalty,
+            frequency=self.frequency_penalty,
+            repetition=self.repetition_penalty,
+            min_p=self.min_p,
+            logit_bias=tuple((int(k), v) for k, v in (self.logit_bias or {}).items() if v),
+        )
+        return None if asked == Penalties() else asked
 
     def stops(self) -> list[str]:
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])

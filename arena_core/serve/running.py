@@ -15,6 +15,7 @@ import torch
 
 from arena_core.engines.base import SamplingParams
 from arena_core.engines.continuous import ContinuousBatch
+from arena_core.engines.sampling import apply_penalties
 from arena_core.serve.jobs import Job, advance_choice
 from arena_core.serve.models import ServedModel
 
@@ -78,6 +79,7 @@ class RunningBatch:
 
                 matchers = [owners[row][1].matcher for row in constrained]
                 self.batch.restrict(constrained, token_bias(matchers, eos_ids))
+            self._penalize(owners)
             tokens = self.batch.sample()
             logprobs = self.batch.logprobs
             tops = self._top_logprobs()
@@ -105,6 +107,25 @@ class RunningBatch:
         if not self.jobs:
             self.alone = False
         return ended
+
+    def _penalize(self, owners: list[tuple[Job, Any]]) -> None:
+        """The logit bias, penalties and min_p of the rows whose request asked for them, after
+        the grammar's mask (vLLM's order: the grammar, then these, then temperature)."""
+        rows = [row for row, (job, _) in enumerate(owners) if job.request.penalties is not None]
+        if not rows:
+            return
+        chosen = [owners[row] for row in rows]
+
+        def change(logits: torch.Tensor) -> torch.Tensor:
+            return apply_penalties(
+                logits,
+                [choice.prompt for _, choice in chosen],
+                [choice.ids for _, choice in chosen],
+                [job.request.penalties for job, _ in chosen],
+                [job.request.temperature for job, _ in chosen],
+            )
+
+        self.batch.reshape(rows, change)
 
     def _top_logprobs(self) -> dict[int, list[tuple[int, float]]]:
         """Each row that asked for alternatives: its top-k tokens and logprobs this step."""

@@ -110,3 +110,39 @@ def test_vllm_deploy_greedy_equals_torch_and_streams(vllm_url: str, local, quick
 
     assert sample(7) == sample(7)
     assert httpx.get(f"{vllm_url}/health", timeout=10).json()["status"] == "ok"
+
+
+def test_vllm_applies_the_penalties_the_torch_engine_applies(vllm_url: str, local) -> None:
+    """A logit bias and the presence, frequency and repetition penalties reach vLLM's own
+    sampler, and the torch engine's server (`serve_policy` over the same checkpoint) decodes the
+    same greedy tokens with them: one definition of each on both backends. 40 tokens past EOS,
+    where the model repeats itself and every penalty changes the answer."""
+    from openai import OpenAI
+
+    from arena_core.serve.server import serve_policy
+
+    vllm = OpenAI(base_url=f"{vllm_url}/v1", api_key=KEY, max_retries=0, timeout=120)
+    model = vllm.models.list().data[0].id
+    kw = dict(prompt="What is 12+30?", max_tokens=40, temperature=0)
+
+    def answer(client: OpenAI, name: str, **extra) -> list[int]:
+        body = {"return_token_ids": True, "ignore_eos": True, **extra.pop("extra_body", {})}
+        r = client.completions.create(model=name, extra_body=body, **kw, **extra)
+        return r.choices[0].token_ids
+
+    with serve_policy(local, name="torch") as srv:
+        torch_client = OpenAI(base_url=f"{srv.url}/v1", api_key="none", max_retries=0)
+        plain = answer(torch_client, "torch")
+        assert len(plain) == 40 and answer(vllm, model) == plain  # ignore_eos reaches vLLM
+        settings = [
+            {"presence_penalty": 1.5},
+            {"frequency_penalty": 0.5},
+            {"extra_body": {"repetition_penalty": 2.5}},
+            {"logit_bias": {str(plain[0]): -100}},
+            {"logit_bias": {str(plain[1]): -3}, "presence_penalty": 0.5,
+             "extra_body": {"repetition_penalty": 1.3}},
+        ]  # fmt: skip
+        for setting in settings:
+            want = answer(torch_client, "torch", **dict(setting))
+            assert want != plain, setting
+            assert answer(vllm, model, **dict(setting)) == want, setting
