@@ -37,11 +37,12 @@ then, with the openai client:
 request fields (chat): model, messages (roles system/developer/user/assistant/tool; text
 content; assistant tool_calls; tool_call_id), max_tokens, max_completion_tokens, temperature,
 top_p, n, stop, seed, stream, stream_options.include_usage, logprobs, top_logprobs (<= 20),
-tools, tool_choice (none/auto/required/named), response_format (text/json_object/json_schema);
-completions: model, prompt (text, list of texts, token ids, list of token id lists), max_tokens,
-temperature, top_p, n, stop, seed, stream, stream_options, logprobs (<= 20), echo (false only);
-vLLM's extensions (extra_body): top_k, ignore_eos, return_token_ids. Any other field is a 400
-naming it (docs/serving.md)."""
+presence_penalty, frequency_penalty, logit_bias, tools, tool_choice (none/auto/required/named),
+response_format (text/json_object/json_schema); completions: model, prompt (text, list of texts,
+token ids, list of token id lists), max_tokens, temperature, top_p, n, stop, seed, stream,
+stream_options, logprobs (<= 20), presence_penalty, frequency_penalty, logit_bias, echo (false
+only); vLLM's extensions (extra_body): top_k, min_p, repetition_penalty, ignore_eos,
+return_token_ids. Any other field is a 400 naming it (docs/serving.md)."""
 
 # the rule runs follow (arena_core.threads.default_threads), so a server and a run on
 # the same machine share it the same way
@@ -59,7 +60,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="serve checkpoints or models with an OpenAI-compatible API",
         description="Serve run checkpoints or models (by name, directory, GGUF file or exported "
         "adapter) at /v1/models, /v1/chat/completions, /v1/responses and /v1/completions (streaming, n, stop, "
-        "seed, usage, logprobs, token ids, tools, structured output), /health. Concurrent requests share "
+        "seed, usage, logprobs, token ids, tools, structured output, penalties and logit bias), /health. Concurrent requests share "
         "decode steps (continuous batching on the torch engine). A PPO/IPPO checkpoint answers "
         "POST /v1/act (observation in, action out) instead, from its run or its export. Binds 127.0.0.1 unless --host says "
         "otherwise; any other address requires an API key.",
