@@ -9,6 +9,7 @@ from arena_core.cli.options import (
     METRIC_HELP,
     add_runs_option,
     add_server_options,
+    count,
     port_number,
     positive_int,
     seconds,
@@ -121,6 +122,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--max-batch", type=positive_int, default=lim.max_batch_rows, help="rows decoded together"
     )
     p.add_argument(
+        "--stored-responses",
+        type=count,
+        default=lim.stored_responses,
+        metavar="N",
+        help="Responses API responses kept in memory, for previous_response_id and GET "
+        "/v1/responses/ID (the last N; a restart forgets them; 0: none, store: true is then a "
+        "400) (default %(default)s)",
+    )
+    p.add_argument(
         "--max-request-bytes",
         type=positive_int,
         default=lim.max_request_bytes,
@@ -166,6 +176,7 @@ def run(args: argparse.Namespace) -> int:
             max_n=args.max_n,
             max_pending=args.max_pending,
             max_batch_rows=args.max_batch,
+            stored_responses=args.stored_responses,
         ),
     )
     _quiet_loading()

@@ -1,5 +1,6 @@
 """The OpenAI-compatible HTTP app: `/v1/models`, `/v1/chat/completions`, `/v1/completions`,
-`/health`, with SSE streaming, bearer-token auth and request limits.
+`/v1/responses` (and its stored responses), the token routes, `/health`, with SSE streaming,
+bearer-token auth and request limits.
 
 Every error leaves as the OpenAI error JSON (`{"error": {message, type, param, code}}`) with the
 matching status (400 bad request, 401 key, 404 model or route, 429 queue full with Retry-After,
@@ -38,7 +39,7 @@ from arena_core.serve.protocol import (
     now,
     validation_message,
 )
-from arena_core.serve.responses_api import ResponsesRequest, respond
+from arena_core.serve.responses_api import ResponsesRequest, ResponseStore, StoredResponse, respond
 from arena_core.serve.tokens import detokenize, tokenize
 
 
@@ -170,10 +171,22 @@ def create_app(
         req = await parse_body(request, DetokenizeRequest)
         return detokenize(_pick(batcher, req.model, request), req)
 
+    stored = ResponseStore(limits.stored_responses)
+
     @app.post("/v1/responses")
     async def responses(request: Request) -> Any:
         req = await parse_body(request, ResponsesRequest)
-        return await respond(batcher, _pick(batcher, req.model, request), req, limits)
+        return await respond(batcher, _pick(batcher, req.model, request), req, limits, stored)
+
+    @app.get("/v1/responses/{response_id}")
+    async def get_response(response_id: str) -> Any:
+        return _stored(stored, response_id).response
+
+    @app.delete("/v1/responses/{response_id}")
+    async def delete_response(response_id: str) -> Any:
+        _stored(stored, response_id)
+        stored.delete(response_id)
+        return {"id": response_id, "object": "response.deleted", "deleted": True}
 
     openai_paths = _paths(app)
     for kind in sorted({m.kind for m in models} - {"llm"}):
@@ -182,6 +195,19 @@ def create_app(
             support.add_routes(app, [m for m in models if m.kind == kind])
     app.state.kind_paths = sorted(_paths(app) - openai_paths)  # e.g. ["/v1/act"]
     return app
+
+
+def _stored(store: ResponseStore, response_id: str) -> StoredResponse:
+    found = store.get(response_id)
+    if found is None:
+        raise ApiError(
+            404,
+            f"no response '{response_id}' on this server (it keeps the last {store.capacity} "
+            "stored responses in memory; a restart forgets them)",
+            param="response_id",
+            code="not_found",
+        )
+    return found
 
 
 def _paths(app: FastAPI) -> set[str]:

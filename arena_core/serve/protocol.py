@@ -42,6 +42,8 @@ class Limits:
     # whether requests may ask for a logit bias, penalties or min_p: not on a run's in-run server,
     # whose answers are trained on (the learner scores the policy's own distribution)
     penalties: bool = True
+    # Responses API responses kept in memory for previous_response_id and GET (0: none)
+    stored_responses: int = 1024
 
 
 _STRICT = ConfigDict(extra="forbid", strict=True)

@@ -9,16 +9,23 @@ schema, and the batching are the ones `/v1/chat/completions` uses. The chat answ
 as a Response object, or streamed as the Responses events (`response.created`, the output items
 with their text or arguments deltas, `response.completed`).
 
-Stateless: nothing is stored. `store: true`, `previous_response_id` and `conversation` are
-refused; the client sends the whole conversation as input, as the Agents SDK does by default.
-Tools other than functions (web search, file search, computer use) are refused by name.
+Responses are kept in memory (`ResponseStore`, the last `Limits.stored_responses`; OpenAI's
+default is to store), so `previous_response_id` continues a conversation without sending it again
+(the Agents SDK's `previous_response_id` and `auto_previous_response_id`), and `GET`/`DELETE
+/v1/responses/{id}` read and forget one. A restart forgets them all; `store: false` keeps one out.
+`conversation` (OpenAI's Conversations API) is refused. Tools other than functions (web search,
+file search, computer use) are refused by name.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from fastapi.responses import StreamingResponse
@@ -89,24 +96,15 @@ class ResponsesRequest(BaseModel):
     top_logprobs: int | None = Field(None, ge=0, le=20)
     include: list[str] | None = None
     stream: bool = False
+    store: bool = True  # keep the response for `previous_response_id` and GET (OpenAI's default)
+    previous_response_id: str | None = None  # continue that stored response's conversation
     # platform fields, accepted where they ask for nothing Arena would have to do
-    store: bool | None = None  # only false: nothing is stored (`_stateless`)
     metadata: dict[str, str] | None = None
     user: str | None = None
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
     service_tier: Literal["auto", "default"] | None = None
     truncation: Literal["disabled"] | None = None  # a prompt past the context is a 400
-
-    @field_validator("store")
-    @classmethod
-    def _stateless(cls, v: bool | None) -> bool | None:
-        if v:
-            raise ValueError(
-                "Arena stores no responses: send store: false (or leave it out) and the whole "
-                "conversation as input"
-            )
-        return v
 
     @field_validator("tools", mode="before")
     @classmethod
@@ -149,11 +147,27 @@ def _in_these_words(exc: ApiError) -> ApiError:
     return exc
 
 
-def chat_request(req: ResponsesRequest) -> ChatRequest:
-    """The chat request that answers `req`: its messages, tools and format (module doc)."""
+def conversation(req: ResponsesRequest, store: ResponseStore) -> list[dict[str, Any]]:
+    """The chat messages `req` continues and adds, instructions left out: the stored
+    conversation of `previous_response_id` (a copy), then `req.input`'s items."""
     messages: list[dict[str, Any]] = []
-    if req.instructions:
-        messages.append({"role": "system", "content": req.instructions})
+    if req.previous_response_id is not None:
+        before = store.get(req.previous_response_id)
+        if before is None:
+            kept = (
+                f"it keeps the last {store.capacity} responses in memory, and a restart forgets "
+                "them"
+                if store.capacity
+                else "it stores none (--stored-responses 0)"
+            )
+            raise ApiError(
+                400,
+                f"previous_response_id: no response '{req.previous_response_id}' on this server "
+                f"({kept}); send the whole conversation as input instead",
+                param="previous_response_id",
+                code="previous_response_not_found",
+            )
+        messages = copy.deepcopy(before.conversation)
     if isinstance(req.input, str):
         messages.append({"role": "user", "content": req.input})
     else:
@@ -161,8 +175,15 @@ def chat_request(req: ResponsesRequest) -> ChatRequest:
             _add_item(messages, item, f"input.{i}")
     if not messages:
         raise ApiError(400, "input: empty (no message to answer)", param="input")
+    return messages
+
+
+def chat_request(req: ResponsesRequest, messages: list[dict[str, Any]]) -> ChatRequest:
+    """The chat request that answers `req` over the conversation `messages`: its instructions as
+    the system message, its tools and format (module doc)."""
+    system = [{"role": "system", "content": req.instructions}] if req.instructions else []
     body: dict[str, Any] = {
-        "messages": messages,
+        "messages": system + copy.deepcopy(messages),
         "temperature": req.temperature,
         "top_p": req.top_p,
         "stream": req.stream,
@@ -303,15 +324,28 @@ def _text(content: Any, where: str) -> str:
 
 
 async def respond(
-    batcher: RequestBatcher, model: ServedModel, req: ResponsesRequest, limits: Limits
+    batcher: RequestBatcher,
+    model: ServedModel,
+    req: ResponsesRequest,
+    limits: Limits,
+    store: ResponseStore,
 ) -> Any:
-    """POST /v1/responses for `model`: the chat path's answer as a Response, or its events."""
-    chat = chat_request(req)
+    """POST /v1/responses for `model`: the chat path's answer as a Response, or its events; the
+    Response is stored as it ends unless `store: false`."""
+    if req.store and not store.capacity:
+        raise ApiError(
+            400,
+            "store: this server stores no responses (--stored-responses 0); send store: false "
+            "and the whole conversation as input",
+            param="store",
+        )
+    messages = conversation(req, store)
+    chat = chat_request(req, messages)
     try:
         answer = await chat_completion(batcher, model, chat, limits)
     except ApiError as exc:
         raise _in_these_words(exc) from None
-    shell = _Shell(req, model.name)
+    shell = _Shell(req, model.name, messages, store)
     if not req.stream:
         choice = answer["choices"][0]
         message = choice["message"]
@@ -329,10 +363,54 @@ async def respond(
     )
 
 
-class _Shell:
-    """What every Response object of one request repeats: its id, the request's settings."""
+@dataclass
+class StoredResponse:
+    """A response as returned, and its whole conversation as chat messages (its input's and its
+    output's; instructions left out: OpenAI does not carry them to the next response)."""
 
-    def __init__(self, req: ResponsesRequest, model: str) -> None:
+    response: dict[str, Any]
+    conversation: list[dict[str, Any]]
+
+
+class ResponseStore:
+    """The responses a server remembers, in memory: the last `capacity` stored or read (reading
+    one keeps it, so a conversation in use is not the one forgotten); 0 stores none."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = max(0, int(capacity))
+        self._items: OrderedDict[str, StoredResponse] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def put(self, stored: StoredResponse) -> None:
+        with self._lock:
+            self._items[stored.response["id"]] = stored
+            while len(self._items) > self.capacity:
+                self._items.popitem(last=False)
+
+    def get(self, response_id: str) -> StoredResponse | None:
+        with self._lock:
+            stored = self._items.get(response_id)
+            if stored is not None:
+                self._items.move_to_end(response_id)
+            return stored
+
+    def delete(self, response_id: str) -> bool:
+        with self._lock:
+            return self._items.pop(response_id, None) is not None
+
+
+class _Shell:
+    """What every Response object of one request repeats (its id, the request's settings), and
+    where the finished Response is stored with the conversation it ends."""
+
+    def __init__(
+        self,
+        req: ResponsesRequest,
+        model: str,
+        messages: list[dict[str, Any]],
+        store: ResponseStore,
+    ) -> None:
+        self.messages, self.store = messages, store if req.store else None
         fmt = req.text.format if req.text and req.text.format else None
         choice = req.tool_choice
         self.fields: dict[str, Any] = {
@@ -353,7 +431,8 @@ class _Shell:
             if fmt
             else {"format": {"type": "text"}},
             "truncation": "disabled",
-            "store": False,
+            "store": req.store,
+            "previous_response_id": req.previous_response_id,
             "metadata": req.metadata or {},
             "error": None,
         }
@@ -362,13 +441,19 @@ class _Shell:
         self, output: list[dict[str, Any]], finish: str | None, counts: dict[str, int] | None
     ) -> dict[str, Any]:
         cut = finish == "length"
-        return {
+        response = {
             **self.fields,
             "status": "incomplete" if cut else "completed",
             "incomplete_details": {"reason": "max_output_tokens"} if cut else None,
             "output": output,
             "usage": _usage(counts),
         }
+        if self.store is not None:
+            messages = copy.deepcopy(self.messages)
+            for i, item in enumerate(output):
+                _add_item(messages, item, f"output.{i}")
+            self.store.put(StoredResponse(copy.deepcopy(response), messages))
+        return response
 
     def in_progress(self) -> dict[str, Any]:
         return {**self.fields, "status": "in_progress", "incomplete_details": None, "output": []}

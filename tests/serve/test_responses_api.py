@@ -1,7 +1,8 @@
 """`POST /v1/responses` with the official `openai` client and OpenAI's Agents SDK, against a server
 over the embedded tiny model: the Responses API answers what the chat route answers for the
 same conversation, function calls go out and their outputs come back in, the stream rebuilds
-the same Response, and what Arena does not do is refused by name.
+the same Response, a stored response is continued by `previous_response_id` as if the whole
+conversation had been sent, and what Arena does not do is refused by name.
 
 Traffic goes only to 127.0.0.1, to the server the fixture starts and stops.
 """
@@ -190,8 +191,8 @@ def test_a_json_schema_format_and_logprobs(client: OpenAI) -> None:
 @pytest.mark.parametrize(
     ("extra", "param", "says"),
     [
-        ({"store": True}, "store", "Arena stores no responses"),
-        ({"previous_response_id": "resp_1"}, "previous_response_id", "unsupported field"),
+        ({"previous_response_id": "resp_1"}, "previous_response_id", "no response 'resp_1'"),
+        ({"conversation": "conv_1"}, "conversation", "unsupported field"),
         ({"tools": [{"type": "web_search"}]}, "tools", "function tools only"),
         ({"include": ["reasoning.encrypted_content"]}, "include", "returns no reasoning"),
         ({"input": [{"type": "reasoning", "summary": []}]}, "input.0.type", "'reasoning'"),
@@ -254,3 +255,117 @@ def test_an_agents_sdk_agent_calls_its_tool_and_answers(server: str) -> None:
     ]
     assert isinstance(done.final_output, str) and done.final_output
     assert isinstance(streamed.final_output, str) and "raw_response_event" in kinds
+
+
+# -- stored responses ----------------------------------------------------------------------------
+
+
+def test_previous_response_id_answers_as_the_whole_conversation_would(client: OpenAI) -> None:
+    """Each response is stored (OpenAI's default); continuing one by its id is answered as the
+    whole conversation sent as input is, through a function call and its output, streamed or
+    not; instructions are not carried over (OpenAI's rule)."""
+    first = client.responses.create(**FORCED_CALL, instructions="Call add.")
+    assert first.store is True and first.previous_response_id is None
+    call = next(item for item in first.output if item.type == "function_call")
+    output = {"type": "function_call_output", "call_id": call.call_id, "output": "42"}
+    chained = client.responses.create(
+        model="tiny", input=[output], previous_response_id=first.id, tools=TOOLS,
+        max_output_tokens=24, temperature=0,
+    )  # fmt: skip
+    history = [{"role": "user", "content": QUESTION}]
+    history += [item.model_dump(exclude_none=True) for item in first.output] + [output]
+    whole = client.responses.create(
+        model="tiny", input=history, tools=TOOLS, max_output_tokens=24, temperature=0,
+        store=False,
+    )  # fmt: skip
+    assert chained.previous_response_id == first.id
+    assert chained.output_text == whole.output_text
+    assert chained.usage.input_tokens == whole.usage.input_tokens
+
+    ask = {"role": "user", "content": "And 2+2?"}
+    with client.responses.stream(
+        model="tiny", input=[ask], previous_response_id=chained.id, max_output_tokens=64,
+        temperature=0,
+    ) as stream:  # fmt: skip
+        streamed = stream.get_final_response()
+    history += [item.model_dump(exclude_none=True) for item in chained.output] + [ask]
+    again = client.responses.create(
+        model="tiny", input=history, max_output_tokens=64, temperature=0, store=False
+    )
+    assert streamed.status == "completed" and streamed.output_text == again.output_text
+    assert client.responses.retrieve(streamed.id).output_text == streamed.output_text
+
+
+def test_a_stored_response_is_read_back_and_deleted(client: OpenAI) -> None:
+    kept = client.responses.create(model="tiny", input=QUESTION, max_output_tokens=8)
+    read = client.responses.retrieve(kept.id)
+    assert read.model_dump() == kept.model_dump()
+    client.responses.delete(kept.id)
+    with pytest.raises(openai.NotFoundError) as info:
+        client.responses.retrieve(kept.id)
+    assert info.value.body["param"] == "response_id"
+    with pytest.raises(openai.BadRequestError) as info:
+        client.responses.create(model="tiny", input="hi", previous_response_id=kept.id)
+    assert info.value.body["code"] == "previous_response_not_found"
+    unkept = client.responses.create(model="tiny", input=QUESTION, max_output_tokens=8, store=False)
+    assert unkept.store is False
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(unkept.id)
+
+
+def test_the_store_keeps_the_last_responses_used_and_can_be_off() -> None:
+    """`--stored-responses N`: the N responses stored or read last; 0 stores none, and then
+    `store: true` is refused by name while `store: false` is answered."""
+    policy = load_policy({"name_or_path": "arena:tiny", "lora": {"r": 0}})
+    with serve_policy(policy, name="tiny", limits=Limits(stored_responses=2)) as srv:
+        client = OpenAI(base_url=f"{srv.url}/v1", api_key="none", max_retries=0)
+        a, b = (client.responses.create(model="tiny", input=q, max_output_tokens=4) for q in "ab")
+        client.responses.retrieve(a.id)  # read: `a` is now the last used, `b` the oldest
+        client.responses.create(model="tiny", input="c", max_output_tokens=4)
+        client.responses.retrieve(a.id)
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve(b.id)
+    with serve_policy(policy, name="tiny", limits=Limits(stored_responses=0)) as srv:
+        client = OpenAI(base_url=f"{srv.url}/v1", api_key="none", max_retries=0)
+        with pytest.raises(openai.BadRequestError) as info:
+            client.responses.create(model="tiny", input="hi", max_output_tokens=4)
+        assert info.value.body["param"] == "store" and "--stored-responses 0" in info.value.message
+        ok = client.responses.create(model="tiny", input="hi", max_output_tokens=4, store=False)
+        assert ok.status in ("completed", "incomplete")
+
+
+def test_an_agents_sdk_run_chains_its_turns_on_the_server(server: str) -> None:
+    """The Agents SDK's `auto_previous_response_id`: after the first turn it sends only the new
+    items (the tool's output) with the previous response's id, and the run still ends with
+    the model's answer after the call."""
+    agents = pytest.importorskip("agents")
+    from openai import AsyncOpenAI
+
+    agents.set_tracing_disabled(True)
+
+    @agents.function_tool
+    def add_ten(a: Annotated[int, Field(ge=0, le=99)]) -> int:
+        """Add ten to a."""
+        return a + 10
+
+    client = AsyncOpenAI(base_url=f"{server}/v1", api_key="none", max_retries=0)
+    agent = agents.Agent(
+        name="calc",
+        instructions="Use the add_ten tool.",
+        tools=[add_ten],
+        model=agents.OpenAIResponsesModel(model="tiny", openai_client=client),
+        model_settings=agents.ModelSettings(tool_choice="required", temperature=0, max_tokens=150),
+    )
+    done = asyncio.run(
+        agents.Runner.run(agent, "What is 5 plus ten?", max_turns=4, auto_previous_response_id=True)
+    )
+    assert [type(item).__name__ for item in done.new_items] == [
+        "ToolCallItem",
+        "ToolCallOutputItem",
+        "MessageOutputItem",
+    ]
+    sync = OpenAI(base_url=f"{server}/v1", api_key="none", max_retries=0)
+    last = sync.responses.retrieve(done.last_response_id)
+    first = sync.responses.retrieve(last.previous_response_id)  # the turn that made the call
+    assert [item.type for item in first.output] == ["function_call"]
+    assert last.output_text == done.final_output
