@@ -215,15 +215,12 @@ def test_what_arena_does_not_do_is_refused_by_name(
     assert info.value.body["param"] == param and says in info.value.message
 
 
-def test_an_agents_sdk_agent_calls_its_tool_and_answers(server: str) -> None:
-    """OpenAI's Agents SDK runs its whole loop on Arena's Responses API: the model's forced
-    call reaches the Python function, its result goes back, and the model's answer ends the
-    run (its tool choice resets to auto after the call); streamed the same way."""
-    agents = pytest.importorskip("agents")
+def _calc_agent(agents, server: str, seen: list[int]):  # noqa: ANN001, ANN202 - the SDK module
+    """An agent whose model must call `add_ten` (which records its argument in `seen`) first,
+    then answers; its model is Arena's Responses API at `server`."""
     from openai import AsyncOpenAI
 
     agents.set_tracing_disabled(True)
-    seen: list[int] = []
 
     @agents.function_tool
     def add_ten(a: Annotated[int, Field(ge=0, le=99)]) -> int:
@@ -232,13 +229,22 @@ def test_an_agents_sdk_agent_calls_its_tool_and_answers(server: str) -> None:
         return a + 10
 
     client = AsyncOpenAI(base_url=f"{server}/v1", api_key="none", max_retries=0)
-    agent = agents.Agent(
+    return agents.Agent(
         name="calc",
         instructions="Use the add_ten tool.",
         tools=[add_ten],
         model=agents.OpenAIResponsesModel(model="tiny", openai_client=client),
         model_settings=agents.ModelSettings(tool_choice="required", temperature=0, max_tokens=150),
     )
+
+
+def test_an_agents_sdk_agent_calls_its_tool_and_answers(server: str) -> None:
+    """OpenAI's Agents SDK runs its whole loop on Arena's Responses API: the model's forced
+    call reaches the Python function, its result goes back, and the model's answer ends the
+    run (its tool choice resets to auto after the call); streamed the same way."""
+    agents = pytest.importorskip("agents")
+    seen: list[int] = []
+    agent = _calc_agent(agents, server, seen)
 
     async def run() -> tuple[object, object, set[str]]:
         done = await agents.Runner.run(agent, "What is 5 plus ten?", max_turns=4)
@@ -339,23 +345,7 @@ def test_an_agents_sdk_run_chains_its_turns_on_the_server(server: str) -> None:
     items (the tool's output) with the previous response's id, and the run still ends with
     the model's answer after the call."""
     agents = pytest.importorskip("agents")
-    from openai import AsyncOpenAI
-
-    agents.set_tracing_disabled(True)
-
-    @agents.function_tool
-    def add_ten(a: Annotated[int, Field(ge=0, le=99)]) -> int:
-        """Add ten to a."""
-        return a + 10
-
-    client = AsyncOpenAI(base_url=f"{server}/v1", api_key="none", max_retries=0)
-    agent = agents.Agent(
-        name="calc",
-        instructions="Use the add_ten tool.",
-        tools=[add_ten],
-        model=agents.OpenAIResponsesModel(model="tiny", openai_client=client),
-        model_settings=agents.ModelSettings(tool_choice="required", temperature=0, max_tokens=150),
-    )
+    agent = _calc_agent(agents, server, [])
     done = asyncio.run(
         agents.Runner.run(agent, "What is 5 plus ten?", max_turns=4, auto_previous_response_id=True)
     )
