@@ -64,7 +64,10 @@ def _is_loopback(host: str) -> bool:
 def bind(host: str, port: int) -> socket.socket:
     """Bind before loading models, so a taken port fails in a second, not after the load."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP by name: asyncio turns Nagle's algorithm off (TCP_NODELAY) only on sockets that
+    # say so, and with it on, a kept-alive connection's response waited ~40 ms for the client's
+    # delayed ACK between its headers and its body (every openai and tinker SDK call)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
