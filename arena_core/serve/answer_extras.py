@@ -30,11 +30,13 @@ class Wants:
     )
     prompts: list[list[int]] = field(default_factory=list)  # one per prompt
     parallel_tool_calls: bool = True
+    echo: list[str] | None = None  # completions' `echo`: each prompt's text, before its answers
+    generate: bool = True  # False: `max_tokens: 0` with echo, the prompt alone is the answer
 
     @property
     def plain(self) -> bool:
         """Nothing but text: the stream's fast chunk template applies."""
-        return self.logprobs is None and not self.token_ids and not self.tools
+        return self.logprobs is None and not self.token_ids and not self.tools and not self.echo
 
 
 class TokenText:

@@ -31,6 +31,7 @@ from arena_core.serve.answer_extras import (
 from arena_core.serve.batching import QueueFull, RequestBatcher
 from arena_core.serve.chat import chat_grammar, check_tools, read_tool_calls, render_chat, tool_def
 from arena_core.serve.chunks import ChunkTemplate
+from arena_core.serve.echo import echo_logprobs
 from arena_core.serve.jobs import Request as GenRequest
 from arena_core.serve.models import ServedModel
 from arena_core.serve.protocol import (
@@ -128,12 +129,28 @@ async def text_completion(
         raise ApiError(400, "a prompt is empty (no tokens)", param="prompt")
     for p in prompts:
         check_in_vocabulary(model, p, "prompt")
-    max_tokens = req.max_tokens or 16  # the OpenAI default for completions
+    if req.echo and req.stream:
+        raise ApiError(
+            400, "echo: an echoed prompt is answered whole; send stream: false", param="echo"
+        )
+    if req.max_tokens == 0 and not req.echo:
+        raise ApiError(
+            400,
+            "max_tokens: 0 generates nothing; send echo: true to score the prompt, or ask for 1 "
+            "or more tokens",
+            param="max_tokens",
+        )
+    # max_tokens 0 (echo only): one token is decoded with the prompt's scoring and left out
+    max_tokens = 16 if req.max_tokens is None else max(1, req.max_tokens)  # OpenAI's default 16
     wants = Wants(
         chat=False,
         logprobs=req.top_k_logprobs(),
         token_ids=req.return_token_ids,
         prompts=prompts,
+        echo=[p if isinstance(p, str) else model.tokenizer.decode(p) for p in given]
+        if req.echo
+        else None,
+        generate=req.max_tokens != 0,
     )
     return await _answer(batcher, model, req, wants, max_tokens, limits, None)
 
@@ -309,6 +326,7 @@ async def _answer(
         logprobs=wants.logprobs,
         grammar=grammar,
         penalties=penalties,
+        prompt_logprobs=wants.logprobs if wants.echo else None,
     )
     pipe = _Pipe()
     try:
@@ -344,7 +362,7 @@ async def _answer(
         "choices": [
             _choice(i, texts[i], finish[i], job, wants, model, rows) for i in range(len(rows))
         ],
-        "usage": usage(meta["prompt_tokens"], job.completion_tokens),
+        "usage": usage(meta["prompt_tokens"], job.completion_tokens if wants.generate else 0),
     }
     if wants.token_ids and chat:
         body["prompt_token_ids"] = prompts[0]
@@ -374,11 +392,21 @@ def _choice(
         if wants.logprobs is not None:
             out["logprobs"] = chat_logprobs(words, state, 0, len(state.ids))
     else:
-        out = text_choice(i, text, finish)
+        sampled = len(state.ids) if wants.generate else 0
+        echo = wants.echo[i * len(wants.prompts) // len(rows)] if wants.echo else ""
+        if not wants.generate:
+            text, finish = "", "length"
+        out = text_choice(i, echo + text, finish)
         if wants.logprobs is not None:
-            out["logprobs"] = text_completion_logprobs(words, state, 0, len(state.ids), 0)
+            answer = text_completion_logprobs(words, state, 0, sampled, len(echo))
+            if wants.echo:
+                before = echo_logprobs(words, rows[i], state.prompt_scores)
+                answer = {key: before[key] + answer[key] for key in answer}
+            out["logprobs"] = answer
         if wants.token_ids:
             out["prompt_token_ids"] = rows[i]
+            out["token_ids"] = list(state.ids[:sampled])
+        return out
     if wants.token_ids:
         out["token_ids"] = list(state.ids)
     return out

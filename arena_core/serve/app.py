@@ -40,7 +40,7 @@ from arena_core.serve.protocol import (
     validation_message,
 )
 from arena_core.serve.responses_api import ResponsesRequest, ResponseStore, StoredResponse, respond
-from arena_core.serve.tokens import detokenize, tokenize
+from arena_core.serve.tokens import detokenize, tokenize, tokenizer_info
 
 
 class _Guard:
@@ -165,6 +165,10 @@ def create_app(
     async def tokenize_route(request: Request) -> Any:
         req = await parse_body(request, TokenizeRequest)
         return tokenize(_pick(batcher, req.model, request), req)
+
+    @app.get("/tokenizer_info")
+    async def tokenizer_info_route(request: Request, model: str | None = None) -> Any:
+        return tokenizer_info(_pick(batcher, model, request))
 
     @app.post("/detokenize")
     async def detokenize_route(request: Request) -> Any:

@@ -42,6 +42,7 @@ class Request:
     logprobs: int | None = None  # None: none; k: each sampled token's logprob and k alternatives
     grammar: Any = None  # a compiled grammar (arena_core.serve.grammar): each row decodes under it
     penalties: Penalties | None = None  # logit bias, penalties, min_p; None: none asked for
+    prompt_logprobs: int | None = None  # echo with logprobs: score each prompt (k alternatives)
 
 
 class Choice:
@@ -59,6 +60,7 @@ class Choice:
         self.finished = False
         self.eos = False  # ended by the EOS token (not part of the text, but a generated token)
         self.matcher: Any = None  # the row's grammar state when the request is constrained
+        self.prompt_scores: Any = None  # the prompt's `echo.PromptScores`, when asked for
 
 
 class Job:

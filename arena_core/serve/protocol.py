@@ -299,7 +299,9 @@ class DetokenizeRequest(BaseModel):
 
 class CompletionRequest(SamplingRequest):
     prompt: str | list[str] | list[int] | list[list[int]]
-    echo: Literal[False] = False
+    # 0 only with echo: score the prompt, generate nothing (OpenAI's legacy scoring request)
+    max_tokens: int | None = Field(None, ge=0)
+    echo: bool = False  # the prompt before the answer, with its tokens' logprobs when asked
     logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
 
     def prompts(self) -> list[str | list[int]]:

@@ -16,6 +16,7 @@ import torch
 from arena_core.engines.base import SamplingParams
 from arena_core.engines.continuous import ContinuousBatch
 from arena_core.engines.sampling import apply_penalties
+from arena_core.serve.echo import score_prompt
 from arena_core.serve.jobs import Job, advance_choice
 from arena_core.serve.models import ServedModel
 
@@ -64,9 +65,23 @@ class RunningBatch:
             params += [rule] * len(req.rows)
             generators += [generator] * len(req.rows)
         with self.model.active():
+            self._score_prompts(jobs)
             self.batch.join(prompts, owners, params, generators)
         self.jobs += jobs
         return self.batch.prefills - before
+
+    def _score_prompts(self, jobs: list[Job]) -> None:
+        """The prompt logprobs an echo asks for, once per distinct prompt of a job."""
+        for job in jobs:
+            k = job.request.prompt_logprobs
+            if k is None:
+                continue
+            scored: dict[tuple[int, ...], Any] = {}
+            for choice in job.choices:
+                key = tuple(choice.prompt)
+                if key not in scored:
+                    scored[key] = score_prompt(self.batch.backend.model, choice.prompt, k)
+                choice.prompt_scores = scored[key]
 
     def step(self) -> list[Job]:
         """One decode step for every live row; returns the jobs that ended in it."""

@@ -9,6 +9,9 @@ Rendering the whole conversation again instead can write a past turn differently
 was sampled (a tool call's compact JSON re-rendered with spaces), and the sequence a learner
 trains on then stops extending from turn to turn.
 
+`GET /tokenizer_info` (vLLM's) says which tokenizer that is: its special tokens and chat template,
+which lm-evaluation-harness' remote tokenizer reads so that it tokenizes through `/tokenize`.
+
 `/tokenize` renders messages as `/v1/chat/completions` renders them with tools or tool turns
 (`chat.render_chat`: the model's template, tools through it or the Hermes fallback), so the ids
 it returns are a prompt the chat route would decode from.
@@ -56,3 +59,16 @@ def detokenize(model: ServedModel, req: DetokenizeRequest) -> dict[str, Any]:
     """vLLM's `/detokenize` answer: the text of `tokens`, special tokens included."""
     check_in_vocabulary(model, req.tokens, "tokens")
     return {"prompt": model.tokenizer.decode(req.tokens)}
+
+
+def tokenizer_info(model: ServedModel) -> dict[str, Any]:
+    """vLLM's `/tokenizer_info` answer: the tokenizer's class, special tokens, the context and
+    the chat template the chat route renders with (null when the model has none)."""
+    tokenizer = model.tokenizer
+    info: dict[str, Any] = {"tokenizer_class": type(tokenizer).__name__}
+    for name in ("bos_token", "eos_token", "pad_token", "unk_token"):
+        token = getattr(tokenizer, name, None)
+        info[name] = None if token is None else str(token)
+    info["model_max_length"] = model.context_length
+    info["chat_template"] = getattr(tokenizer, "chat_template", None)
+    return info

@@ -108,8 +108,8 @@ def test_an_unknown_message_field_and_a_bad_role_are_400(client: OpenAI) -> None
         client.chat.completions.create(model="tiny", messages=[{"role": "robot", "content": "x"}])
     assert "messages.0.role" in info.value.message
     with pytest.raises(openai.BadRequestError) as info:  # completions are strict too
-        client.completions.create(model="tiny", prompt="1+1=", echo=True)
-    assert info.value.body["param"] == "echo"
+        client.completions.create(model="tiny", prompt="1+1=", best_of=2)
+    assert info.value.body["param"] == "best_of"
 
 
 def test_a_model_not_served_is_a_404_listing_the_served_ones(client: OpenAI) -> None:

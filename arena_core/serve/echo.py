@@ -1,0 +1,69 @@
+"""A completion request's `echo`: the prompt returned before the answer, and with `logprobs`, each
+prompt token's logprob given the tokens before it and its likeliest alternatives there. This is
+how a harness scores text without generating it: lm-evaluation-harness' `local-completions`
+loglikelihood sends `echo: true, logprobs: 1, max_tokens: 1` and sums the continuation's
+entries; OpenAI's legacy scoring request sends `max_tokens: 0`, which generates nothing.
+
+The numbers are the model's own distribution, log_softmax of its logits (temperature 1: no
+sampling setting applies to a prompt), as vLLM's prompt logprobs are. The first prompt token has
+none (nothing comes before it): its entries are null, as in OpenAI's and vLLM's answers. Like the
+sampled tokens' alternatives, each position lists its `logprobs` likeliest tokens, and the
+prompt's own token too when it is not among them (OpenAI: up to logprobs + 1 entries).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from arena_core.serve.answer_extras import TokenText
+
+# per prompt token after the first: (its logprob, [(token, logprob)] likeliest first)
+PromptScores = list[tuple[float, list[tuple[int, float]]]]
+_CHUNK = 1024  # positions whose log_softmax is built at once (a [chunk, vocab] float tensor)
+
+
+@torch.no_grad()
+def score_prompt(model: torch.nn.Module, prompt: list[int], k: int) -> PromptScores:
+    """`prompt`'s scores under `model` (a causal LM, LoRA layers applied as they are active):
+    one forward of the whole prompt, the logits of every position kept."""
+    device = next(model.parameters()).device
+    ids = torch.tensor([prompt], device=device)
+    logits = model(input_ids=ids, use_cache=False, logits_to_keep=0).logits[0, :-1]
+    targets = ids[0, 1:]
+    out: PromptScores = []
+    for start in range(0, logits.shape[0], _CHUNK):
+        logp = torch.log_softmax(logits[start : start + _CHUNK].float(), dim=-1)
+        mine = targets[start : start + _CHUNK]
+        chosen = logp.gather(-1, mine[:, None]).squeeze(-1).tolist()
+        if k:
+            values, tokens = logp.topk(k, dim=-1)
+            tops = [
+                list(zip(t, v, strict=True))
+                for t, v in zip(tokens.tolist(), values.tolist(), strict=True)
+            ]
+        else:
+            tops = [[] for _ in chosen]
+        for token, lp, top in zip(mine.tolist(), chosen, tops, strict=True):
+            if all(t != token for t, _ in top):
+                top.append((token, lp))
+            out.append((lp, top))
+    return out
+
+
+def echo_logprobs(words: TokenText, prompt: list[int], scores: PromptScores) -> dict[str, Any]:
+    """Completions' legacy `logprobs` of the prompt tokens, to go before the answer's: the first
+    token's logprob and alternatives null."""
+    tokens, offsets, offset = [], [], 0
+    for token in prompt:
+        piece = words(token)
+        tokens.append(piece)
+        offsets.append(offset)
+        offset += len(piece)
+    return {
+        "tokens": tokens,
+        "token_logprobs": [None] + [lp for lp, _ in scores],
+        "top_logprobs": [None] + [{words(t): v for t, v in top} for _, top in scores],
+        "text_offset": offsets,
+    }
