@@ -246,6 +246,34 @@ def _check_limits(
         )
 
 
+def _check_replayed_logprobs(model: ServedModel, wants: Wants) -> None:
+    """A 400 unless this model's backend reports the logprobs asked for: a backend whose rows
+    are replayed (vLLM's) gives each sampled token's own logprob, not its alternatives, and its
+    prompt is not scored (echo)."""
+    if not getattr(model.backend, "reports_logprobs", False):
+        raise ApiError(
+            400,
+            "logprobs need a backend that reports them (the torch engine's continuous "
+            "batching, or vllm); this model's backend does not",
+            param="logprobs",
+        )
+    if wants.logprobs:
+        param = "top_logprobs" if wants.chat else "logprobs"
+        raise ApiError(
+            400,
+            f"{param}={wants.logprobs}: this backend reports each sampled token's own logprob, "
+            "not its alternatives (the torch backend does); ask for 0",
+            param=param,
+        )
+    if wants.echo:
+        raise ApiError(
+            400,
+            "echo with logprobs scores the prompt, which needs the torch backend; leave "
+            "logprobs out to get the prompt's text back",
+            param="echo",
+        )
+
+
 def _penalties(batcher: RequestBatcher, model: ServedModel, req: Any, limits: Limits) -> Any:
     """The request's logit bias, penalties and min_p (`Penalties`), or None; a 400 naming the
     first one set where it cannot be applied as asked."""
@@ -305,12 +333,7 @@ async def _answer(
     prompts = wants.prompts
     _check_limits(model, req, prompts, max_tokens, limits)
     if wants.logprobs is not None and not batcher.continuous.get(model.name):
-        raise ApiError(
-            400,
-            "logprobs need the torch engine (its per-token hook); this model is served by "
-            "another backend",
-            param="logprobs",
-        )
+        _check_replayed_logprobs(model, wants)
     penalties = _penalties(batcher, model, req, limits)
     rows = [p for p in prompts for _ in range(req.n)]
     gen = GenRequest(

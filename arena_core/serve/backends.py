@@ -37,8 +37,9 @@ from typing import Any, Protocol
 from arena_core.engines.base import Completion, SamplingParams
 from arena_core.errors import ArenaError
 
-# on_token(row, token, eos) -> True ends the row (see TorchBackend.generate)
-TokenCallback = Callable[[int, int, bool], bool]
+# on_token(row, token, eos[, logprob]) -> True ends the row (see TorchBackend.generate); a backend
+# whose rows are replayed when complete (`_replay`) passes each token's logprob too
+TokenCallback = Callable[..., bool]
 
 
 class ServingBackend(Protocol):
@@ -82,6 +83,7 @@ class VLLMServing:
     model = None  # no torch module in this process
     takes_grammar = True  # SamplingParams.grammar: vLLM's own (llguidance) constrained decoding
     takes_penalties = True  # SamplingParams.penalties: vLLM's own logit bias, penalties, min_p
+    reports_logprobs = True  # each token's logprob comes with it (`_replay`), no alternatives
 
     def __init__(self, weights_dir: Path, max_batch: int | None) -> None:
         from transformers import AutoTokenizer
@@ -123,16 +125,18 @@ class VLLMServing:
 
 
 def _replay(row: int, comp: Completion, eos_ids: set[int], on_token: TokenCallback) -> None:
-    """Hand a finished row's tokens to `on_token` one by one (backends without a token hook)."""
+    """Hand a finished row's tokens to `on_token` one by one (backends without a token hook),
+    each with its logprob (the EOS that ended the row with the EOS's)."""
     tokens = list(comp.token_ids)
+    logprobs = list(comp.logprobs)
     eos = comp.finish_reason == "stop"  # no stop strings are sent: "stop" means EOS
     if eos and tokens and tokens[-1] in eos_ids:
         tokens = tokens[:-1]
-    for tok in tokens:
-        if on_token(row, tok, False):
+    for tok, logprob in zip(tokens, logprobs, strict=False):
+        if on_token(row, tok, False, logprob):
             return
     if eos:
-        on_token(row, -1, True)
+        on_token(row, -1, True, logprobs[len(tokens)] if len(logprobs) > len(tokens) else None)
 
 
 class PluginServing:
@@ -147,6 +151,8 @@ class PluginServing:
             self._token_hook = "on_token" in inspect.signature(backend.generate).parameters
         except (TypeError, ValueError):
             self._token_hook = False
+        # replayed rows come with their completions' logprobs; the plugin's own hook has none
+        self.reports_logprobs = not self._token_hook
 
     def generate(
         self, prompts: list[list[int]], params: SamplingParams, *, on_token: TokenCallback

@@ -278,7 +278,7 @@ class RequestBatcher:
         tokenizer = model.tokenizer
         eos_id = tokenizer.eos_token_id
 
-        def on_token(row: int, token: int, eos: bool) -> bool:
+        def on_token(row: int, token: int, eos: bool, logprob: float | None = None) -> bool:
             job, choice = owners[row]
             if choice.finished:
                 return True
@@ -289,6 +289,8 @@ class RequestBatcher:
             else:
                 choice.tokens.append(token)
                 choice.ids.append(token)
+            if logprob is not None and len(choice.logprobs) < len(choice.ids):
+                choice.logprobs.append(float(logprob))
             advance_choice(job, choice, tokenizer, eos)
             return choice.finished
 

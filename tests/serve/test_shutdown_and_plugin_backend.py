@@ -98,7 +98,8 @@ class CannedBackend:
         self.calls += 1
         ids = self.tokenizer.encode(self.text, add_special_tokens=False)[: params.max_new_tokens]
         text = self.tokenizer.decode(ids)
-        return [Completion(list(p), list(ids), [0.0] * len(ids), text, "length") for p in prompts]
+        logprobs = [-0.25 * (i + 1) for i in range(len(ids))]  # its own, to be reported
+        return [Completion(list(p), list(ids), list(logprobs), text, "length") for p in prompts]
 
 
 class _CannedPlugin:
@@ -134,5 +135,10 @@ def test_a_plugin_generation_backend_serves(quick_run, canned_backend: str) -> N
             model=dep.model, messages=CHAT, max_tokens=64, stream=True
         )
         assert "".join(c.choices[0].delta.content or "" for c in streamed) == CannedConfig().text
+        scored = client.chat.completions.create(
+            model=dep.model, messages=CHAT, max_tokens=64, logprobs=True
+        )  # its rows are replayed whole, each token with the logprob the backend gave it
+        got = [entry.logprob for entry in scored.choices[0].logprobs.content]
+        assert got == [-0.25 * (i + 1) for i in range(len(got))] and got
         backend = dep.server.models[0].backend
-        assert backend.name == "canned" and backend.backend.calls == 2
+        assert backend.name == "canned" and backend.backend.calls == 3

@@ -146,3 +146,36 @@ def test_vllm_applies_the_penalties_the_torch_engine_applies(vllm_url: str, loca
             want = answer(torch_client, "torch", **dict(setting))
             assert want != plain, setting
             assert answer(vllm, model, **dict(setting)) == want, setting
+
+
+def test_vllm_reports_each_tokens_logprob_as_the_torch_engine_does(vllm_url: str, local) -> None:
+    """What RL clients read (verifiers, prime-rl: `logprobs: true` and `return_token_ids`):
+    vLLM's own logprob of each sampled token, the EOS that ended the answer included, equal to
+    the torch engine's for the same greedy tokens; alternatives are refused by name (vLLM's
+    rows come back whole, without them)."""
+    import openai
+    from openai import OpenAI
+
+    from arena_core.serve.server import serve_policy
+
+    vllm = OpenAI(base_url=f"{vllm_url}/v1", api_key=KEY, max_retries=0, timeout=120)
+    model = vllm.models.list().data[0].id
+    messages = [{"role": "user", "content": "What is 12+30?"}]
+    kw = dict(messages=messages, max_tokens=20, temperature=0, logprobs=True)
+    extra = {"return_token_ids": True}
+    with serve_policy(local, name="torch") as srv:
+        torch_client = OpenAI(base_url=f"{srv.url}/v1", api_key="none", max_retries=0)
+        want = torch_client.chat.completions.create(model="torch", **kw, extra_body=extra)
+    got = vllm.chat.completions.create(model=model, **kw, extra_body=extra)
+    mine, theirs = want.choices[0], got.choices[0]
+    assert theirs.token_ids == mine.token_ids and theirs.message.content == mine.message.content
+    assert len(theirs.logprobs.content) == len(theirs.token_ids)
+    for a, b in zip(theirs.logprobs.content, mine.logprobs.content, strict=True):
+        assert a.token == b.token and a.logprob == pytest.approx(b.logprob, abs=1e-3)
+    legacy = vllm.completions.create(
+        model=model, prompt="12+3=", max_tokens=6, temperature=0, logprobs=0
+    )
+    assert len(legacy.choices[0].logprobs.token_logprobs) > 0
+    with pytest.raises(openai.BadRequestError) as info:
+        vllm.chat.completions.create(model=model, **kw, top_logprobs=2)
+    assert info.value.body["param"] == "top_logprobs"
