@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from arena_core.serve.echo import score_prompt
+
 
 def stop_rules(stop: Any, tokenizer: Any) -> tuple[set[int], list[str]]:
     """Stop token ids and stop strings; None means EOS, `[]` means nothing stops but max_tokens."""
@@ -29,15 +31,11 @@ def stop_rules(stop: Any, tokenizer: Any) -> tuple[set[int], list[str]]:
     return eos, [str(s) for s in items]
 
 
-@torch.no_grad()
 def prompt_logprobs(model: Any, prompt: list[int]) -> list[float]:
     """log p(prompt[t] | prompt[:t]) under `model` (the sampler's adapter active); NaN first,
-    where there is no context, as Tinker's `compute_logprobs` reports it."""
-    device = next(model.parameters()).device
-    ids = torch.tensor([prompt], dtype=torch.long, device=device)
-    logits = model(input_ids=ids).logits[0, :-1].float()
-    picked = torch.log_softmax(logits, dim=-1).gather(-1, ids[0, 1:, None]).squeeze(-1)
-    return [float("nan")] + picked.tolist()
+    where there is no context, as Tinker's `compute_logprobs` reports it (the server's prompt
+    scoring, `serve.echo.score_prompt`)."""
+    return [float("nan")] + [logprob for logprob, _ in score_prompt(model, prompt, 0)]
 
 
 #: Adapters in one vLLM batch: the batcher merges only the requests of one sampler, so one
