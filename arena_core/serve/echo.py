@@ -19,15 +19,16 @@ import torch
 
 from arena_core.serve.answer_extras import TokenText
 
-# per prompt token after the first: (its logprob, [(token, logprob)] likeliest first)
+# per prompt token after the first: (its logprob, its position's k likeliest (token, logprob))
 PromptScores = list[tuple[float, list[tuple[int, float]]]]
 _CHUNK = 1024  # positions whose log_softmax is built at once (a [chunk, vocab] float tensor)
 
 
 @torch.no_grad()
 def score_prompt(model: torch.nn.Module, prompt: list[int], k: int) -> PromptScores:
-    """`prompt`'s scores under `model` (a causal LM, LoRA layers applied as they are active):
-    one forward of the whole prompt, the logits of every position kept."""
+    """`prompt`'s scores under `model` (a causal LM, LoRA layers applied as they are active),
+    each position's `k` likeliest tokens first: one forward of the whole prompt, the logits of
+    every position kept."""
     device = next(model.parameters()).device
     ids = torch.tensor([prompt], device=device)
     logits = model(input_ids=ids, use_cache=False, logits_to_keep=0).logits[0, :-1]
@@ -45,10 +46,7 @@ def score_prompt(model: torch.nn.Module, prompt: list[int], k: int) -> PromptSco
             ]
         else:
             tops = [[] for _ in chosen]
-        for token, lp, top in zip(mine.tolist(), chosen, tops, strict=True):
-            if all(t != token for t, _ in top):
-                top.append((token, lp))
-            out.append((lp, top))
+        out += list(zip(chosen, tops, strict=True))
     return out
 
 
@@ -61,9 +59,12 @@ def echo_logprobs(words: TokenText, prompt: list[int], scores: PromptScores) -> 
         tokens.append(piece)
         offsets.append(offset)
         offset += len(piece)
+    tops: list[dict[str, float] | None] = [None]
+    for token, (lp, top) in zip(prompt[1:], scores, strict=True):
+        tops.append({**{words(t): v for t, v in top}, words(token): lp})  # its own token too
     return {
         "tokens": tokens,
         "token_logprobs": [None] + [lp for lp, _ in scores],
-        "top_logprobs": [None] + [{words(t): v for t, v in top} for _, top in scores],
+        "top_logprobs": tops,
         "text_offset": offsets,
     }

@@ -438,14 +438,7 @@ def _sampling_routes(app: FastAPI, server: TinkerServer) -> None:
         req = _parse(types.SampleRequest, await _body(request), "asample")
         if not req.sampling_session_id:
             raise HTTPError(400, "asample needs a sampling_session_id (use a SamplingClient)")
-        if req.topk_prompt_logprobs or req.topk_sample_logprobs or req.prompt_alt_tokens_k:
-            raise HTTPError(
-                400, "top-k logprobs and prompt_alt_tokens_k are not supported by this server"
-            )
-        if req.target_prompt_logprobs is not None or req.prompt_logprobs_last_n is not None:
-            raise HTTPError(
-                400, "target_prompt_logprobs and prompt_logprobs_last_n are not supported here"
-            )
+        _check_prompt_scoring(req)
         try:
             service.sampler(req.sampling_session_id)
         except TinkerError as exc:
@@ -454,6 +447,46 @@ def _sampling_routes(app: FastAPI, server: TinkerServer) -> None:
         future = server.register(server.samples.submit(req))  # merged with its twins
         ids = [f"{future['request_id']}:{i}" for i in range(req.num_samples)]
         return {**future, "sample_sequence_ids": ids}
+
+
+MAX_TOPK_PROMPT_LOGPROBS = 20  # each prompt position's alternatives (vLLM's bound too)
+
+
+def _check_prompt_scoring(req: Any) -> None:
+    """A 400 for what a sample request asks about its prompt or its tokens that this server
+    does not compute, or asks for out of range."""
+    unsupported = [
+        name
+        for name, asked in (
+            ("topk_sample_logprobs", req.topk_sample_logprobs),
+            ("prompt_alt_tokens_k", req.prompt_alt_tokens_k),
+            ("target_prompt_logprobs", req.target_prompt_logprobs is not None),
+        )
+        if asked
+    ]
+    if unsupported:
+        raise HTTPError(
+            400,
+            f"{unsupported[0]} is not computed by this server (it scores prompts with "
+            "include_prompt_logprobs, topk_prompt_logprobs and prompt_logprobs_last_n)",
+        )
+    if not 0 <= req.topk_prompt_logprobs <= MAX_TOPK_PROMPT_LOGPROBS:
+        raise HTTPError(
+            400,
+            f"topk_prompt_logprobs={req.topk_prompt_logprobs}: give 0 to "
+            f"{MAX_TOPK_PROMPT_LOGPROBS} alternatives per prompt position",
+        )
+    last_n = req.prompt_logprobs_last_n
+    if last_n is not None:
+        scored = req.prompt.length - 1  # position 0 has nothing before it
+        if not req.prompt_logprobs:
+            raise HTTPError(400, "prompt_logprobs_last_n needs include_prompt_logprobs")
+        if not 1 <= last_n <= scored:
+            raise HTTPError(
+                400,
+                f"prompt_logprobs_last_n={last_n}: give 1 to {scored} (the prompt's "
+                f"{req.prompt.length} tokens less the first)",
+            )
 
 
 def _future_routes(app: FastAPI, server: TinkerServer) -> None:

@@ -47,8 +47,8 @@ class SampleBatcher:
         return future
 
     def _alone(self, req: Any) -> bytes:
-        sequences, prompt_lps = self.service.sample(req.sampling_session_id, [req])
-        return encode_sample_response(sequences[0], prompt_lps)
+        sequences, scored = self.service.sample(req.sampling_session_id, [req])
+        return encode_sample_response(sequences[0], scored)
 
     def _merged(self, key: tuple) -> None:
         with self._lock:
@@ -87,6 +87,6 @@ def _settle(batch: Pending, generate: Callable[[], list]) -> None:
 def _merge_key(req: Any) -> tuple | None:
     """What requests must share to be generated together; None: this one runs alone."""
     params = req.sampling_params
-    if params.seed is not None or req.prompt_logprobs:
+    if params.seed is not None or req.prompt_logprobs or req.topk_prompt_logprobs:
         return None
     return (req.sampling_session_id, params.model_dump_json(exclude={"seed"}))

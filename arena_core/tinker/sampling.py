@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +32,31 @@ def stop_rules(stop: Any, tokenizer: Any) -> tuple[set[int], list[str]]:
     return eos, [str(s) for s in items]
 
 
-def prompt_logprobs(model: Any, prompt: list[int]) -> list[float]:
-    """log p(prompt[t] | prompt[:t]) under `model` (the sampler's adapter active); NaN first,
-    where there is no context, as Tinker's `compute_logprobs` reports it (the server's prompt
-    scoring, `serve.echo.score_prompt`)."""
-    return [float("nan")] + [logprob for logprob, _ in score_prompt(model, prompt, 0)]
+@dataclass
+class PromptScores:
+    """What a sample request asked about its prompt: `logprobs`, log p(prompt[t] | prompt[:t])
+    (NaN where not scored: position 0, and the positions before `prompt_logprobs_last_n`), as
+    `compute_logprobs` and `include_prompt_logprobs` report them; `topk`, each position's
+    `topk_prompt_logprobs` likeliest (token, logprob) (None where not scored), or None."""
+
+    logprobs: list[float] | None  # None: only the top-k were asked for
+    topk: list[list[tuple[int, float]] | None] | None
+
+
+def prompt_scores(
+    model: Any, prompt: list[int], k: int = 0, last_n: int | None = None
+) -> PromptScores:
+    """`prompt`'s `PromptScores` under `model` (the sampler's adapter active), from the server's
+    prompt scorer (`serve.echo.score_prompt`): one forward of the whole prompt; `last_n` keeps
+    the last N positions' scores (its prefix is still computed)."""
+    scored = score_prompt(model, prompt, k)
+    skip = len(prompt) - (last_n or len(prompt) - 1)  # positions without a score
+    logprobs = [float("nan")] * len(prompt)
+    topk: list[list[tuple[int, float]] | None] = [None] * len(prompt)
+    for at, (logprob, top) in enumerate(scored, start=1):
+        if at >= skip:
+            logprobs[at], topk[at] = logprob, top
+    return PromptScores(logprobs, topk if k else None)
 
 
 #: Adapters in one vLLM batch: the batcher merges only the requests of one sampler, so one

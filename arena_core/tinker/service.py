@@ -35,7 +35,7 @@ from arena_core.population.adapters import AdapterBank
 from arena_core.tinker.capacity import Footprint, check, device_profile
 from arena_core.tinker.learner import head_logprob_fn, score
 from arena_core.tinker.losses import LossSpec, zero_gradient
-from arena_core.tinker.sampling import VLLMSamplers, prompt_logprobs, stop_rules
+from arena_core.tinker.sampling import PromptScores, VLLMSamplers, prompt_scores, stop_rules
 from arena_core.tinker.store import CheckpointRef, Store, dir_name
 from arena_core.tinker.wire import FwdBwdRequest, Sequence, encode_forward_backward_output
 
@@ -510,11 +510,11 @@ class TinkerService:
 
     def sample(
         self, sampler_id: str, reqs: list[Any]
-    ) -> tuple[list[list[Sequence]], list[float] | None]:
+    ) -> tuple[list[list[Sequence]], PromptScores | None]:
         """`SamplingClient.sample` for requests to one sampler with one set of sampling parameters
         (`batching.py` merges those that wait together, whatever their prompts): each request's
-        `num_samples` continuations with per-token logprobs, and the prompt's logprobs when a
-        lone request asks.
+        `num_samples` continuations with per-token logprobs, and the prompt's logprobs (and top-k
+        alternatives) when a lone request asks.
 
         They are one `generate` of Arena's torch engine (`TorchBackend`, the engine RL runs
         sample with) over the base's model: every distinct prompt prefilled once and its KV
@@ -553,12 +553,17 @@ class TinkerService:
             out.append(rows[: int(req.num_samples)])
             rows = rows[int(req.num_samples) :]
         scored = None
-        if len(reqs) == 1 and reqs[0].prompt_logprobs:
+        lone = reqs[0]
+        if len(reqs) == 1 and (lone.prompt_logprobs or lone.topk_prompt_logprobs):
+            k, last_n = int(lone.topk_prompt_logprobs), lone.prompt_logprobs_last_n
             if sampler.adapter is None:
                 with host.model.disable_adapter():
-                    scored = prompt_logprobs(host.model, prompts[0])
+                    scored = prompt_scores(host.model, prompts[0], k, last_n)
             else:
-                scored = prompt_logprobs(host.bank.activate(sampler.adapter), prompts[0])
+                model = host.bank.activate(sampler.adapter)
+                scored = prompt_scores(model, prompts[0], k, last_n)
+            if not lone.prompt_logprobs:
+                scored.logprobs = None
         return out, scored
 
     def _engine(self, host: BaseHost, adapter: str | None) -> TorchBackend | Any:

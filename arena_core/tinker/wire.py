@@ -12,6 +12,7 @@ so this module holds only the packing the SDK does not ship (it is a client).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from tinker.proto import tinker_public_pb2 as pb
@@ -20,6 +21,7 @@ from tinker.proto.response_conv import _tensor_data_from_proto
 from arena_core.errors import ArenaError
 
 PROTO = "application/x-protobuf"
+TOPK_SENTINEL = -99999.0  # the SDK's logprob of an empty top-k cell (`types.topk_logprobs`)
 
 
 class WireError(ArenaError):
@@ -138,11 +140,11 @@ class Sequence:
     stopped: bool  # True: a stop token/string or EOS; False: max_tokens
 
 
-def encode_sample_response(
-    sequences: list[Sequence], prompt_logprobs: list[float] | None = None
-) -> bytes:
-    """A `SampleResponse`; `prompt_logprobs` has NaN where there is none (position 0), which the
-    SDK turns into None."""
+def encode_sample_response(sequences: list[Sequence], scored: Any = None) -> bytes:
+    """A `SampleResponse`; `scored` (`sampling.PromptScores`) the prompt's logprobs, NaN where
+    there is none (position 0), which the SDK turns into None, and its top-k, each position's
+    row padded with the SDK's sentinel (token 0, logprob -99999), a whole row of it where
+    nothing was scored."""
     msg = pb.SampleResponse()
     for seq in sequences:
         msg.sequences.append(
@@ -152,6 +154,18 @@ def encode_sample_response(
                 logprobs=np.asarray(seq.logprobs, dtype=np.float32).tobytes(),
             )
         )
-    if prompt_logprobs is not None:
-        msg.prompt_logprobs = np.asarray(prompt_logprobs, dtype=np.float32).tobytes()
+    if scored is not None and scored.logprobs is not None:
+        msg.prompt_logprobs = np.asarray(scored.logprobs, dtype=np.float32).tobytes()
+    if scored is not None and scored.topk is not None:
+        k = max((len(row) for row in scored.topk if row), default=0)
+        ids = np.zeros((len(scored.topk), k), dtype=np.int32)
+        logprobs = np.full((len(scored.topk), k), TOPK_SENTINEL, dtype=np.float32)
+        for at, row in enumerate(scored.topk):
+            for j, (token, logprob) in enumerate(row or []):
+                ids[at, j], logprobs[at, j] = token, logprob
+        msg.topk_prompt_logprobs.CopyFrom(
+            pb.TopkLogprobs(
+                length=len(scored.topk), k=k, token_ids=ids.tobytes(), logprobs=logprobs.tobytes()
+            )
+        )
     return msg.SerializeToString()
