@@ -56,7 +56,16 @@ def score(
     total = 0.0
     for grad in (True, False):
         chosen = [i for i, g in enumerate(learn) if g == grad]
-        shared = _clusters([data[i].tokens for i in chosen], TOKEN_BUDGET) if shared_prefix else []
+        # soft targets (several per position) are scored packed
+        plain = [j for j, i in enumerate(chosen) if data[i].width == 1]
+        shared = (
+            [
+                [plain[j] for j in c]
+                for c in _clusters([data[chosen[j]].tokens for j in plain], TOKEN_BUDGET)
+            ]
+            if shared_prefix
+            else []
+        )
         alone = sorted(set(range(len(chosen))) - {j for c in shared for j in c})
         batches = [(True, [chosen[j] for j in c]) for c in shared]
         lengths = [len(data[chosen[j]].tokens) for j in alone]
@@ -70,11 +79,12 @@ def score(
                         model, [d.tokens for d in batch], targets, logprob_fn, device
                     )
                 else:
-                    mb = _packed([d.tokens for d in batch], targets, device)
+                    widths = [d.width for d in batch]
+                    mb = _packed([d.tokens for d in batch], targets, widths, device)
                     logp = completion_logprobs(model, mb, logprob_fn=logprob_fn)
-                    pieces = torch.split(logp, [len(d.tokens) for d in batch])
+                    pieces = torch.split(logp, [len(d.tokens) * d.width for d in batch])
                 per_token = [
-                    datum_loss(spec, lp, d.inputs, d.sampled)
+                    datum_loss(spec, lp, d.inputs, d.sampled, d.width)
                     for lp, d in zip(pieces, batch, strict=True)
                 ]
                 loss = torch.stack([t.sum() for t in per_token]).sum()
@@ -82,8 +92,11 @@ def score(
                     loss.backward()
             total += float(loss.detach())
             for i, lp, tl in zip(index, pieces, per_token, strict=True):
+                logprobs = lp.detach().float().cpu().numpy()
                 outputs[i] = {
-                    "logprobs": lp.detach().float().cpu().numpy(),
+                    "logprobs": logprobs.reshape(-1, data[i].width)
+                    if data[i].width > 1
+                    else logprobs,
                     "elementwise_loss": tl.detach().float().cpu().numpy(),
                 }
     return outputs, total
@@ -125,16 +138,22 @@ def _groups(lengths: list[int], budget: int) -> list[list[int]]:
     return groups
 
 
-def _packed(tokens: list[list[int]], targets: list[np.ndarray], device: str) -> MicroBatch:
-    """One packed row: every position predicts its target (Tinker inputs are pre-shifted)."""
+def _packed(
+    tokens: list[list[int]], targets: list[np.ndarray], widths: list[int], device: str
+) -> MicroBatch:
+    """One packed row: every position predicts its target (Tinker inputs are pre-shifted), or
+    its `width` targets (soft targets: the position's hidden state is read once per target, so
+    the decoder still runs once)."""
     ids = torch.tensor([t for row in tokens for t in row], dtype=torch.long, device=device)
     n = ids.numel()
     positions = None
     if len(tokens) > 1:  # restart positions per datum: the learner then masks across datums
         positions = torch.cat([torch.arange(len(row)) for row in tokens]).to(device)[None]
     tgt = torch.as_tensor(np.concatenate(targets).astype(np.int64), device=device)
-    index = torch.arange(n, device=device)
-    return MicroBatch(ids[None], positions, index, tgt, index, real_tokens=n)
+    per = torch.as_tensor([w for row, w in zip(tokens, widths, strict=True) for _ in row])
+    target_pos = torch.arange(n).repeat_interleave(per).to(device)
+    index = torch.arange(tgt.numel(), device=device)
+    return MicroBatch(ids[None], positions, target_pos, tgt, index, real_tokens=n)
 
 
 def _clusters(tokens: list[list[int]], budget: int) -> list[list[int]]:

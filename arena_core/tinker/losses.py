@@ -5,7 +5,9 @@ Tinker losses are per datum and per token, summed (never averaged): `loss:sum` i
 Inputs are pre-shifted: `model_input[t]` predicts `target_tokens[t]`, so every `loss_fn_inputs`
 tensor has one value per input token.
 
-- `cross_entropy`: `sum(-logp * weights)`.
+- `cross_entropy`: `sum(-logp * weights)`; with soft targets (`target_tokens` and `weights`
+  [N, K], a teacher's top-K as tinker-cookbook's off-policy distillation sends them) the sum runs
+  over the K targets of every position too.
 - `ppo`: `-sum(min(r A, clip(r, lo, hi) A))`, `r = exp(logp - sampler logprobs)`, with
   `loss_fn_config` `clip_low_threshold` / `clip_high_threshold` as ratios (default 0.8 / 1.2):
   Arena's GRPO token loss (`arena_core.learn.losses.grpo_token_loss`) with
@@ -124,6 +126,12 @@ def check_request(loss_fn: str, config: dict[str, float | str], data: list[WireD
     if not data:
         raise LossInputError("forward_backward got no data: pass at least one Datum")
     for i, datum in enumerate(data):
+        if datum.width != 1 and loss_fn != "cross_entropy":
+            raise LossInputError(
+                f"data[{i}].loss_fn_inputs['target_tokens'] has {datum.width} targets per "
+                f"position: only cross_entropy scores several (soft targets); '{loss_fn}' takes "
+                "one token per position"
+            )
         check_datum(i, datum, ("target_tokens", *needs), optional=optional)
         if loss_fn == "stable_reinforce":
             check_provenance(i, datum)
@@ -157,7 +165,8 @@ def check_provenance(i: int, datum: WireDatum) -> None:
 
 
 def check_datum(i: int, datum: WireDatum, needs: tuple[str, ...], optional: tuple = ()) -> None:
-    """Every input present and one value per model_input token (inputs are pre-shifted)."""
+    """Every input present and one value per model_input token (inputs are pre-shifted); with
+    soft targets ([N, K] target_tokens) K targets and K weights per token."""
     n = len(datum.tokens)
     if n == 0:
         raise LossInputError(f"data[{i}].model_input is empty: a datum needs at least one token")
@@ -168,12 +177,13 @@ def check_datum(i: int, datum: WireDatum, needs: tuple[str, ...], optional: tupl
             raise LossInputError(
                 f"data[{i}].loss_fn_inputs has no '{name}' (it has {sorted(datum.inputs)})"
             )
-        got = datum.inputs[name].size
-        if got != n:
+        got, per = datum.inputs[name].size, datum.width if name in SOFT_INPUTS else 1
+        if got != n * per:
+            each = f"{per} values ([N, {per}])" if per > 1 else "one value"
             raise LossInputError(
                 f"data[{i}].loss_fn_inputs['{name}'] has {got} values but data[{i}].model_input "
                 f"has {n} tokens: inputs are pre-shifted, model_input[t] predicts "
-                "target_tokens[t], so every loss_fn_inputs tensor has one value per input token"
+                f"target_tokens[t], so this tensor has {each} per input token"
             )
     for name, values in datum.inputs.items():
         if np.issubdtype(values.dtype, np.floating) and not np.all(np.isfinite(values)):
@@ -185,6 +195,7 @@ def check_datum(i: int, datum: WireDatum, needs: tuple[str, ...], optional: tupl
             )
 
 
+SOFT_INPUTS = ("target_tokens", "weights")  # [N, K] with soft targets (cross_entropy)
 RATIO_LOSSES = ("importance_sampling", "ppo", "cispo", "gspo")  # every term is a multiple of A
 
 
@@ -205,17 +216,20 @@ def datum_loss(
     logp: torch.Tensor,
     inputs: dict[str, np.ndarray],
     sampled: np.ndarray | None = None,
+    width: int = 1,
 ) -> torch.Tensor:
     """Per-token losses [T] of one datum (sum them for the datum's loss); `sampled` marks the
-    positions a sampler produced (stable_reinforce's KL term is taken there only)."""
+    positions a sampler produced (stable_reinforce's KL term is taken there only); `width`
+    targets per position (cross_entropy's soft targets: `logp` is [T * width])."""
 
     def tensor(name: str, default: float | None = None) -> torch.Tensor:
         if name not in inputs and default is not None:
             return torch.full_like(logp, default)
         return torch.as_tensor(inputs[name], dtype=torch.float32).to(logp.device)
 
-    if spec.name == "cross_entropy":
-        return -logp * tensor("weights", 1.0)
+    if spec.name == "cross_entropy":  # soft targets: logp and weights [N * K], summed per token
+        loss = -logp * tensor("weights", 1.0)
+        return loss.view(-1, width).sum(-1) if width > 1 else loss
     old, adv = tensor("logprobs"), tensor("advantages")
     if spec.name == "importance_sampling":
         return grpo_token_loss(logp, old, adv, eps_low=math.inf, eps_high=math.inf)[0]

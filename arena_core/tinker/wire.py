@@ -37,6 +37,9 @@ class WireDatum:
     tokens: list[int]
     inputs: dict[str, np.ndarray] = field(default_factory=dict)
     sampled: np.ndarray | None = None
+    # targets per position: K when `target_tokens` came as [N, K] (soft targets, a teacher's
+    # top-K: cross_entropy scores each), its rows flattened in `inputs`; 1 for [N]
+    width: int = 1
 
 
 @dataclass
@@ -74,15 +77,19 @@ def decode_forward_backward(body: bytes) -> FwdBwdRequest:
                     "chunks only (ModelInput.from_ints); images and audio are not supported"
                 )
             tokens.extend(np.frombuffer(chunk.encoded_text.tokens, dtype=np.int32).tolist())
-        inputs = {}
+        inputs, width = {}, 1
         for name, tensor in datum.loss_fn_inputs.items():
             try:
-                inputs[name] = np.asarray(_tensor_data_from_proto(tensor).to_numpy()).reshape(-1)
+                values = np.asarray(_tensor_data_from_proto(tensor).to_numpy())
             except Exception as exc:
                 raise WireError(
                     f"data[{i}].loss_fn_inputs['{name}'] cannot be read: {exc}"
                 ) from None
-        data.append(WireDatum(tokens, inputs, _sampled_positions(datum.loss_fn_input_spans)))
+            if name == "target_tokens" and values.ndim == 2:
+                width = int(values.shape[1])
+            inputs[name] = values.reshape(-1)
+        spans = _sampled_positions(datum.loss_fn_input_spans)
+        data.append(WireDatum(tokens, inputs, spans, width))
     return FwdBwdRequest(
         model_id=msg.model_id,
         seq_id=int(msg.seq_id),
@@ -119,14 +126,23 @@ def _batched(arrays: list[np.ndarray], dtype: np.dtype, proto_dtype: int) -> pb.
 def encode_forward_backward_output(
     outputs: list[dict[str, np.ndarray]], metrics: dict[str, float]
 ) -> bytes:
-    """A `ForwardBackwardOutput`: one float32 record per datum (every datum has the same fields)."""
-    record = pb.ArrayRecord(type_tag="ArrayRecord", num_datums=len(outputs))
-    for name in outputs[0] if outputs else []:
-        record.fields[name].CopyFrom(
-            _batched([o[name] for o in outputs], np.dtype(np.float32), pb.DTYPE_FLOAT32)
-        )
+    """A `ForwardBackwardOutput`: float32 records of the datums' outputs (every datum has the
+    same fields), one record per run of consecutive datums whose arrays share their trailing
+    shape (a soft-target datum's [N, K] logprobs, a plain one's [N])."""
     msg = pb.ForwardBackwardOutput(loss_fn_output_type="ArrayRecord", metrics=metrics)
-    if outputs:
+    runs: list[list[dict[str, np.ndarray]]] = []
+    for out in outputs:
+        shapes = [a.shape[1:] for a in out.values()]
+        if runs and [a.shape[1:] for a in runs[-1][0].values()] == shapes:
+            runs[-1].append(out)
+        else:
+            runs.append([out])
+    for run in runs:
+        record = pb.ArrayRecord(type_tag="ArrayRecord", num_datums=len(run))
+        for name in run[0]:
+            batched = _batched([o[name] for o in run], np.dtype(np.float32), pb.DTYPE_FLOAT32)
+            batched.trailing_shape.extend(run[0][name].shape[1:])
+            record.fields[name].CopyFrom(batched)
         msg.loss_fn_outputs.append(record)
     return msg.SerializeToString()
 

@@ -17,7 +17,7 @@ def test_a_sample_scores_its_prompt_and_the_top_k_there(service, tokenizer) -> N
 
     from arena_core.models import load_policy
 
-    sampler = service.create_sampling_client(base_model=BASE)
+    sampler = service.create_sampling_client(base_model=BASE).result()
     ids = tokenizer.encode("12+30=42")
     prompt = types.ModelInput.from_ints(ids)
     params = types.SamplingParams(max_tokens=1, temperature=0.0)
@@ -64,7 +64,7 @@ def test_what_the_server_does_not_score_is_refused_by_name(
 ) -> None:
     from tinker import types
 
-    sampler = service.create_sampling_client(base_model=BASE)
+    sampler = service.create_sampling_client(base_model=BASE).result()
     prompt = types.ModelInput.from_ints(tokenizer.encode("1+1=2"))
     params = types.SamplingParams(max_tokens=1, temperature=0.0)
     with pytest.raises(Exception, match=says):
