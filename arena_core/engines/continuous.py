@@ -169,7 +169,9 @@ class ContinuousBatch:
         else:
             logits.index_add_(0, torch.tensor(rows, device=logits.device), bias)
 
-    def reshape(self, rows: list[int], change: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    def transform_logits(
+        self, rows: list[int], change: Callable[[torch.Tensor], torch.Tensor]
+    ) -> None:
         """Replace the next-token logits of `rows` by `change(their logits)` ([len(rows), vocab]
         in, same shape out; a served request's penalties); the next `sample` and
         `top_logprobs` see the result, as with `restrict`."""

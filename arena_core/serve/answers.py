@@ -18,6 +18,7 @@ from typing import Any
 
 from fastapi.responses import StreamingResponse
 
+from arena_core.engines.base import Penalties
 from arena_core.serve.answer_extras import (
     TokenText,
     ToolStream,
@@ -274,7 +275,9 @@ def _check_replayed_logprobs(model: ServedModel, wants: Wants) -> None:
         )
 
 
-def _penalties(batcher: RequestBatcher, model: ServedModel, req: Any, limits: Limits) -> Any:
+def _penalties(
+    batcher: RequestBatcher, model: ServedModel, req: Any, limits: Limits
+) -> Penalties | None:
     """The request's logit bias, penalties and min_p (`Penalties`), or None; a 400 naming the
     first one set where it cannot be applied as asked."""
     asked = req.penalties()

@@ -140,7 +140,7 @@ class RunningBatch:
                 [job.request.temperature for job, _ in chosen],
             )
 
-        self.batch.reshape(rows, change)
+        self.batch.transform_logits(rows, change)
 
     def _top_logprobs(self) -> dict[int, list[tuple[int, float]]]:
         """Each row that asked for alternatives: its top-k tokens and logprobs this step."""
