@@ -47,6 +47,9 @@ class SamplingParams:
     # it. The torch engine constrains per row instead (arena_core.serve.grammar) and ignores it.
     grammar: str | None = None
     penalties: Penalties | None = None  # a served request's (see `Penalties`); None: none
+    # a served request's alternatives per token, from a backend that returns them (vLLM's
+    # `logprobs=k`: `Completion.top_logprobs`); the torch engine's server ranks its own
+    top_logprobs: int = 0
 
 
 @dataclass
@@ -63,6 +66,8 @@ class Completion:
     # or template token (context: no loss, no ratio); None = every token was sampled
     loss_mask: list[int] | None = None
     episode: dict | None = None  # multi-turn: turns, tool-call outcomes, the session's final state
+    # each token's likeliest (token, logprob) when `SamplingParams.top_logprobs` asked (vLLM)
+    top_logprobs: list[list[tuple[int, float]]] | None = None
 
     @property
     def policy_version(self) -> int:

@@ -171,6 +171,7 @@ class VLLMBackend:
     ) -> Completion:
         tokens: list[int] = []
         logprobs: list[float] = []
+        tops: list[list[tuple[int, float]]] = []
         versions: list[int] = []
         text: list[str] = []
         finish = "length"
@@ -184,6 +185,9 @@ class VLLMBackend:
                 new = list(o.token_ids)
                 for tok, entry in zip(new, o.logprobs or [], strict=False):
                     logprobs.append(float(entry[tok].logprob))
+                    if sp.logprobs:  # the k best by vLLM's rank (the sampled one may be past k)
+                        best = sorted(entry.items(), key=lambda item: item[1].rank)
+                        tops.append([(t, float(lp.logprob)) for t, lp in best[: sp.logprobs]])
                 tokens += new
                 versions += [version] * len(new)
                 self._progress[request_id] = len(tokens)
@@ -196,7 +200,10 @@ class VLLMBackend:
             finish = "aborted"
         if len(logprobs) != len(tokens):
             raise RuntimeError(f"vLLM returned {len(logprobs)} logprobs for {len(tokens)} tokens")
-        return Completion(list(prompt), tokens, logprobs, "".join(text), finish, versions)
+        return Completion(
+            list(prompt), tokens, logprobs, "".join(text), finish, versions,
+            top_logprobs=tops if sp.logprobs else None,
+        )  # fmt: skip
 
     async def _submit(
         self, prompt: list[int], sp: Any, request_id: str, lora: Any = None

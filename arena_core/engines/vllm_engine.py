@@ -240,7 +240,7 @@ def vllm_sampling_params(vllm: Any, params: SamplingParams, index: int) -> Any:
         ignore_eos=params.ignore_eos,
         include_stop_str_in_output=True,  # like the torch backend: text keeps the stop string
         seed=seed,
-        logprobs=0,  # the sampled token's logprob only
+        logprobs=params.top_logprobs,  # the sampled token's logprob, and k alternatives
         output_kind=RequestOutputKind.DELTA,  # tokens arrive as made: each gets its version
         structured_outputs=StructuredOutputsParams(grammar=grammar) if grammar else None,
         presence_penalty=asked.presence,

@@ -249,8 +249,8 @@ def _check_limits(
 
 def _check_replayed_logprobs(model: ServedModel, wants: Wants) -> None:
     """A 400 unless this model's backend reports the logprobs asked for: a backend whose rows
-    are replayed (vLLM's) gives each sampled token's own logprob, not its alternatives, and its
-    prompt is not scored (echo)."""
+    are replayed gives each sampled token's own logprob, vLLM's its alternatives too; neither
+    scores the prompt (echo)."""
     if not getattr(model.backend, "reports_logprobs", False):
         raise ApiError(
             400,
@@ -258,12 +258,12 @@ def _check_replayed_logprobs(model: ServedModel, wants: Wants) -> None:
             "batching, or vllm); this model's backend does not",
             param="logprobs",
         )
-    if wants.logprobs:
+    if wants.logprobs and not getattr(model.backend, "reports_top_logprobs", False):
         param = "top_logprobs" if wants.chat else "logprobs"
         raise ApiError(
             400,
             f"{param}={wants.logprobs}: this backend reports each sampled token's own logprob, "
-            "not its alternatives (the torch backend does); ask for 0",
+            "not its alternatives (the torch and vllm backends do); ask for 0",
             param=param,
         )
     if wants.echo:

@@ -37,8 +37,9 @@ from typing import Any, Protocol
 from arena_core.engines.base import Completion, SamplingParams
 from arena_core.errors import ArenaError
 
-# on_token(row, token, eos[, logprob]) -> True ends the row (see TorchBackend.generate); a backend
-# whose rows are replayed when complete (`_replay`) passes each token's logprob too
+# on_token(row, token, eos[, logprob, top]) -> True ends the row (see TorchBackend.generate); a
+# backend whose rows are replayed when complete (`_replay`) passes each token's logprob too, and
+# its alternatives when the backend returned them
 TokenCallback = Callable[..., bool]
 
 
@@ -83,7 +84,8 @@ class VLLMServing:
     model = None  # no torch module in this process
     takes_grammar = True  # SamplingParams.grammar: vLLM's own (llguidance) constrained decoding
     takes_penalties = True  # SamplingParams.penalties: vLLM's own logit bias, penalties, min_p
-    reports_logprobs = True  # each token's logprob comes with it (`_replay`), no alternatives
+    reports_logprobs = True  # each token's logprob comes with it (`_replay`), and alternatives
+    reports_top_logprobs = True  # vLLM's `logprobs=k` (`SamplingParams.top_logprobs`)
 
     def __init__(self, weights_dir: Path, max_batch: int | None) -> None:
         from transformers import AutoTokenizer
@@ -126,17 +128,22 @@ class VLLMServing:
 
 def _replay(row: int, comp: Completion, eos_ids: set[int], on_token: TokenCallback) -> None:
     """Hand a finished row's tokens to `on_token` one by one (backends without a token hook),
-    each with its logprob (the EOS that ended the row with the EOS's)."""
+    each with its logprob and alternatives (the EOS that ended the row with the EOS's)."""
     tokens = list(comp.token_ids)
     logprobs = list(comp.logprobs)
+    tops = list(comp.top_logprobs or [])
     eos = comp.finish_reason == "stop"  # no stop strings are sent: "stop" means EOS
     if eos and tokens and tokens[-1] in eos_ids:
         tokens = tokens[:-1]
-    for tok, logprob in zip(tokens, logprobs, strict=False):
-        if on_token(row, tok, False, logprob):
+    for at, tok in enumerate(tokens):
+        if on_token(row, tok, False, _at(logprobs, at), _at(tops, at)):
             return
     if eos:
-        on_token(row, -1, True, logprobs[len(tokens)] if len(logprobs) > len(tokens) else None)
+        on_token(row, -1, True, _at(logprobs, len(tokens)), _at(tops, len(tokens)))
+
+
+def _at(values: list, index: int) -> Any:
+    return values[index] if index < len(values) else None
 
 
 class PluginServing:

@@ -272,13 +272,20 @@ class RequestBatcher:
             ignore_eos=req.ignore_eos,
             grammar=req.grammar.lark if req.grammar is not None else None,
             penalties=req.penalties,
+            top_logprobs=max(j.request.logprobs or 0 for j in batch),
         )
         self.batches += 1
         self.max_rows_seen = max(self.max_rows_seen, len(prompts))
         tokenizer = model.tokenizer
         eos_id = tokenizer.eos_token_id
 
-        def on_token(row: int, token: int, eos: bool, logprob: float | None = None) -> bool:
+        def on_token(
+            row: int,
+            token: int,
+            eos: bool,
+            logprob: float | None = None,
+            top: list[tuple[int, float]] | None = None,
+        ) -> bool:
             job, choice = owners[row]
             if choice.finished:
                 return True
@@ -291,6 +298,8 @@ class RequestBatcher:
                 choice.ids.append(token)
             if logprob is not None and len(choice.logprobs) < len(choice.ids):
                 choice.logprobs.append(float(logprob))
+                if job.request.logprobs:  # the request's own k of the batch's alternatives
+                    choice.top.append(list(top or [])[: job.request.logprobs])
             advance_choice(job, choice, tokenizer, eos)
             return choice.finished
 

@@ -150,9 +150,9 @@ def test_vllm_applies_the_penalties_the_torch_engine_applies(vllm_url: str, loca
 
 def test_vllm_reports_each_tokens_logprob_as_the_torch_engine_does(vllm_url: str, local) -> None:
     """What RL clients read (verifiers, prime-rl: `logprobs: true` and `return_token_ids`):
-    vLLM's own logprob of each sampled token, the EOS that ended the answer included, equal to
-    the torch engine's for the same greedy tokens; alternatives are refused by name (vLLM's
-    rows come back whole, without them)."""
+    vLLM's own logprob of each sampled token, the EOS that ended the answer included, and its
+    top alternatives, equal to the torch engine's for the same greedy tokens; echo's prompt
+    scoring is refused by name (the torch engine scores prompts)."""
     import openai
     from openai import OpenAI
 
@@ -161,7 +161,7 @@ def test_vllm_reports_each_tokens_logprob_as_the_torch_engine_does(vllm_url: str
     vllm = OpenAI(base_url=f"{vllm_url}/v1", api_key=KEY, max_retries=0, timeout=120)
     model = vllm.models.list().data[0].id
     messages = [{"role": "user", "content": "What is 12+30?"}]
-    kw = dict(messages=messages, max_tokens=20, temperature=0, logprobs=True)
+    kw = dict(messages=messages, max_tokens=20, temperature=0, logprobs=True, top_logprobs=3)
     extra = {"return_token_ids": True}
     with serve_policy(local, name="torch") as srv:
         torch_client = OpenAI(base_url=f"{srv.url}/v1", api_key="none", max_retries=0)
@@ -172,10 +172,15 @@ def test_vllm_reports_each_tokens_logprob_as_the_torch_engine_does(vllm_url: str
     assert len(theirs.logprobs.content) == len(theirs.token_ids)
     for a, b in zip(theirs.logprobs.content, mine.logprobs.content, strict=True):
         assert a.token == b.token and a.logprob == pytest.approx(b.logprob, abs=1e-3)
+        assert [t.token for t in a.top_logprobs] == [t.token for t in b.top_logprobs]
+        assert [t.logprob for t in a.top_logprobs] == pytest.approx(
+            [t.logprob for t in b.top_logprobs], abs=1e-3
+        )
     legacy = vllm.completions.create(
-        model=model, prompt="12+3=", max_tokens=6, temperature=0, logprobs=0
+        model=model, prompt="12+3=", max_tokens=6, temperature=0, logprobs=2
     )
-    assert len(legacy.choices[0].logprobs.token_logprobs) > 0
+    lp = legacy.choices[0].logprobs
+    assert len(lp.token_logprobs) > 0 and all(len(top) == 2 for top in lp.top_logprobs)
     with pytest.raises(openai.BadRequestError) as info:
-        vllm.chat.completions.create(model=model, **kw, top_logprobs=2)
-    assert info.value.body["param"] == "top_logprobs"
+        vllm.completions.create(model=model, prompt="1+1=2", max_tokens=1, echo=True, logprobs=1)
+    assert info.value.body["param"] == "echo"
