@@ -50,6 +50,9 @@ class SamplingParams:
     # a served request's alternatives per token, from a backend that returns them (vLLM's
     # `logprobs=k`: `Completion.top_logprobs`); the torch engine's server ranks its own
     top_logprobs: int = 0
+    # a served request's echo: score the prompt, this many alternatives per position (vLLM's
+    # `prompt_logprobs=k`: `Completion.prompt_scores`); None: the prompt is not scored
+    prompt_logprobs: int | None = None
 
 
 @dataclass
@@ -68,6 +71,9 @@ class Completion:
     episode: dict | None = None  # multi-turn: turns, tool-call outcomes, the session's final state
     # each token's likeliest (token, logprob) when `SamplingParams.top_logprobs` asked (vLLM)
     top_logprobs: list[list[tuple[int, float]]] | None = None
+    # per prompt token after the first: (its logprob, its k likeliest) when
+    # `SamplingParams.prompt_logprobs` asked (vLLM); the server's echo answers with them
+    prompt_scores: list[tuple[float, list[tuple[int, float]]]] | None = None
 
     @property
     def policy_version(self) -> int:

@@ -174,12 +174,15 @@ class VLLMBackend:
         tops: list[list[tuple[int, float]]] = []
         versions: list[int] = []
         text: list[str] = []
+        scores: list[tuple[float, list[tuple[int, float]]]] | None = None
         finish = "length"
         stream = self._engine.generate(
             {"prompt_token_ids": list(prompt)}, sp, request_id, lora_request=lora
         )
         try:
             async for out in stream:
+                if scores is None and getattr(out, "prompt_logprobs", None):
+                    scores = _prompt_scores(prompt, out.prompt_logprobs, sp.prompt_logprobs)
                 o = out.outputs[0]
                 version = self.policy_version  # read on the loop thread, where updates land too
                 new = list(o.token_ids)
@@ -202,7 +205,7 @@ class VLLMBackend:
             raise RuntimeError(f"vLLM returned {len(logprobs)} logprobs for {len(tokens)} tokens")
         return Completion(
             list(prompt), tokens, logprobs, "".join(text), finish, versions,
-            top_logprobs=tops if sp.logprobs else None,
+            top_logprobs=tops if sp.logprobs else None, prompt_scores=scores,
         )  # fmt: skip
 
     async def _submit(
@@ -504,3 +507,15 @@ def register_vllm_backend(register: Any) -> None:
         description="vLLM engine (in-process AsyncLLM): continuous batching, in-place weight "
         "sync checked layer by layer. Needs `pip install 'arena-rl[vllm]'`.",
     )
+
+
+def _prompt_scores(
+    prompt: list[int], entries: list[Any], k: int
+) -> list[tuple[float, list[tuple[int, float]]]]:
+    """vLLM's prompt logprobs (None first, then {token: Logprob} per position, the prompt's own
+    token among them) as the server's prompt scores: each token's logprob, its k best by rank."""
+    out = []
+    for token, entry in zip(prompt[1:], entries[1:], strict=True):
+        best = sorted(entry.items(), key=lambda item: item[1].rank)
+        out.append((float(entry[token].logprob), [(t, float(v.logprob)) for t, v in best[:k]]))
+    return out

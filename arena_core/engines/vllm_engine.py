@@ -241,6 +241,7 @@ def vllm_sampling_params(vllm: Any, params: SamplingParams, index: int) -> Any:
         include_stop_str_in_output=True,  # like the torch backend: text keeps the stop string
         seed=seed,
         logprobs=params.top_logprobs,  # the sampled token's logprob, and k alternatives
+        prompt_logprobs=params.prompt_logprobs,
         output_kind=RequestOutputKind.DELTA,  # tokens arrive as made: each gets its version
         structured_outputs=StructuredOutputsParams(grammar=grammar) if grammar else None,
         presence_penalty=asked.presence,

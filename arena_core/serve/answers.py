@@ -249,8 +249,8 @@ def _check_limits(
 
 def _check_replayed_logprobs(model: ServedModel, wants: Wants) -> None:
     """A 400 unless this model's backend reports the logprobs asked for: a backend whose rows
-    are replayed gives each sampled token's own logprob, vLLM's its alternatives too; neither
-    scores the prompt (echo)."""
+    are replayed gives each sampled token's own logprob; vLLM's gives its alternatives too, and
+    scores an echo's prompt."""
     if not getattr(model.backend, "reports_logprobs", False):
         raise ApiError(
             400,
@@ -266,11 +266,11 @@ def _check_replayed_logprobs(model: ServedModel, wants: Wants) -> None:
             "not its alternatives (the torch and vllm backends do); ask for 0",
             param=param,
         )
-    if wants.echo:
+    if wants.echo and not getattr(model.backend, "scores_prompts", False):
         raise ApiError(
             400,
-            "echo with logprobs scores the prompt, which needs the torch backend; leave "
-            "logprobs out to get the prompt's text back",
+            "echo with logprobs scores the prompt, which needs the torch or vllm backend; "
+            "leave logprobs out to get the prompt's text back",
             param="echo",
         )
 

@@ -86,6 +86,7 @@ class VLLMServing:
     takes_penalties = True  # SamplingParams.penalties: vLLM's own logit bias, penalties, min_p
     reports_logprobs = True  # each token's logprob comes with it (`_replay`), and alternatives
     reports_top_logprobs = True  # vLLM's `logprobs=k` (`SamplingParams.top_logprobs`)
+    scores_prompts = True  # vLLM's `prompt_logprobs=k`: echo (`SamplingParams.prompt_logprobs`)
 
     def __init__(self, weights_dir: Path, max_batch: int | None) -> None:
         from transformers import AutoTokenizer

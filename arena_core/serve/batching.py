@@ -273,6 +273,10 @@ class RequestBatcher:
             grammar=req.grammar.lark if req.grammar is not None else None,
             penalties=req.penalties,
             top_logprobs=max(j.request.logprobs or 0 for j in batch),
+            prompt_logprobs=max(
+                (j.request.prompt_logprobs for j in batch if j.request.prompt_logprobs is not None),
+                default=None,
+            ),
         )
         self.batches += 1
         self.max_rows_seen = max(self.max_rows_seen, len(prompts))
@@ -304,7 +308,11 @@ class RequestBatcher:
             return choice.finished
 
         with model.active():
-            model.backend.generate(prompts, params, on_token=on_token)
+            done = model.backend.generate(prompts, params, on_token=on_token)
+        for (job, choice), comp in zip(owners, done, strict=False):  # an echo's prompt scores
+            k = job.request.prompt_logprobs
+            if k is not None and comp.prompt_scores is not None:
+                choice.prompt_scores = [(lp, top[:k]) for lp, top in comp.prompt_scores]
         for job, choice in owners:  # rows the backend ended itself (its max_new_tokens)
             if not choice.finished:
                 advance_choice(job, choice, tokenizer, True, reason="length")

@@ -151,9 +151,8 @@ def test_vllm_applies_the_penalties_the_torch_engine_applies(vllm_url: str, loca
 def test_vllm_reports_each_tokens_logprob_as_the_torch_engine_does(vllm_url: str, local) -> None:
     """What RL clients read (verifiers, prime-rl: `logprobs: true` and `return_token_ids`):
     vLLM's own logprob of each sampled token, the EOS that ended the answer included, and its
-    top alternatives, equal to the torch engine's for the same greedy tokens; echo's prompt
-    scoring is refused by name (the torch engine scores prompts)."""
-    import openai
+    top alternatives, equal to the torch engine's for the same greedy tokens; and an echo's
+    prompt scored by vLLM as the torch engine scores it (what lm-evaluation-harness reads)."""
     from openai import OpenAI
 
     from arena_core.serve.server import serve_policy
@@ -181,6 +180,17 @@ def test_vllm_reports_each_tokens_logprob_as_the_torch_engine_does(vllm_url: str
     )
     lp = legacy.choices[0].logprobs
     assert len(lp.token_logprobs) > 0 and all(len(top) == 2 for top in lp.top_logprobs)
-    with pytest.raises(openai.BadRequestError) as info:
-        vllm.completions.create(model=model, prompt="1+1=2", max_tokens=1, echo=True, logprobs=1)
-    assert info.value.body["param"] == "echo"
+    # echo: the prompt scored by vLLM (prompt_logprobs), as the torch engine scores it
+    echo = dict(prompt="What is 12+30? 42", max_tokens=0, echo=True, logprobs=2)
+    scored = vllm.completions.create(model=model, **echo).choices[0]
+    with serve_policy(local, name="torch") as srv:
+        torch_client = OpenAI(base_url=f"{srv.url}/v1", api_key="none", max_retries=0)
+        reference = torch_client.completions.create(model="torch", **echo).choices[0]
+    assert scored.text == reference.text == echo["prompt"]
+    assert scored.logprobs.tokens == reference.logprobs.tokens
+    assert scored.logprobs.token_logprobs[0] is None
+    assert scored.logprobs.token_logprobs[1:] == pytest.approx(
+        reference.logprobs.token_logprobs[1:], abs=1e-3
+    )
+    tops = zip(scored.logprobs.top_logprobs, reference.logprobs.top_logprobs, strict=True)
+    assert all(a.keys() == b.keys() for a, b in list(tops)[1:])
