@@ -33,7 +33,7 @@ def stop_rules(stop: Any, tokenizer: Any) -> tuple[set[int], list[str]]:
 
 
 @dataclass
-class PromptScores:
+class PromptLogprobs:
     """What a sample request asked about its prompt: `logprobs`, log p(prompt[t] | prompt[:t])
     (NaN where not scored: position 0, and the positions before `prompt_logprobs_last_n`), as
     `compute_logprobs` and `include_prompt_logprobs` report them; `topk`, each position's
@@ -43,10 +43,10 @@ class PromptScores:
     topk: list[list[tuple[int, float]] | None] | None
 
 
-def prompt_scores(
+def prompt_logprobs(
     model: Any, prompt: list[int], k: int = 0, last_n: int | None = None
-) -> PromptScores:
-    """`prompt`'s `PromptScores` under `model` (the sampler's adapter active), from the server's
+) -> PromptLogprobs:
+    """`prompt`'s `PromptLogprobs` under `model` (the sampler's adapter active), from the server's
     prompt scorer (`serve.echo.score_prompt`): one forward of the whole prompt; `last_n` keeps
     the last N positions' scores (its prefix is still computed)."""
     scored = score_prompt(model, prompt, k)
@@ -56,7 +56,7 @@ def prompt_scores(
     for at, (logprob, top) in enumerate(scored, start=1):
         if at >= skip:
             logprobs[at], topk[at] = logprob, top
-    return PromptScores(logprobs, topk if k else None)
+    return PromptLogprobs(logprobs, topk if k else None)
 
 
 #: Adapters in one vLLM batch: the batcher merges only the requests of one sampler, so one

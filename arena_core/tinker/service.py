@@ -35,7 +35,12 @@ from arena_core.population.adapters import AdapterBank
 from arena_core.tinker.capacity import Footprint, check, device_profile
 from arena_core.tinker.learner import head_logprob_fn, score
 from arena_core.tinker.losses import LossSpec, zero_gradient
-from arena_core.tinker.sampling import PromptScores, VLLMSamplers, prompt_scores, stop_rules
+from arena_core.tinker.sampling import (
+    PromptLogprobs,
+    VLLMSamplers,
+    prompt_logprobs,
+    stop_rules,
+)
 from arena_core.tinker.store import CheckpointRef, Store, dir_name
 from arena_core.tinker.wire import FwdBwdRequest, Sequence, encode_forward_backward_output
 
@@ -510,7 +515,7 @@ class TinkerService:
 
     def sample(
         self, sampler_id: str, reqs: list[Any]
-    ) -> tuple[list[list[Sequence]], PromptScores | None]:
+    ) -> tuple[list[list[Sequence]], PromptLogprobs | None]:
         """`SamplingClient.sample` for requests to one sampler with one set of sampling parameters
         (`batching.py` merges those that wait together, whatever their prompts): each request's
         `num_samples` continuations with per-token logprobs, and the prompt's logprobs (and top-k
@@ -558,10 +563,10 @@ class TinkerService:
             k, last_n = int(lone.topk_prompt_logprobs), lone.prompt_logprobs_last_n
             if sampler.adapter is None:
                 with host.model.disable_adapter():
-                    scored = prompt_scores(host.model, prompts[0], k, last_n)
+                    scored = prompt_logprobs(host.model, prompts[0], k, last_n)
             else:
                 model = host.bank.activate(sampler.adapter)
-                scored = prompt_scores(model, prompts[0], k, last_n)
+                scored = prompt_logprobs(model, prompts[0], k, last_n)
             if not lone.prompt_logprobs:
                 scored.logprobs = None
         return out, scored

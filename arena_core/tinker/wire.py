@@ -157,7 +157,7 @@ class Sequence:
 
 
 def encode_sample_response(sequences: list[Sequence], scored: Any = None) -> bytes:
-    """A `SampleResponse`; `scored` (`sampling.PromptScores`) the prompt's logprobs, NaN where
+    """A `SampleResponse`; `scored` (`sampling.PromptLogprobs`) the prompt's logprobs, NaN where
     there is none (position 0), which the SDK turns into None, and its top-k, each position's
     row padded with the SDK's sentinel (token 0, logprob -99999), a whole row of it where
     nothing was scored."""
