@@ -188,9 +188,8 @@ class VLLMBackend:
                 new = list(o.token_ids)
                 for tok, entry in zip(new, o.logprobs or [], strict=False):
                     logprobs.append(float(entry[tok].logprob))
-                    if sp.logprobs:  # the k best by vLLM's rank (the sampled one may be past k)
-                        best = sorted(entry.items(), key=lambda item: item[1].rank)
-                        tops.append([(t, float(lp.logprob)) for t, lp in best[: sp.logprobs]])
+                    if sp.logprobs:  # the k best (the sampled one may be past k)
+                        tops.append(_best(entry, sp.logprobs))
                 tokens += new
                 versions += [version] * len(new)
                 self._progress[request_id] = len(tokens)
@@ -514,8 +513,13 @@ def _prompt_scores(
 ) -> list[tuple[float, list[tuple[int, float]]]]:
     """vLLM's prompt logprobs (None first, then {token: Logprob} per position, the prompt's own
     token among them) as the server's prompt scores: each token's logprob, its k best by rank."""
-    out = []
-    for token, entry in zip(prompt[1:], entries[1:], strict=True):
-        best = sorted(entry.items(), key=lambda item: item[1].rank)
-        out.append((float(entry[token].logprob), [(t, float(v.logprob)) for t, v in best[:k]]))
-    return out
+    return [
+        (float(entry[token].logprob), _best(entry, k))
+        for token, entry in zip(prompt[1:], entries[1:], strict=True)
+    ]
+
+
+def _best(entry: dict[int, Any], k: int) -> list[tuple[int, float]]:
+    """The `k` likeliest (token, logprob) of one position's vLLM logprobs, by vLLM's rank."""
+    ranked = sorted(entry.items(), key=lambda item: item[1].rank)
+    return [(token, float(lp.logprob)) for token, lp in ranked[:k]]
