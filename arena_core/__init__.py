@@ -14,6 +14,9 @@ PASSIVE_OPENMP = (
     "torch" not in _sys.modules and _os.environ["OMP_WAIT_POLICY"].strip().upper() == "PASSIVE"
 )
 
+from arena_core import lean_imports as _lean_imports  # noqa: E402
 from arena_core.hookspecs import hookimpl  # noqa: E402
+
+_lean_imports.install()  # scikit-learn stays out of a model's import (arena_core/lean_imports.py)
 
 __all__ = ["PASSIVE_OPENMP", "__version__", "hookimpl"]

@@ -31,6 +31,7 @@ LAYERS: dict[str, int] = {
     "registry": 0,
     "tasks": 0,
     "threads": 0,
+    "lean_imports": 0,
     "plugin_loader": 1,
     "config": 1,
     "models": 2,
