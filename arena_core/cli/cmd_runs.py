@@ -58,7 +58,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--force",
         action="store_true",
         help="delete it even when other runs' LoRA checkpoints sit on its weights (they then no "
-        "longer load)",
+        "longer load) or other runs name it as their OPD teacher (they then cannot resume)",
     )
     rm.set_defaults(func=run_delete)
 

@@ -509,7 +509,8 @@ def delete_run(run_dir: Path, *, force: bool = False) -> None:
 
 def check_deletable(run_dir: Path, *, force: bool = False) -> None:
     """ArenaError unless `run_dir` is a run directory that no process is training and, unless
-    `force`, whose weights no other run's LoRA checkpoint names as its base (`built_on`)."""
+    `force`, that no other run names as its OPD teacher (`taught_by`) and whose weights no other
+    run's LoRA checkpoint names as its base (`built_on`)."""
     if not is_run_dir(run_dir):
         raise ArenaError(f"{run_dir} is not a run directory; nothing deleted.")
     holder = run_holder(run_dir)
@@ -517,6 +518,16 @@ def check_deletable(run_dir: Path, *, force: bool = False) -> None:
         raise ArenaError(
             f"{run_dir} is being trained right now ({holder_text(holder)}); nothing deleted. "
             "Stop it first (Ctrl-C in its terminal, or kill -INT its pid), then delete it."
+        )
+    students = [] if force else taught_by(run_dir)
+    if students:
+        shown = ", ".join(run.name for run in students[:5])
+        more = f" and {len(students) - 5} more" if len(students) > 5 else ""
+        raise ArenaError(
+            f"{run_dir} is the on-policy distillation teacher (algo.teacher) of {len(students)} "
+            f"other run(s) ({shown}{more}): resuming or extending them loads it again, so "
+            "without it they can no longer continue; nothing deleted. Delete those runs first, "
+            "or pass --force."
         )
     users = [] if force else built_on(run_dir)
     if users:
@@ -529,6 +540,38 @@ def check_deletable(run_dir: Path, *, force: bool = False) -> None:
             f"load; nothing deleted. Export them merged first (arena checkpoints export "
             f"{first}:STEP --format merged --out DIR), delete those runs first, or pass --force."
         )
+
+
+def taught_by(run_dir: Path) -> list[Path]:
+    """The other runs beside `run_dir` (as for `built_on`) whose OPD teacher, `algo.teacher` in
+    their config, is `run_dir` or one of its checkpoints, named by path, run id or run name."""
+    run_dir = Path(run_dir).resolve()
+    root = _runs_root(run_dir)
+    students = []
+    for other, _ in run_dirs(root):
+        if other.resolve() == run_dir:
+            continue
+        try:
+            algo = read_config(other).get("algo")
+        except (OSError, ValueError, yaml.YAMLError):
+            continue
+        ref = algo.get("teacher") if isinstance(algo, dict) else None
+        if ref and _names_run(str(ref), run_dir, root):
+            students.append(other)
+    return students
+
+
+def _names_run(ref: str, run_dir: Path, root: Path) -> bool:
+    """Whether the teacher reference `ref` names `run_dir` (resolved) or a directory inside it;
+    a model name, or a name that is no run's (or several runs'), does not."""
+    path = Path(split_ref(ref)[0]).expanduser()
+    if path.is_absolute() and path.exists():
+        return path.resolve().is_relative_to(run_dir)
+    try:
+        named, _ = resolve_ref(ref, root)
+    except ArenaError:
+        return False
+    return named.resolve() == run_dir
 
 
 def built_on(run_dir: Path) -> list[tuple[Path, int]]:
@@ -561,11 +604,7 @@ def pinned_checkpoints(run_dir: Path) -> set[str]:
 def _adapters_on(run_dir: Path) -> Iterator[tuple[Path, Path, Path]]:
     """(other run, its checkpoint directory, the base it names) for each LoRA checkpoint of the
     runs beside `run_dir` (resolved) whose adapter names a base inside `run_dir`."""
-    try:
-        project = read_config(run_dir).get("project")
-    except (OSError, ValueError, yaml.YAMLError):
-        project = None
-    root = run_dir.parent.parent if project and project == run_dir.parent.name else run_dir.parent
+    root = _runs_root(run_dir)
     for other, _ in run_dirs(root):
         if other.resolve() == run_dir:
             continue
@@ -577,6 +616,15 @@ def _adapters_on(run_dir: Path) -> Iterator[tuple[Path, Path, Path]]:
             base = Path(named).expanduser().resolve() if named else None
             if base is not None and base.is_relative_to(run_dir):
                 yield other, config.parent.parent.resolve(), base
+
+
+def _runs_root(run_dir: Path) -> Path:
+    """The runs directory `run_dir` sits in: its parent, or the one above its project folder."""
+    try:
+        project = read_config(run_dir).get("project")
+    except (OSError, ValueError, yaml.YAMLError):
+        project = None
+    return run_dir.parent.parent if project and project == run_dir.parent.name else run_dir.parent
 
 
 def _dir_size(path: Path) -> int:

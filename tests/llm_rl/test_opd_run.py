@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from arena_core.cli.main import main
 from arena_core.cli.run import execute
 from arena_core.llm_rl.recipe import run_training
 
@@ -62,6 +63,14 @@ def test_opd_quickstart_lora_student_then_a_runs_lora_checkpoint_as_teacher(
     assert f"teacher: {lora / 'checkpoints/step_000002'} (step 2, lora)" in out
     assert float(_rows(full)[0]["opd/reverse_kl"]) > 0.1
     assert (full / "checkpoints/step_000001/model").is_dir()
+    # 3. the teacher cannot be deleted from under its student (which loads it again to resume)
+    delete = ["runs", "delete", "--runs", str(tmp_runs), "--yes"]
+    assert main([*delete, "lo"]) == 1
+    err = capsys.readouterr().err
+    assert "on-policy distillation teacher (algo.teacher)" in err and full.name in err
+    assert (lora / "checkpoints/step_000002/adapter").is_dir()
+    assert main([*delete, full.name]) == 0 and main([*delete, "lo"]) == 0
+    assert not lora.exists()
 
 
 def test_opd_keeps_flat_reward_groups(tmp_path: Path, digits_env, run_config) -> None:
