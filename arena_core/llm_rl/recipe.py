@@ -23,12 +23,14 @@ from typing import Any
 from arena_core.config.schema import CoreConfig
 from arena_core.distributed.trainer_group import TrainerRankDied, learner_for
 from arena_core.engines.base import GenerationFailed
+from arena_core.learn.algorithm import HasTeacher
 from arena_core.learn.learner import Learner, NonFiniteLossError
 from arena_core.llm_rl.batch_source import AsyncSource, SyncSource, generator_policy
 from arena_core.llm_rl.groups import StepBatch, build_collector
 from arena_core.llm_rl.mismatch_guard import GuardHook
 from arena_core.llm_rl.run_warnings import count_step, run_warnings
 from arena_core.llm_rl.step_row import run_figures, step_row
+from arena_core.models.teacher import pin_teacher
 from arena_core.planner.measured import record_measured
 from arena_core.planner.plan_check import plan_check
 from arena_core.planner.refill import add_step, refill_note
@@ -107,6 +109,12 @@ def open_llm_run(inputs: RunInputs) -> OpenedRun:
     reward_file = reward_path(core.reward, task)  # fails fast, before any model loads
     name = f"{core.algo['name']}-{core.env['name']}"  # type: ignore[index]
     session = RunSession.open(core, inputs.cfg, name, validation=inputs.validation)
+    if isinstance(algorithm, HasTeacher) and algorithm.teacher and not session.done:
+        # taught by the checkpoint it started with, whatever RUN:latest names by now; in the
+        # algo section too, for what builds its algorithm from it (population members, actors)
+        algorithm.teacher = pin_teacher(session.run_dir, str(algorithm.teacher), core.paths.runs)
+        if isinstance(core.algo, dict):
+            core.algo["teacher"] = algorithm.teacher
     return OpenedRun(algorithm, task, reward_file, session)
 
 

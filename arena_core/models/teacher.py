@@ -48,6 +48,48 @@ def load_teacher(
     return model.eval().to(device)
 
 
+def pin_teacher(run_dir: Path, ref: str, runs: str | Path = "./runs") -> str:
+    """The teacher reference a run loads: the exact checkpoint (`ABS_RUN:STEP`) its `ref` named
+    when it started, recorded in `teacher.json`, so a resume is taught by the same weights even
+    after `RUN`, `RUN:best` or `RUN:latest` has moved on (the teacher run trained further). A
+    model teacher (no run) is returned as it is. When `ref` changed (a resume with
+    `train.resume_allow_changes`) the new one is pinned. ModelLoadError when the checkpoint the
+    run started with is gone."""
+    from arena_core.store.index import select_model_checkpoint
+    from arena_core.store.rundir import read_teacher, write_teacher
+
+    record = read_teacher(run_dir)
+    if record is not None and record["ref"] == ref:
+        try:
+            select_model_checkpoint(record["checkpoint"], runs)
+        except ArenaError as exc:
+            raise ModelLoadError(
+                f"algo.teacher={ref}: the checkpoint this run started with, "
+                f"{record['checkpoint']}, cannot be loaded any more ({exc}). Resuming with "
+                "another teacher changes what the run learns: restore it, or name a teacher with "
+                "algo.teacher=... train.resume_allow_changes=true."
+            ) from None
+        try:
+            now = select_model_checkpoint(ref, runs)
+        except ArenaError:
+            now = None
+        pinned = record["checkpoint"]
+        if now is not None and f"{now[0].resolve()}:{now[1].step}" != pinned:
+            print(
+                f"note: algo.teacher={ref} now names step {now[1].step} of {now[0].name}; this "
+                f"run goes on with the teacher it started with, {pinned}",
+                flush=True,
+            )
+        return pinned
+    try:
+        teacher_run, ckpt = select_model_checkpoint(ref, runs)
+    except ArenaError:
+        return ref  # a model teacher, or a ref `load_teacher` explains
+    pinned = f"{teacher_run.resolve()}:{ckpt.step}"
+    write_teacher(run_dir, ref, pinned)
+    return pinned
+
+
 def _load(ref: str, *, device: str, runs: str | Path, dtype: str) -> Any:
     """A run checkpoint when `ref` names a run, else a model name or path."""
     from arena_core.store.index import NotALanguageModel, select_model_checkpoint, split_ref

@@ -36,6 +36,7 @@ from arena_core.store.rundir import (
     checkpoints_dir,
     holder_text,
     read_config,
+    read_teacher,
     run_holder,
     slug,
 )
@@ -558,7 +559,7 @@ def taught_by(run_dir: Path) -> list[Path]:
         ref = algo.get("teacher") if isinstance(algo, dict) else None
         if ref and _names_run(str(ref), run_dir, root):
             students.append(other)
-    return students
+    return students + [o for o, _ in _teachers_in(run_dir) if o not in students]
 
 
 def _names_run(ref: str, run_dir: Path, root: Path) -> bool:
@@ -589,16 +590,31 @@ def built_on(run_dir: Path) -> list[tuple[Path, int]]:
 
 
 def pinned_checkpoints(run_dir: Path) -> set[str]:
-    """The names of `run_dir`'s checkpoint directories that other runs' LoRA adapters sit on:
-    `train.keep_checkpoints` never deletes these (save_checkpoint's `pinned`), or resuming a base
-    run would break the runs started from it."""
+    """The names of `run_dir`'s checkpoint directories that other runs' LoRA adapters sit on or
+    that other runs recorded as their OPD teacher: `train.keep_checkpoints` never deletes these
+    (save_checkpoint's `pinned`), or resuming this run would break the runs that need them."""
     run_dir = Path(run_dir).resolve()
     root = checkpoints_dir(run_dir)
-    return {
+    pinned = {
         base.relative_to(root).parts[0]
         for _, _, base in _adapters_on(run_dir)
         if base.is_relative_to(root) and base != root
     }
+    for _, step in _teachers_in(run_dir):
+        pinned |= {c.dir.name for c in list_checkpoints(run_dir) if c.step == step}
+    return pinned
+
+
+def _teachers_in(run_dir: Path) -> Iterator[tuple[Path, int]]:
+    """(other run, step) for each run beside `run_dir` (resolved) whose recorded OPD teacher
+    (`teacher.json`, `ABS_RUN:STEP`) is a checkpoint of `run_dir`."""
+    for other, _ in run_dirs(_runs_root(run_dir)):
+        record = read_teacher(other)
+        if other.resolve() == run_dir or record is None:
+            continue
+        head, step = split_ref(record["checkpoint"])
+        if step is not None and step.isdigit() and Path(head).resolve() == run_dir:
+            yield other, int(step)
 
 
 def _adapters_on(run_dir: Path) -> Iterator[tuple[Path, Path, Path]]:

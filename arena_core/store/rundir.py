@@ -26,6 +26,7 @@ VALIDATION_FILE = "validation.json"  # arena-run's pre-flight report (reward, en
 LAUNCH_FILE = "launch.json"  # the directory the run started in: its config's relative paths
 LOCK_FILE = "run.lock"  # locked (flock) by the process training the run, for as long as it does
 INDEX = "index.json"  # checkpoints/index.json: every checkpoint a run saved, with its metrics
+TEACHER_FILE = "teacher.json"  # the OPD teacher checkpoint a run started with (RUN:STEP), kept
 
 
 def checkpoints_dir(run_dir: Path) -> Path:
@@ -224,6 +225,25 @@ def read_launch_dir(run_dir: Path) -> Path | None:
     except (OSError, ValueError, AttributeError):
         return None
     return Path(cwd) if isinstance(cwd, str) and cwd else None
+
+
+def read_teacher(run_dir: Path) -> dict[str, str] | None:
+    """The teacher record of `run_dir` (`ref` as configured, `checkpoint` as `ABS_RUN:STEP`), or
+    None when it has none (a model teacher, no teacher, or a record that does not parse)."""
+    try:
+        record = json.loads((Path(run_dir) / TEACHER_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict):
+        return None
+    ref, ckpt = record.get("ref"), record.get("checkpoint")
+    return (
+        {"ref": ref, "checkpoint": ckpt} if isinstance(ref, str) and isinstance(ckpt, str) else None
+    )
+
+
+def write_teacher(run_dir: Path, ref: str, checkpoint: str) -> None:
+    atomic_write_json(Path(run_dir) / TEACHER_FILE, {"ref": ref, "checkpoint": checkpoint})
 
 
 def read_config(run_dir: Path) -> dict[str, Any]:

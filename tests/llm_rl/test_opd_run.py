@@ -12,6 +12,7 @@ import pytest
 
 from arena_core.cli.main import main
 from arena_core.cli.run import execute
+from arena_core.cli.run import main as arena_run
 from arena_core.llm_rl.recipe import run_training
 
 
@@ -63,7 +64,20 @@ def test_opd_quickstart_lora_student_then_a_runs_lora_checkpoint_as_teacher(
     assert f"teacher: {lora / 'checkpoints/step_000002'} (step 2, lora)" in out
     assert float(_rows(full)[0]["opd/reverse_kl"]) > 0.1
     assert (full / "checkpoints/step_000001/model").is_dir()
-    # 3. the teacher cannot be deleted from under its student (which loads it again to resume)
+    # 3. the teacher trains on (keeping one checkpoint): `lo:latest` moves to step 3, yet the
+    # student's resume is taught by the step 2 it started with, which the pruning kept
+    runs = f"paths.runs={tmp_runs}"
+    extend = [f"train.resume={lora}", "train.max_steps=3", "train.keep_checkpoints=1", runs]
+    assert arena_run(extend) == 0
+    assert (lora / "checkpoints/step_000003").is_dir()
+    assert (lora / "checkpoints/step_000002/adapter").is_dir()
+    capsys.readouterr()
+    assert arena_run([f"train.resume={full}", "train.max_steps=2", runs]) == 0
+    out = capsys.readouterr().out
+    assert f"algo.teacher=lo:latest now names step 3 of {lora.name}" in out
+    assert f"teacher: {lora / 'checkpoints/step_000002'} (step 2, lora)" in out
+    assert len(_rows(full)) == 2
+    # 4. the teacher cannot be deleted from under its student (which loads it again to resume)
     delete = ["runs", "delete", "--runs", str(tmp_runs), "--yes"]
     assert main([*delete, "lo"]) == 1
     err = capsys.readouterr().err
