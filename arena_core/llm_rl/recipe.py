@@ -49,6 +49,7 @@ from arena_core.session.recipe import Recipe, RunInputs, registered_recipe
 from arena_core.store.best import save_reason
 from arena_core.store.checkpoints import latest_checkpoint
 from arena_core.store.curves import plot_reward_curve
+from arena_core.store.rundir import release_run
 from arena_core.threads import torch_threads
 
 PLAN_CHECK_STEPS = 3  # steps after the first (warm-up) that the plan's prediction is checked on
@@ -112,7 +113,13 @@ def open_llm_run(inputs: RunInputs) -> OpenedRun:
     if isinstance(algorithm, HasTeacher) and algorithm.teacher and not session.done:
         # taught by the checkpoint it started with, whatever RUN:latest names by now; in the
         # algo section too, for what builds its algorithm from it (population members, actors)
-        algorithm.teacher = pin_teacher(session.run_dir, str(algorithm.teacher), core.paths.runs)
+        try:
+            algorithm.teacher = pin_teacher(
+                session.run_dir, str(algorithm.teacher), core.paths.runs
+            )
+        except BaseException:
+            release_run(session.lock)  # refused before training: the run stays as it was
+            raise
         if isinstance(core.algo, dict):
             core.algo["teacher"] = algorithm.teacher
     return OpenedRun(algorithm, task, reward_file, session)

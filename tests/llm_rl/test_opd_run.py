@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from arena_core.cli.main import main
 from arena_core.cli.run import execute
 from arena_core.cli.run import main as arena_run
 from arena_core.llm_rl.recipe import run_training
+from arena_core.store import rundir
 
 
 def _rows(run_dir: Path) -> list[dict[str, str]]:
@@ -77,12 +79,18 @@ def test_opd_quickstart_lora_student_then_a_runs_lora_checkpoint_as_teacher(
     assert f"algo.teacher=lo:latest now names step 3 of {lora.name}" in out
     assert f"teacher: {lora / 'checkpoints/step_000002'} (step 2, lora)" in out
     assert len(_rows(full)) == 2
+    # ... and when that checkpoint is gone, the resume says so rather than take another teacher
+    shutil.rmtree(lora / "checkpoints/step_000002")
+    assert arena_run([f"train.resume={full}", "train.max_steps=3", runs]) == 1
+    err = capsys.readouterr().err
+    assert f"the checkpoint this run started with, {lora.resolve()}:2, cannot be loaded" in err
+    assert len(_rows(full)) == 2 and rundir.run_holder(full) is None  # untouched, not locked
     # 4. the teacher cannot be deleted from under its student (which loads it again to resume)
     delete = ["runs", "delete", "--runs", str(tmp_runs), "--yes"]
     assert main([*delete, "lo"]) == 1
     err = capsys.readouterr().err
     assert "on-policy distillation teacher (algo.teacher)" in err and full.name in err
-    assert (lora / "checkpoints/step_000002/adapter").is_dir()
+    assert (lora / "checkpoints/step_000003/adapter").is_dir()
     assert main([*delete, full.name]) == 0 and main([*delete, "lo"]) == 0
     assert not lora.exists()
 
