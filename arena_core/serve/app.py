@@ -39,7 +39,8 @@ from arena_core.serve.protocol import (
     now,
     validation_message,
 )
-from arena_core.serve.responses_api import ResponsesRequest, ResponseStore, StoredResponse, respond
+from arena_core.serve.response_store import ResponseStore, StoredResponse, input_items_page
+from arena_core.serve.responses_api import ResponsesRequest, respond
 from arena_core.serve.tokens import detokenize, tokenize, tokenizer_info
 
 
@@ -185,6 +186,25 @@ def create_app(
     @app.get("/v1/responses/{response_id}")
     async def get_response(response_id: str) -> Any:
         return _stored(stored, response_id).response
+
+    @app.get("/v1/responses/{response_id}/input_items")
+    async def list_input_items(response_id: str, request: Request) -> Any:
+        query = request.query_params
+        include = query.getlist("include") + query.getlist("include[]")
+        if include:
+            raise ApiError(
+                400,
+                f"include: {include[0]!r} adds nothing to a stored input item here",
+                param="include",
+                code="unsupported_parameter",
+            )
+        limit = query.get("limit", "20")
+        if not limit.strip().isdigit():
+            raise ApiError(400, f"limit: {limit!r} is not a whole number", param="limit")
+        found = _stored(stored, response_id)
+        return input_items_page(
+            found, limit=int(limit), order=query.get("order", "desc"), after=query.get("after")
+        )
 
     @app.delete("/v1/responses/{response_id}")
     async def delete_response(response_id: str) -> Any:

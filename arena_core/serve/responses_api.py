@@ -11,8 +11,9 @@ with their text or arguments deltas, `response.completed`).
 
 Responses are kept in memory (`ResponseStore`, the last `Limits.stored_responses`; OpenAI's
 default is to store), so `previous_response_id` continues a conversation without sending it again
-(the Agents SDK's `previous_response_id` and `auto_previous_response_id`), and `GET`/`DELETE
-/v1/responses/{id}` read and forget one. A restart forgets them all; `store: false` keeps one out.
+(the Agents SDK's `previous_response_id` and `auto_previous_response_id`), `GET`/`DELETE
+/v1/responses/{id}` read and forget one, and `GET /v1/responses/{id}/input_items` lists the items
+it was generated from (`response_store.py`). A restart forgets them all; `store: false` keeps one out.
 `conversation` (OpenAI's Conversations API) is refused. Tools other than functions (web search,
 file search, computer use) are refused by name.
 """
@@ -22,10 +23,7 @@ from __future__ import annotations
 import copy
 import json
 import re
-import threading
-from collections import OrderedDict
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from fastapi.responses import StreamingResponse
@@ -43,6 +41,7 @@ from arena_core.serve.protocol import (
     now,
     validation_message,
 )
+from arena_core.serve.response_store import ResponseStore, StoredResponse, as_items
 
 _STRICT = ConfigDict(extra="forbid", strict=True)
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
@@ -147,10 +146,14 @@ def _in_these_words(exc: ApiError) -> ApiError:
     return exc
 
 
-def conversation(req: ResponsesRequest, store: ResponseStore) -> list[dict[str, Any]]:
+def conversation(
+    req: ResponsesRequest, store: ResponseStore
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The chat messages `req` continues and adds, instructions left out: the stored
-    conversation of `previous_response_id` (a copy), then `req.input`'s items."""
+    conversation of `previous_response_id` (a copy), then `req.input`'s items; and the same
+    conversation as the Responses items it is generated from (`input_items`)."""
     messages: list[dict[str, Any]] = []
+    items: list[dict[str, Any]] = []
     if req.previous_response_id is not None:
         before = store.get(req.previous_response_id)
         if before is None:
@@ -168,6 +171,7 @@ def conversation(req: ResponsesRequest, store: ResponseStore) -> list[dict[str, 
                 code="previous_response_not_found",
             )
         messages = copy.deepcopy(before.conversation)
+        items = copy.deepcopy(before.items + before.response["output"])
     if isinstance(req.input, str):
         messages.append({"role": "user", "content": req.input})
     else:
@@ -175,7 +179,7 @@ def conversation(req: ResponsesRequest, store: ResponseStore) -> list[dict[str, 
             _add_item(messages, item, f"input.{i}")
     if not messages:
         raise ApiError(400, "input: empty (no message to answer)", param="input")
-    return messages
+    return messages, items + as_items(req.input)
 
 
 def chat_request(req: ResponsesRequest, messages: list[dict[str, Any]]) -> ChatRequest:
@@ -339,13 +343,13 @@ async def respond(
             "and the whole conversation as input",
             param="store",
         )
-    messages = conversation(req, store)
+    messages, items = conversation(req, store)
     chat = chat_request(req, messages)
     try:
         answer = await chat_completion(batcher, model, chat, limits)
     except ApiError as exc:
         raise _in_these_words(exc) from None
-    shell = _Shell(req, model.name, messages, store)
+    shell = _Shell(req, model.name, messages, items, store)
     if not req.stream:
         choice = answer["choices"][0]
         message = choice["message"]
@@ -363,42 +367,6 @@ async def respond(
     )
 
 
-@dataclass
-class StoredResponse:
-    """A response as returned, and its whole conversation as chat messages (its input's and its
-    output's; instructions left out: OpenAI does not carry them to the next response)."""
-
-    response: dict[str, Any]
-    conversation: list[dict[str, Any]]
-
-
-class ResponseStore:
-    """The responses a server remembers, in memory: the last `capacity` stored or read (reading
-    one keeps it, so a conversation in use is not the one forgotten); 0 stores none."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = max(0, int(capacity))
-        self._items: OrderedDict[str, StoredResponse] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def put(self, stored: StoredResponse) -> None:
-        with self._lock:
-            self._items[stored.response["id"]] = stored
-            while len(self._items) > self.capacity:
-                self._items.popitem(last=False)
-
-    def get(self, response_id: str) -> StoredResponse | None:
-        with self._lock:
-            stored = self._items.get(response_id)
-            if stored is not None:
-                self._items.move_to_end(response_id)
-            return stored
-
-    def delete(self, response_id: str) -> bool:
-        with self._lock:
-            return self._items.pop(response_id, None) is not None
-
-
 class _Shell:
     """What every Response object of one request repeats (its id, the request's settings), and
     where the finished Response is stored with the conversation it ends."""
@@ -408,9 +376,11 @@ class _Shell:
         req: ResponsesRequest,
         model: str,
         messages: list[dict[str, Any]],
+        items: list[dict[str, Any]],
         store: ResponseStore,
     ) -> None:
-        self.messages, self.store = messages, store if req.store else None
+        self.messages, self.items = messages, items
+        self.store = store if req.store else None
         fmt = req.text.format if req.text and req.text.format else None
         choice = req.tool_choice
         self.fields: dict[str, Any] = {
@@ -452,7 +422,7 @@ class _Shell:
             messages = copy.deepcopy(self.messages)
             for i, item in enumerate(output):
                 _add_item(messages, item, f"output.{i}")
-            self.store.put(StoredResponse(copy.deepcopy(response), messages))
+            self.store.put(StoredResponse(copy.deepcopy(response), messages, self.items))
         return response
 
     def in_progress(self) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 over the embedded tiny model: the Responses API answers what the chat route answers for the
 same conversation, function calls go out and their outputs come back in, the stream rebuilds
 the same Response, a stored response is continued by `previous_response_id` as if the whole
-conversation had been sent, and what Arena does not do is refused by name.
+conversation had been sent and lists the items it was generated from, and what Arena does not do
+is refused by name.
 
 Traffic goes only to 127.0.0.1, to the server the fixture starts and stops.
 """
@@ -359,3 +360,49 @@ def test_an_agents_sdk_run_chains_its_turns_on_the_server(server: str) -> None:
     first = sync.responses.retrieve(last.previous_response_id)  # the turn that made the call
     assert [item.type for item in first.output] == ["function_call"]
     assert last.output_text == done.final_output
+
+
+def test_input_items_list_what_a_chained_response_was_generated_from(client: OpenAI) -> None:
+    """`responses.input_items.list`: the items a response was generated from, its chain's before
+    its own, as the SDK's own item types, newest first by default; the SDK pages through them
+    by `after`; an item keeps its id down the chain; bad paging is a 400 naming the field."""
+    from openai.types.responses import (
+        ResponseFunctionToolCallItem,
+        ResponseInputMessageItem,
+        ResponseOutputMessage,
+    )
+
+    first = client.responses.create(**FORCED_CALL)
+    call = next(item for item in first.output if item.type == "function_call")
+    output = {"type": "function_call_output", "call_id": call.call_id, "output": "42"}
+    ask = {"role": "user", "content": [{"type": "input_text", "text": "And 2+2?"}]}
+    second = client.responses.create(
+        model="tiny", input=[output, ask], previous_response_id=first.id, tools=TOOLS,
+        max_output_tokens=8, temperature=0,
+    )  # fmt: skip
+    mine = list(client.responses.input_items.list(second.id, order="asc", limit=2))  # 3 pages
+    assert [i.type for i in mine] == ["message"] + [o.type for o in first.output] + [
+        "function_call_output",
+        "message",
+    ]
+    assert isinstance(mine[0], ResponseInputMessageItem)
+    assert mine[0].role == "user" and mine[0].content[0].text == QUESTION
+    assert [i.id for i in mine[1 : 1 + len(first.output)]] == [o.id for o in first.output]
+    fc = next(i for i in mine if i.type == "function_call")
+    assert isinstance(fc, ResponseFunctionToolCallItem) and fc.call_id == call.call_id
+    assert mine[-2].call_id == call.call_id and mine[-2].output == "42"
+    assert mine[-1].content[0].text == "And 2+2?"
+    assert not any(isinstance(i, ResponseOutputMessage) and i.role != "assistant" for i in mine)
+    newest = client.responses.input_items.list(second.id)  # desc, 20: one page
+    assert [i.id for i in newest.data] == [i.id for i in reversed(mine)]
+    assert not newest.has_more and newest.first_id == mine[-1].id
+    # the first response's items are its own input only, with the id they keep in the chain
+    (own,) = client.responses.input_items.list(first.id).data
+    assert own.id == mine[0].id
+    for query, param in (({"limit": 0}, "limit"), ({"order": "up"}, "order"),
+                         ({"after": "msg_nope"}, "after")):  # fmt: skip
+        with pytest.raises(openai.BadRequestError) as info:
+            client.responses.input_items.list(second.id, **query)
+        assert info.value.body["param"] == param
+    with pytest.raises(openai.NotFoundError):
+        client.responses.input_items.list("resp_unknown")
