@@ -5,7 +5,7 @@ A stored response keeps its whole conversation twice: as chat messages, which
 `previous_response_id` continues, and as Responses items, which `GET
 /v1/responses/{id}/input_items` lists (the official client's `responses.input_items.list`): the
 items used to generate it, in order: the stored chain's inputs and outputs before it, then its own
-input. Every item has an id; one the client sent without it gets one here (`msg_`, `fc_`, `fco_`)
+input. Every item has an id; one the client sent without it gets one here (`msg-`, `fc-`, `fco-`)
 and keeps it down the chain. Kept in memory: the last `--stored-responses N` stored or read; a
 restart forgets them.
 """
