@@ -13,6 +13,7 @@ prompt's own token too when it is not among them (OpenAI: up to logprobs + 1 ent
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -25,29 +26,39 @@ _CHUNK = 1024  # positions whose log_softmax is built at once (a [chunk, vocab] 
 
 
 @torch.no_grad()
-def score_prompt(model: torch.nn.Module, prompt: list[int], k: int) -> PromptScores:
-    """`prompt`'s scores under `model` (a causal LM, LoRA layers applied as they are active),
-    each position's `k` likeliest tokens first: one forward of the whole prompt, the logits of
-    every position kept."""
+def prompt_distributions(
+    model: torch.nn.Module, prompt: list[int]
+) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
+    """(first position - 1, [n, vocab] float32 log_softmax, the n prompt tokens they predict)
+    for every prompt position after the first, a chunk at a time: one forward of the whole
+    prompt under `model` (a causal LM, LoRA layers applied as they are active)."""
     device = next(model.parameters()).device
     ids = torch.tensor([prompt], device=device)
     logits = model(input_ids=ids, use_cache=False, logits_to_keep=0).logits[0, :-1]
     targets = ids[0, 1:]
-    out: PromptScores = []
     for start in range(0, logits.shape[0], _CHUNK):
         logp = torch.log_softmax(logits[start : start + _CHUNK].float(), dim=-1)
-        mine = targets[start : start + _CHUNK]
-        chosen = logp.gather(-1, mine[:, None]).squeeze(-1).tolist()
-        if k:
-            values, tokens = logp.topk(k, dim=-1)
-            tops = [
-                list(zip(t, v, strict=True))
-                for t, v in zip(tokens.tolist(), values.tolist(), strict=True)
-            ]
-        else:
-            tops = [[] for _ in chosen]
-        out += list(zip(chosen, tops, strict=True))
+        yield start, logp, targets[start : start + _CHUNK]
+
+
+def score_prompt(model: torch.nn.Module, prompt: list[int], k: int) -> PromptScores:
+    """`prompt`'s scores under `model`, each position's `k` likeliest tokens first."""
+    out: PromptScores = []
+    for _, logp, mine in prompt_distributions(model, prompt):
+        out += chunk_scores(logp, mine, k)
     return out
+
+
+def chunk_scores(logp: torch.Tensor, tokens: torch.Tensor, k: int) -> PromptScores:
+    """Each row's logprob of its token in `tokens`, and its `k` likeliest (token, logprob)."""
+    chosen = logp.gather(-1, tokens[:, None]).squeeze(-1).tolist()
+    if not k:
+        return [(c, []) for c in chosen]
+    values, best = logp.topk(k, dim=-1)
+    tops = [
+        list(zip(t, v, strict=True)) for t, v in zip(best.tolist(), values.tolist(), strict=True)
+    ]
+    return list(zip(chosen, tops, strict=True))
 
 
 def echo_logprobs(words: TokenText, prompt: list[int], scores: PromptScores) -> dict[str, Any]:

@@ -441,6 +441,7 @@ def _sampling_routes(app: FastAPI, server: TinkerServer) -> None:
         _check_prompt_scoring(req)
         try:
             service.sampler(req.sampling_session_id)
+            service.prompt_questions(req)  # target ids read and checked now: a 400, not a future
         except TinkerError as exc:
             raise HTTPError(400, str(exc)) from None
 
@@ -455,27 +456,22 @@ MAX_TOPK_PROMPT_LOGPROBS = 20  # each prompt position's alternatives (vLLM's bou
 def _check_prompt_scoring(req: Any) -> None:
     """A 400 for what a sample request asks about its prompt or its tokens that this server
     does not compute, or asks for out of range."""
-    unsupported = [
-        name
-        for name, asked in (
-            ("topk_sample_logprobs", req.topk_sample_logprobs),
-            ("prompt_alt_tokens_k", req.prompt_alt_tokens_k),
-            ("target_prompt_logprobs", req.target_prompt_logprobs is not None),
-        )
-        if asked
-    ]
-    if unsupported:
+    if req.topk_sample_logprobs:
         raise HTTPError(
             400,
-            f"{unsupported[0]} is not computed by this server (it scores prompts with "
-            "include_prompt_logprobs, topk_prompt_logprobs and prompt_logprobs_last_n)",
+            "topk_sample_logprobs is not computed by this server (each sampled token's logprob "
+            "is; its prompt is scored with include_prompt_logprobs, topk_prompt_logprobs, "
+            "target_prompt_logprobs and prompt_alt_tokens_k)",
         )
-    if not 0 <= req.topk_prompt_logprobs <= MAX_TOPK_PROMPT_LOGPROBS:
-        raise HTTPError(
-            400,
-            f"topk_prompt_logprobs={req.topk_prompt_logprobs}: give 0 to "
-            f"{MAX_TOPK_PROMPT_LOGPROBS} alternatives per prompt position",
-        )
+    for name, k in (
+        ("topk_prompt_logprobs", req.topk_prompt_logprobs),
+        ("prompt_alt_tokens_k", req.prompt_alt_tokens_k),
+    ):
+        if not 0 <= k <= MAX_TOPK_PROMPT_LOGPROBS:
+            raise HTTPError(
+                400,
+                f"{name}={k}: give 0 to {MAX_TOPK_PROMPT_LOGPROBS} tokens per prompt position",
+            )
     last_n = req.prompt_logprobs_last_n
     if last_n is not None:
         scored = req.prompt.length - 1  # position 0 has nothing before it

@@ -87,6 +87,12 @@ def _settle(batch: Pending, generate: Callable[[], list]) -> None:
 def _merge_key(req: Any) -> tuple | None:
     """What requests must share to be generated together; None: this one runs alone."""
     params = req.sampling_params
-    if params.seed is not None or req.prompt_logprobs or req.topk_prompt_logprobs:
+    if (
+        params.seed is not None
+        or req.prompt_logprobs
+        or req.topk_prompt_logprobs
+        or req.target_prompt_logprobs is not None
+        or req.prompt_alt_tokens_k
+    ):
         return None
     return (req.sampling_session_id, params.model_dump_json(exclude={"seed"}))

@@ -1,6 +1,8 @@
 """What `SamplingClient.sample` and `compute_logprobs` need beside the engine that decodes the
-samples (`service.TinkerService.sample`): Tinker's `stop` rules in the engine's terms, the logprob
-of every prompt token, and, with `--engine vllm`, samplers served by Arena's vLLM engine.
+samples (`service.TinkerService.sample`): Tinker's `stop` rules in the engine's terms, what a
+request asks about its prompt (each token's logprob, the top-k at each position, the logprobs of
+ids it names, draws of alternatives), all from one forward of the prompt, and, with
+`--engine vllm`, samplers served by Arena's vLLM engine.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
-from arena_core.serve.echo import score_prompt
+from arena_core.serve.echo import chunk_scores, prompt_distributions
+from arena_core.tinker.wire import TargetIds
 
 
 def stop_rules(stop: Any, tokenizer: Any) -> tuple[set[int], list[str]]:
@@ -37,26 +41,77 @@ class PromptLogprobs:
     """What a sample request asked about its prompt: `logprobs`, log p(prompt[t] | prompt[:t])
     (NaN where not scored: position 0, and the positions before `prompt_logprobs_last_n`), as
     `compute_logprobs` and `include_prompt_logprobs` report them; `topk`, each position's
-    `topk_prompt_logprobs` likeliest (token, logprob) (None where not scored), or None."""
+    `topk_prompt_logprobs` likeliest (token, logprob) (None where not scored), or None;
+    `targets`, the logprob of each id of `target_prompt_logprobs` ([len(prompt) - 1, K], NaN
+    where the request has -1); `alt_tokens` and `alt_logprobs`, `prompt_alt_tokens_k` draws
+    at each position after the first and their logprobs ([len(prompt) - 1, k])."""
 
     logprobs: list[float] | None  # None: only the top-k were asked for
     topk: list[list[tuple[int, float]] | None] | None
+    targets: np.ndarray | None = None
+    target_ids: TargetIds | None = None  # what was asked, and its layout (dense or sparse)
+    alt_tokens: np.ndarray | None = None
+    alt_logprobs: np.ndarray | None = None
 
 
-def prompt_logprobs(
-    model: Any, prompt: list[int], k: int = 0, last_n: int | None = None
-) -> PromptLogprobs:
-    """`prompt`'s `PromptLogprobs` under `model` (the sampler's adapter active), from the server's
-    prompt scorer (`serve.echo.score_prompt`): one forward of the whole prompt; `last_n` keeps
-    the last N positions' scores (its prefix is still computed)."""
-    scored = score_prompt(model, prompt, k)
-    skip = len(prompt) - (last_n or len(prompt) - 1)  # positions without a score
-    logprobs = [float("nan")] * len(prompt)
-    topk: list[list[tuple[int, float]] | None] = [None] * len(prompt)
-    for at, (logprob, top) in enumerate(scored, start=1):
-        if at >= skip:
-            logprobs[at], topk[at] = logprob, top
-    return PromptLogprobs(logprobs, topk if k else None)
+@dataclass
+class PromptQuestions:
+    """What one sample request asks about its prompt besides its samples (module doc)."""
+
+    topk: int = 0  # topk_prompt_logprobs
+    last_n: int | None = None  # prompt_logprobs_last_n
+    targets: TargetIds | None = None  # target_prompt_logprobs
+    alt_k: int = 0  # prompt_alt_tokens_k
+    temperature: float = 1.0  # the request's, for the alternative draws
+    seed: int | None = None
+
+
+def prompt_logprobs(model: Any, prompt: list[int], asked: PromptQuestions) -> PromptLogprobs:
+    """`prompt`'s `PromptLogprobs` under `model` (the sampler's adapter active) from one forward
+    of the whole prompt (`serve.echo.prompt_distributions`, the server's prompt scorer).
+
+    `last_n` keeps the last N positions' logprobs and top-k (the prefix is still computed). The
+    alternative draws are taken with replacement from log_softmax(logits / temperature) (the
+    distribution a sample at that temperature is drawn from, no top-p or top-k: a prompt has no
+    sampler), their logprobs that distribution's; greedy (temperature 0) repeats the likeliest
+    token k times with the model's own logprob, as a greedy sample reports it."""
+    n = len(prompt)
+    skip = n - (asked.last_n or n - 1)  # positions without a score
+    logprobs = [float("nan")] * n
+    topk: list[list[tuple[int, float]] | None] = [None] * n
+    targets = alt_tokens = alt_logprobs = None
+    if asked.targets is not None:
+        targets = np.full(asked.targets.ids.shape, np.nan, dtype=np.float32)
+    if asked.alt_k:
+        alt_tokens = np.zeros((n - 1, asked.alt_k), dtype=np.int64)
+        alt_logprobs = np.zeros((n - 1, asked.alt_k), dtype=np.float32)
+    generator = None
+    if asked.seed is not None:
+        generator = torch.Generator(device=next(model.parameters()).device)
+        generator.manual_seed(int(asked.seed))
+    for start, logp, mine in prompt_distributions(model, prompt):
+        rows = slice(start, start + len(mine))
+        for at, (logprob, top) in enumerate(chunk_scores(logp, mine, asked.topk), start + 1):
+            if at >= skip:
+                logprobs[at], topk[at] = logprob, top
+        if targets is not None:
+            ids = asked.targets.ids[rows]
+            wanted = torch.as_tensor(ids, device=logp.device).clamp(min=0)
+            targets[rows] = np.where(ids >= 0, logp.gather(-1, wanted).cpu().numpy(), np.nan)
+        if alt_tokens is not None:
+            drawn_from = logp if asked.temperature <= 0 else logp / asked.temperature
+            drawn_from = torch.log_softmax(drawn_from, dim=-1)
+            if asked.temperature <= 0:
+                picks = drawn_from.argmax(-1, keepdim=True).expand(-1, asked.alt_k)
+            else:
+                picks = torch.multinomial(
+                    drawn_from.exp(), asked.alt_k, replacement=True, generator=generator
+                )
+            alt_tokens[rows] = picks.cpu().numpy()
+            alt_logprobs[rows] = drawn_from.gather(-1, picks).cpu().numpy()
+    return PromptLogprobs(
+        logprobs, topk if asked.topk else None, targets, asked.targets, alt_tokens, alt_logprobs
+    )
 
 
 #: Adapters in one vLLM batch: the batcher merges only the requests of one sampler, so one

@@ -22,6 +22,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from arena_core.engines.base import SamplingParams
@@ -37,18 +38,26 @@ from arena_core.tinker.learner import head_logprob_fn, score
 from arena_core.tinker.losses import LossSpec, zero_gradient
 from arena_core.tinker.sampling import (
     PromptLogprobs,
+    PromptQuestions,
     VLLMSamplers,
     prompt_logprobs,
     stop_rules,
 )
 from arena_core.tinker.store import CheckpointRef, Store, dir_name
-from arena_core.tinker.wire import FwdBwdRequest, Sequence, encode_forward_backward_output
+from arena_core.tinker.wire import (
+    FwdBwdRequest,
+    Sequence,
+    WireError,
+    encode_forward_backward_output,
+    target_ids,
+)
 
 # Hugging Face ids Tinker code names that Arena serves from its own model cache (catalog.py)
 HUB_ALIASES = {"HuggingFaceTB/SmolLM2-135M-Instruct": "smollm2-135m-instruct"}
 LORA_ALPHA = 32  # one alpha for every rank, so a learning rate does not have to follow the rank
 SAMPLERS_KEPT = 4  # ephemeral sampler snapshots kept per training client (oldest dropped)
 DEFAULT_MAX_TOKENS = 256
+MAX_TARGET_IDS = 256  # distinct ids one request's target_prompt_logprobs may name
 ENGINES = ("torch", "vllm")  # what decodes the samples (`--engine`)
 
 
@@ -559,17 +568,52 @@ class TinkerService:
             rows = rows[int(req.num_samples) :]
         scored = None
         lone = reqs[0]
-        if len(reqs) == 1 and (lone.prompt_logprobs or lone.topk_prompt_logprobs):
-            k, last_n = int(lone.topk_prompt_logprobs), lone.prompt_logprobs_last_n
+        asked = self.prompt_questions(lone)
+        if len(reqs) == 1 and asked is not None:
             if sampler.adapter is None:
                 with host.model.disable_adapter():
-                    scored = prompt_logprobs(host.model, prompts[0], k, last_n)
+                    scored = prompt_logprobs(host.model, prompts[0], asked)
             else:
                 model = host.bank.activate(sampler.adapter)
-                scored = prompt_logprobs(model, prompts[0], k, last_n)
+                scored = prompt_logprobs(model, prompts[0], asked)
             if not lone.prompt_logprobs:
                 scored.logprobs = None
         return out, scored
+
+    def prompt_questions(self, req: Any) -> PromptQuestions | None:
+        """What `req` asks about its prompt (None: nothing), its `target_prompt_logprobs` read
+        and checked against the sampler's vocabulary (TinkerError names what is wrong)."""
+        targets = None
+        if req.target_prompt_logprobs is not None:
+            host = self.sampler(req.sampling_session_id).host
+            try:
+                targets = target_ids(req.target_prompt_logprobs, req.prompt.length - 1)
+            except WireError as exc:
+                raise TinkerError(f"sample: {exc}") from None
+            named = np.unique(targets.ids[targets.ids >= 0])
+            if len(named) > MAX_TARGET_IDS:
+                raise TinkerError(
+                    f"sample: target_prompt_logprobs names {len(named)} distinct token ids; this "
+                    f"server scores at most {MAX_TARGET_IDS} per request (its answer is "
+                    "len(prompt) x K floats): split it"
+                )
+            check_token_ids(named.tolist(), host, "sample: target_prompt_logprobs")
+        if not (
+            req.prompt_logprobs
+            or req.topk_prompt_logprobs
+            or targets is not None
+            or req.prompt_alt_tokens_k
+        ):
+            return None
+        params = req.sampling_params
+        return PromptQuestions(
+            topk=int(req.topk_prompt_logprobs),
+            last_n=req.prompt_logprobs_last_n,
+            targets=targets,
+            alt_k=int(req.prompt_alt_tokens_k),
+            temperature=float(params.temperature),
+            seed=None if params.seed is None else int(params.seed),
+        )
 
     def _engine(self, host: BaseHost, adapter: str | None) -> TorchBackend | Any:
         """The engine that decodes `host`'s samples, made at first use, with `adapter` (a

@@ -148,6 +148,72 @@ def encode_forward_backward_output(
 
 
 @dataclass
+class TargetIds:
+    """A request's `target_prompt_logprobs` as a dense int64 [len(prompt) - 1, K] array (-1: no
+    id asked), and its CSR row pointers and columns when it came sparse: the response lists the
+    logprobs of those cells alone, in the same layout."""
+
+    ids: np.ndarray
+    csr: tuple[np.ndarray, np.ndarray] | None = None
+
+
+def target_ids(td: Any, rows: int) -> TargetIds:
+    """Read `target_prompt_logprobs` (the SDK's `TensorData`, dense or sparse CSR), checking
+    what the SDK documents: int64, exactly `rows` rows, ids >= 0 or -1 in a dense cell.
+    WireError names what is wrong."""
+    where = "target_prompt_logprobs"
+    if str(getattr(td.dtype, "value", td.dtype)) != "int64":
+        raise WireError(f"{where}: token ids are int64, not {td.dtype}")
+    shape = list(td.shape or [])
+    if len(shape) != 2 or shape[0] != rows or shape[1] < 1:
+        raise WireError(
+            f"{where}: shape {shape}, expected [{rows}, K] (one row per prompt position after "
+            "the first, K >= 1 ids each)"
+        )
+    values = np.asarray(td.data, dtype=np.int64)
+    if td.sparse_crow_indices is None:
+        if values.size != shape[0] * shape[1]:
+            raise WireError(f"{where}: {values.size} values for shape {shape}")
+        ids, csr = values.reshape(shape), None
+    else:
+        crow = np.asarray(td.sparse_crow_indices, dtype=np.int64)
+        col = np.asarray(td.sparse_col_indices or [], dtype=np.int64)
+        if (
+            len(crow) != rows + 1
+            or crow[0] != 0
+            or np.any(np.diff(crow) < 0)
+            or crow[-1] != len(col)
+            or len(col) != len(values)
+            or np.any((col < 0) | (col >= shape[1]))
+        ):
+            raise WireError(f"{where}: its sparse CSR indices do not describe a {shape} tensor")
+        if np.any(values < 0):
+            raise WireError(f"{where}: a listed cell holds {values.min()}, not a token id")
+        ids = np.full(shape, -1, dtype=np.int64)
+        ids[np.repeat(np.arange(rows), np.diff(crow)), col] = values
+        csr = (crow, col)
+    if np.any(ids < -1):
+        raise WireError(f"{where}: {ids.min()} is not a token id (-1 asks for nothing)")
+    if not np.any(ids >= 0):
+        raise WireError(f"{where}: names no token id (every cell is -1)")
+    return TargetIds(ids, csr)
+
+
+def _tensor(values: np.ndarray, proto_dtype: int, csr: Any = None) -> pb.Tensor:
+    """A response tensor, dense, or sparse CSR over the cells `csr` lists."""
+    msg = pb.Tensor(dtype=proto_dtype, shape=list(values.shape))
+    if csr is None:
+        msg.dense = np.ascontiguousarray(values).tobytes()
+    else:
+        crow, col = csr
+        rows = np.repeat(np.arange(len(crow) - 1), np.diff(crow))
+        msg.sparse_csr.values = np.ascontiguousarray(values[rows, col]).tobytes()
+        msg.sparse_csr.crow_indices = crow.astype(np.int64).tobytes()
+        msg.sparse_csr.col_indices = col.astype(np.int64).tobytes()
+    return msg
+
+
+@dataclass
 class Sequence:
     """One sampled continuation: its tokens, their logprobs, and why it stopped."""
 
@@ -160,7 +226,8 @@ def encode_sample_response(sequences: list[Sequence], scored: Any = None) -> byt
     """A `SampleResponse`; `scored` (`sampling.PromptLogprobs`) the prompt's logprobs, NaN where
     there is none (position 0), which the SDK turns into None, and its top-k, each position's
     row padded with the SDK's sentinel (token 0, logprob -99999), a whole row of it where
-    nothing was scored."""
+    nothing was scored; the logprobs of the ids `target_prompt_logprobs` named (NaN in a dense
+    cell of -1; a sparse request's cells alone) and the alternative draws, when asked."""
     msg = pb.SampleResponse()
     for seq in sequences:
         msg.sequences.append(
@@ -184,4 +251,10 @@ def encode_sample_response(sequences: list[Sequence], scored: Any = None) -> byt
                 length=len(scored.topk), k=k, token_ids=ids.tobytes(), logprobs=logprobs.tobytes()
             )
         )
+    if scored is not None and scored.targets is not None:
+        csr = scored.target_ids.csr if scored.target_ids is not None else None
+        msg.target_prompt_logprobs.CopyFrom(_tensor(scored.targets, pb.DTYPE_FLOAT32, csr))
+    if scored is not None and scored.alt_tokens is not None:
+        msg.prompt_alt_tokens.tokens.CopyFrom(_tensor(scored.alt_tokens, pb.DTYPE_INT64))
+        msg.prompt_alt_tokens.logprobs.CopyFrom(_tensor(scored.alt_logprobs, pb.DTYPE_FLOAT32))
     return msg.SerializeToString()
