@@ -450,28 +450,18 @@ def _sampling_routes(app: FastAPI, server: TinkerServer) -> None:
         return {**future, "sample_sequence_ids": ids}
 
 
-MAX_TOPK_PROMPT_LOGPROBS = 20  # each prompt position's alternatives (vLLM's bound too)
+MAX_TOPK_LOGPROBS = 20  # alternatives per prompt position or sampled token (vLLM's bound too)
 
 
 def _check_prompt_scoring(req: Any) -> None:
-    """A 400 for what a sample request asks about its prompt or its tokens that this server
-    does not compute, or asks for out of range."""
-    if req.topk_sample_logprobs:
-        raise HTTPError(
-            400,
-            "topk_sample_logprobs is not computed by this server (each sampled token's logprob "
-            "is; its prompt is scored with include_prompt_logprobs, topk_prompt_logprobs, "
-            "target_prompt_logprobs and prompt_alt_tokens_k)",
-        )
-    for name, k in (
-        ("topk_prompt_logprobs", req.topk_prompt_logprobs),
-        ("prompt_alt_tokens_k", req.prompt_alt_tokens_k),
+    """A 400 for what a sample request asks about its prompt or its tokens out of range."""
+    for name, k, per in (
+        ("topk_prompt_logprobs", req.topk_prompt_logprobs, "prompt position"),
+        ("prompt_alt_tokens_k", req.prompt_alt_tokens_k, "prompt position"),
+        ("topk_sample_logprobs", req.topk_sample_logprobs, "sampled token"),
     ):
-        if not 0 <= k <= MAX_TOPK_PROMPT_LOGPROBS:
-            raise HTTPError(
-                400,
-                f"{name}={k}: give 0 to {MAX_TOPK_PROMPT_LOGPROBS} tokens per prompt position",
-            )
+        if not 0 <= k <= MAX_TOPK_LOGPROBS:
+            raise HTTPError(400, f"{name}={k}: give 0 to {MAX_TOPK_LOGPROBS} tokens per {per}")
     last_n = req.prompt_logprobs_last_n
     if last_n is not None:
         scored = req.prompt.length - 1  # position 0 has nothing before it

@@ -95,4 +95,8 @@ def _merge_key(req: Any) -> tuple | None:
         or req.prompt_alt_tokens_k
     ):
         return None
-    return (req.sampling_session_id, params.model_dump_json(exclude={"seed"}))
+    return (
+        req.sampling_session_id,
+        params.model_dump_json(exclude={"seed"}),
+        req.topk_sample_logprobs,
+    )

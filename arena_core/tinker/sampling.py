@@ -1,8 +1,9 @@
 """What `SamplingClient.sample` and `compute_logprobs` need beside the engine that decodes the
 samples (`service.TinkerService.sample`): Tinker's `stop` rules in the engine's terms, what a
 request asks about its prompt (each token's logprob, the top-k at each position, the logprobs of
-ids it names, draws of alternatives), all from one forward of the prompt, and, with
-`--engine vllm`, samplers served by Arena's vLLM engine.
+ids it names, draws of alternatives), all from one forward of the prompt, the top-k at each
+sampled token where the engine does not rank them itself, and, with `--engine vllm`, samplers
+served by Arena's vLLM engine.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from arena_core.engines.base import SamplingParams
+from arena_core.engines.sampling import sampled_distribution
 from arena_core.serve.echo import chunk_scores, prompt_distributions
 from arena_core.tinker.wire import TargetIds
 
@@ -112,6 +115,29 @@ def prompt_logprobs(model: Any, prompt: list[int], asked: PromptQuestions) -> Pr
     return PromptLogprobs(
         logprobs, topk if asked.topk else None, targets, asked.targets, alt_tokens, alt_logprobs
     )
+
+
+@torch.no_grad()
+def sample_topk(
+    model: Any, prompt: list[int], tokens: list[int], rule: SamplingParams, k: int
+) -> list[list[tuple[int, float]]]:
+    """`topk_sample_logprobs` for one sample the torch engine decoded: at each sampled token, the
+    `k` likeliest (token, logprob) of the distribution it was drawn from
+    (`engines.sampling.sampled_distribution`: temperature, top-k and top-p applied, the model's
+    own when greedy), so the sampled token's entry, when it ranks in the k, is its logprob in
+    `logprobs`. One forward of prompt + sample under `model` (the sampler's adapter active):
+    the engine's decode keeps only each step's chosen token. Tokens a filter left out
+    (probability 0) are not listed, so a row may hold fewer than k."""
+    if not tokens:
+        return []
+    device = next(model.parameters()).device
+    ids = torch.tensor([prompt + tokens[:-1]], device=device)
+    logits = model(input_ids=ids, use_cache=False, logits_to_keep=len(tokens)).logits[0]
+    values, best = sampled_distribution(logits.float(), rule).topk(k, dim=-1)
+    return [
+        [(t, v) for t, v in zip(row_ids, row_values, strict=True) if v != float("-inf")]
+        for row_ids, row_values in zip(best.tolist(), values.tolist(), strict=True)
+    ]
 
 
 #: Adapters in one vLLM batch: the batcher merges only the requests of one sampler, so one

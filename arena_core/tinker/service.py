@@ -16,9 +16,11 @@ clients fit is `capacity.py`; checkpoints are Arena runs (`store.py`).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +43,7 @@ from arena_core.tinker.sampling import (
     PromptQuestions,
     VLLMSamplers,
     prompt_logprobs,
+    sample_topk,
     stop_rules,
 )
 from arena_core.tinker.store import CheckpointRef, Store, dir_name
@@ -556,12 +559,23 @@ class TinkerService:
             stop_token_ids=sorted(stop_ids),
             ignore_eos=eos is None or int(eos) not in stop_ids,  # `stop=[]`: only max_tokens
             seed=None if params.seed is None else int(params.seed),
+            top_logprobs=int(reqs[0].topk_sample_logprobs),  # the batch shares it (`_merge_key`)
         )
         adapter = sampler.adapter or BASE
         done = self._engine(host, sampler.adapter).generate(
             prompts, rule, adapters=[adapter] * len(prompts)
         )
         rows = [Sequence(c.token_ids, c.logprobs, c.finish_reason == "stop") for c in done]
+        if rule.top_logprobs:
+            for row, c in zip(rows, done, strict=True):
+                row.topk = _ranked(c.top_logprobs) if c.top_logprobs is not None else None
+            unranked = [i for i, row in enumerate(rows) if row.topk is None]
+            if unranked:  # the torch engine keeps only each step's chosen token
+                with self._sampler_model(sampler) as model:
+                    for i in unranked:
+                        rows[i].topk = sample_topk(
+                            model, prompts[i], rows[i].tokens, rule, rule.top_logprobs
+                        )
         out: list[list[Sequence]] = []
         for req in reqs:
             out.append(rows[: int(req.num_samples)])
@@ -570,15 +584,22 @@ class TinkerService:
         lone = reqs[0]
         asked = self.prompt_questions(lone)
         if len(reqs) == 1 and asked is not None:
-            if sampler.adapter is None:
-                with host.model.disable_adapter():
-                    scored = prompt_logprobs(host.model, prompts[0], asked)
-            else:
-                model = host.bank.activate(sampler.adapter)
+            with self._sampler_model(sampler) as model:
                 scored = prompt_logprobs(model, prompts[0], asked)
             if not lone.prompt_logprobs:
                 scored.logprobs = None
         return out, scored
+
+    @contextlib.contextmanager
+    def _sampler_model(self, sampler: Sampler) -> Iterator[Any]:
+        """The base model with `sampler`'s adapter snapshot active (none: the base itself), for
+        the forwards that score a prompt or rank a sample's alternatives."""
+        host = sampler.host
+        if sampler.adapter is None:
+            with host.model.disable_adapter():
+                yield host.model
+        else:
+            yield host.bank.activate(sampler.adapter)
 
     def prompt_questions(self, req: Any) -> PromptQuestions | None:
         """What `req` asks about its prompt (None: nothing), its `target_prompt_logprobs` read
@@ -677,3 +698,9 @@ def _max_tokens(params: Any) -> int:
     """The request's max_tokens, the server's default where it is unset (None); a 0 stays 0, so
     the check refuses it instead of silently generating the default."""
     return DEFAULT_MAX_TOKENS if params.max_tokens is None else int(params.max_tokens)
+
+
+def _ranked(top: list[list[tuple[int, float]]]) -> list[list[tuple[int, float]]]:
+    """An engine's own top-k per sampled token without the entries a filter left out (logprob
+    -inf: probability 0), as `sampling.sample_topk` lists them."""
+    return [[(t, v) for t, v in row if v != float("-inf")] for row in top]

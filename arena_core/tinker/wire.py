@@ -213,6 +213,20 @@ def _tensor(values: np.ndarray, proto_dtype: int, csr: Any = None) -> pb.Tensor:
     return msg
 
 
+def _topk(rows: list[list[tuple[int, float]] | None]) -> pb.TopkLogprobs:
+    """Per-position (token, logprob) lists as the SDK's [length, k] matrices: each row padded
+    with its sentinel (token 0, logprob -99999), a whole row of it where nothing was ranked."""
+    k = max((len(row) for row in rows if row), default=0)
+    ids = np.zeros((len(rows), k), dtype=np.int32)
+    logprobs = np.full((len(rows), k), TOPK_SENTINEL, dtype=np.float32)
+    for at, row in enumerate(rows):
+        for j, (token, logprob) in enumerate(row or []):
+            ids[at, j], logprobs[at, j] = token, logprob
+    return pb.TopkLogprobs(
+        length=len(rows), k=k, token_ids=ids.tobytes(), logprobs=logprobs.tobytes()
+    )
+
+
 @dataclass
 class Sequence:
     """One sampled continuation: its tokens, their logprobs, and why it stopped."""
@@ -220,37 +234,29 @@ class Sequence:
     tokens: list[int]
     logprobs: list[float]
     stopped: bool  # True: a stop token/string or EOS; False: max_tokens
+    topk: list[list[tuple[int, float]]] | None = None  # topk_sample_logprobs, when asked
 
 
 def encode_sample_response(sequences: list[Sequence], scored: Any = None) -> bytes:
-    """A `SampleResponse`; `scored` (`sampling.PromptLogprobs`) the prompt's logprobs, NaN where
-    there is none (position 0), which the SDK turns into None, and its top-k, each position's
-    row padded with the SDK's sentinel (token 0, logprob -99999), a whole row of it where
-    nothing was scored; the logprobs of the ids `target_prompt_logprobs` named (NaN in a dense
-    cell of -1; a sparse request's cells alone) and the alternative draws, when asked."""
+    """A `SampleResponse`: each sequence with its sampled tokens' top-k when asked;
+    `scored` (`sampling.PromptLogprobs`) the prompt's logprobs, NaN where there is none
+    (position 0), which the SDK turns into None, and its top-k (`_topk`); the logprobs of the
+    ids `target_prompt_logprobs` named (NaN in a dense cell of -1; a sparse request's cells
+    alone) and the alternative draws, when asked."""
     msg = pb.SampleResponse()
     for seq in sequences:
-        msg.sequences.append(
-            pb.SampledSequence(
-                stop_reason=pb.STOP_REASON_STOP if seq.stopped else pb.STOP_REASON_LENGTH,
-                tokens=np.asarray(seq.tokens, dtype=np.int32).tobytes(),
-                logprobs=np.asarray(seq.logprobs, dtype=np.float32).tobytes(),
-            )
+        one = pb.SampledSequence(
+            stop_reason=pb.STOP_REASON_STOP if seq.stopped else pb.STOP_REASON_LENGTH,
+            tokens=np.asarray(seq.tokens, dtype=np.int32).tobytes(),
+            logprobs=np.asarray(seq.logprobs, dtype=np.float32).tobytes(),
         )
+        if seq.topk is not None:
+            one.topk_sampled_logprobs.CopyFrom(_topk(seq.topk))
+        msg.sequences.append(one)
     if scored is not None and scored.logprobs is not None:
         msg.prompt_logprobs = np.asarray(scored.logprobs, dtype=np.float32).tobytes()
     if scored is not None and scored.topk is not None:
-        k = max((len(row) for row in scored.topk if row), default=0)
-        ids = np.zeros((len(scored.topk), k), dtype=np.int32)
-        logprobs = np.full((len(scored.topk), k), TOPK_SENTINEL, dtype=np.float32)
-        for at, row in enumerate(scored.topk):
-            for j, (token, logprob) in enumerate(row or []):
-                ids[at, j], logprobs[at, j] = token, logprob
-        msg.topk_prompt_logprobs.CopyFrom(
-            pb.TopkLogprobs(
-                length=len(scored.topk), k=k, token_ids=ids.tobytes(), logprobs=logprobs.tobytes()
-            )
-        )
+        msg.topk_prompt_logprobs.CopyFrom(_topk(scored.topk))
     if scored is not None and scored.targets is not None:
         csr = scored.target_ids.csr if scored.target_ids is not None else None
         msg.target_prompt_logprobs.CopyFrom(_tensor(scored.targets, pb.DTYPE_FLOAT32, csr))

@@ -4,7 +4,9 @@
 model's own forward scores them, the positions before the last N unscored;
 `target_prompt_logprobs` the logprobs of the ids it names, dense or sparse (tinker-cookbook's
 `sample_decision` runs on it); `prompt_alt_tokens_k` draws at each position with their
-logprobs; what the server does not compute, or a malformed request, is refused by name."""
+logprobs; `topk_sample_logprobs` the k likeliest tokens at each sampled token, of the
+distribution it was drawn from, through the sampler's adapter; a malformed request is refused
+by name."""
 
 from __future__ import annotations
 
@@ -58,14 +60,14 @@ def test_a_sample_scores_its_prompt_and_the_top_k_there(service, tokenizer) -> N
 @pytest.mark.parametrize(
     ("asked", "says"),
     [
-        ({"topk_sample_logprobs": 2}, "topk_sample_logprobs is not computed"),
+        ({"topk_sample_logprobs": 21}, "topk_sample_logprobs=21: give 0 to 20 tokens per sampled"),
         ({"prompt_alt_tokens_k": 21}, "prompt_alt_tokens_k=21: give 0 to 20"),
         ({"topk_prompt_logprobs": 21}, "give 0 to 20"),
         ({"prompt_logprobs_last_n": 2}, "include_prompt_logprobs"),
         ({"include_prompt_logprobs": True, "prompt_logprobs_last_n": 99}, "give 1 to"),
     ],
 )
-def test_what_the_server_does_not_score_is_refused_by_name(
+def test_what_is_asked_out_of_range_is_refused_by_name(
     service, tokenizer, asked: dict, says: str
 ) -> None:
     from tinker import types
@@ -164,3 +166,61 @@ def test_a_malformed_target_request_is_refused_by_name(service, tokenizer, make,
         sampler.sample(
             types.ModelInput.from_ints(ids), 1, params, target_prompt_logprobs=asked
         ).result()
+
+
+def _ranked(row: list[tuple[int, float]]) -> tuple[list[int], torch.Tensor]:
+    return [t for t, _ in row], torch.tensor([v for _, v in row])
+
+
+def test_each_sampled_token_gets_the_top_k_of_the_distribution_it_was_drawn_from(
+    service, tokenizer, sft_datum
+) -> None:
+    """Greedy: the model's own top-k, the sampled token first with its logprob. At a temperature
+    with top_k=2: the two tokens left, renormalised at that temperature (a third asked for is
+    not listed: its probability is 0), the sampled one among them with its `logprobs` entry.
+    Through a trained adapter: the adapter's distribution, not the base's."""
+    from tinker import types
+
+    ids = tokenizer.encode("12+30=")
+    prompt = types.ModelInput.from_ints(ids)
+    base = service.create_sampling_client(base_model=BASE).result()
+    greedy = types.SamplingParams(max_tokens=6, temperature=0.0, stop=[])
+    got = base.sample(prompt, 2, greedy, topk_sample_logprobs=3).result()
+    for seq in got.sequences:
+        assert len(seq.topk_logprobs) == len(seq.tokens) == 6
+        logp = torch.log_softmax(_base_logits(ids + seq.tokens)[-6:], dim=-1)
+        for at, row in enumerate(seq.topk_logprobs):
+            tokens, values = _ranked(row)
+            best = logp[at].topk(3)
+            assert tokens == best.indices.tolist() and tokens[0] == seq.tokens[at]
+            assert torch.allclose(values, best.values, atol=1e-4)
+            assert values[0].item() == pytest.approx(seq.logprobs[at], abs=1e-4)
+
+    warm = types.SamplingParams(max_tokens=6, temperature=0.7, top_k=2, seed=3, stop=[])
+    drawn = base.sample(prompt, 2, warm, topk_sample_logprobs=3).result()
+    for seq in drawn.sequences:
+        logits = _base_logits(ids + seq.tokens)[-len(seq.tokens) :] / 0.7
+        for at, row in enumerate(seq.topk_logprobs):
+            tokens, values = _ranked(row)
+            kept = logits[at].topk(2)
+            assert tokens == kept.indices.tolist()
+            assert torch.allclose(values, torch.log_softmax(kept.values, dim=-1), atol=1e-4)
+            assert dict(row)[seq.tokens[at]] == pytest.approx(seq.logprobs[at], abs=1e-4)
+    plain = base.sample(prompt, 1, warm).result()
+    assert plain.sequences[0].topk_logprobs is None  # not asked, not sent
+
+    training = service.create_lora_training_client(base_model=BASE, rank=4, seed=8).result()
+    datum = sft_datum("12+30=", "42")
+    for _ in range(3):
+        training.forward_backward([datum], "cross_entropy").result()
+        training.optim_step(types.AdamParams(learning_rate=2e-2)).result()
+    tuned = training.save_weights_and_get_sampling_client().result()
+    seq = tuned.sample(prompt, 1, greedy, topk_sample_logprobs=2).result().sequences[0]
+    base_logp = torch.log_softmax(_base_logits(ids + seq.tokens)[-6:], dim=-1)
+    moved = 0.0
+    for at, row in enumerate(seq.topk_logprobs):
+        tokens, values = _ranked(row)
+        assert tokens[0] == seq.tokens[at]
+        assert values[0].item() == pytest.approx(seq.logprobs[at], abs=1e-4)
+        moved = max(moved, (values - base_logp[at, tokens]).abs().max().item())
+    assert moved > 1e-2  # ranked under the trained adapter, not the base

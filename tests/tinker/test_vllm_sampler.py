@@ -107,6 +107,14 @@ def test_vllm_samples_through_the_trained_adapter(vllm_service, vllm_server, bas
     np.testing.assert_allclose(
         _learner_logprobs(training, prompt, after.tokens), after.logprobs, atol=1e-3
     )
+    # topk_sample_logprobs: vLLM ranks each step itself, the greedy token first, with its logprob
+    ranked = sampler.sample(
+        types.ModelInput.from_ints(prompt), 1, greedy, topk_sample_logprobs=2
+    ).result().sequences[0]  # fmt: skip
+    assert ranked.tokens == after.tokens and len(ranked.topk_logprobs) == len(after.tokens)
+    for row, token, logprob in zip(ranked.topk_logprobs, after.tokens, after.logprobs, strict=True):
+        assert len(row) == 2 and row[0][0] == token and row[0][1] >= row[1][1]
+        assert row[0][1] == pytest.approx(logprob, abs=1e-3)
     # sampled at temperature 1: each token's logprob is the learner's for that token
     drawn = sampler.sample(
         types.ModelInput.from_ints(prompt), 3, types.SamplingParams(max_tokens=5, seed=1)
