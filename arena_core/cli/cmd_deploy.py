@@ -131,6 +131,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "400) (default %(default)s)",
     )
     p.add_argument(
+        "--conversations",
+        type=count,
+        default=lim.conversations,
+        metavar="N",
+        help="Conversations API conversations kept in memory, for POST /v1/conversations and "
+        "a response's conversation (the last N made or used; a restart forgets them; 0: none) "
+        "(default %(default)s)",
+    )
+    p.add_argument(
         "--max-request-bytes",
         type=positive_int,
         default=lim.max_request_bytes,
@@ -177,6 +186,7 @@ def run(args: argparse.Namespace) -> int:
             max_pending=args.max_pending,
             max_batch_rows=args.max_batch,
             stored_responses=args.stored_responses,
+            conversations=args.conversations,
         ),
     )
     _quiet_loading()

@@ -22,8 +22,8 @@ from starlette.concurrency import run_in_threadpool
 
 from arena_core.classic_rl.policy import load_gym_policy
 from arena_core.errors import ArenaError
-from arena_core.serve.app import ApiError, parse_body
 from arena_core.serve.models import KindServing, ServedModel
+from arena_core.serve.protocol import ApiError, parse_body
 
 
 class ActRequest(BaseModel):

@@ -1,5 +1,6 @@
 """The OpenAI-compatible HTTP app: `/v1/models`, `/v1/chat/completions`, `/v1/completions`,
-`/v1/responses` (and its stored responses), the token routes, `/health`, with SSE streaming,
+`/v1/responses` (and its stored responses), `/v1/conversations`, the token routes, `/health`,
+with SSE streaming,
 bearer-token auth and request limits.
 
 Every error leaves as the OpenAI error JSON (`{"error": {message, type, param, code}}`) with the
@@ -14,19 +15,18 @@ served models of that kind when the app is built.
 from __future__ import annotations
 
 import hmac
-import json
 import sys
 from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from arena_core import __version__
 from arena_core.serve.answers import chat_completion, check_in_vocabulary, text_completion
 from arena_core.serve.batching import RequestBatcher
+from arena_core.serve.conversations import add_conversation_routes
 from arena_core.serve.models import ServedModel, kind_serving
 from arena_core.serve.protocol import (
     ApiError,
@@ -37,9 +37,15 @@ from arena_core.serve.protocol import (
     Limits,
     TokenizeRequest,
     now,
-    validation_message,
+    parse_body,
 )
-from arena_core.serve.response_store import ResponseStore, StoredResponse, input_items_page
+from arena_core.serve.response_store import (
+    Conversation,
+    LastUsed,
+    ResponseStore,
+    StoredResponse,
+    items_page,
+)
 from arena_core.serve.responses_api import ResponsesRequest, respond
 from arena_core.serve.tokens import detokenize, tokenize, tokenizer_info
 
@@ -177,11 +183,13 @@ def create_app(
         return detokenize(_pick(batcher, req.model, request), req)
 
     stored = ResponseStore(limits.stored_responses)
+    conversations: LastUsed[Conversation] = LastUsed(limits.conversations)
 
     @app.post("/v1/responses")
     async def responses(request: Request) -> Any:
         req = await parse_body(request, ResponsesRequest)
-        return await respond(batcher, _pick(batcher, req.model, request), req, limits, stored)
+        model = _pick(batcher, req.model, request)
+        return await respond(batcher, model, req, limits, stored, conversations)
 
     @app.get("/v1/responses/{response_id}")
     async def get_response(response_id: str) -> Any:
@@ -202,8 +210,12 @@ def create_app(
         if not limit.strip().isdigit():
             raise ApiError(400, f"limit: {limit!r} is not a whole number", param="limit")
         found = _stored(stored, response_id)
-        return input_items_page(
-            found, limit=int(limit), order=query.get("order", "desc"), after=query.get("after")
+        return items_page(
+            found.items,
+            f"the input items of {response_id}",
+            limit=int(limit),
+            order=query.get("order", "desc"),
+            after=query.get("after"),
         )
 
     @app.delete("/v1/responses/{response_id}")
@@ -211,6 +223,8 @@ def create_app(
         _stored(stored, response_id)
         stored.delete(response_id)
         return {"id": response_id, "object": "response.deleted", "deleted": True}
+
+    add_conversation_routes(app, conversations)
 
     openai_paths = _paths(app)
     for kind in sorted({m.kind for m in models} - {"llm"}):
@@ -236,22 +250,6 @@ def _stored(store: ResponseStore, response_id: str) -> StoredResponse:
 
 def _paths(app: FastAPI) -> set[str]:
     return {str(getattr(route, "path", "")) for route in app.routes}
-
-
-async def parse_body(request: Request, schema: type[BaseModel]) -> Any:
-    """The JSON body as `schema`, or a 400 naming the first bad field (kind routes use it)."""
-    body = await request.body()
-    try:
-        data = json.loads(body or b"null")
-    except ValueError as exc:
-        raise ApiError(400, f"the request body is not JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise ApiError(400, "the request body must be a JSON object")
-    try:
-        return schema.model_validate(data)
-    except ValidationError as exc:
-        message, param, code = validation_message(exc, schema)
-        raise ApiError(400, message, param=param, code=code) from None
 
 
 def _pick(batcher: RequestBatcher, name: str | None, request: Request) -> ServedModel:

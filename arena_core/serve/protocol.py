@@ -10,10 +10,11 @@ schemas accept; `supported_fields` gives the same list to an error message.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -25,6 +26,9 @@ from pydantic import (
 )
 
 from arena_core.engines.base import Penalties
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
 
 MAX_TOP_LOGPROBS = 20  # vLLM's limit as well; OpenAI's chat API allows 20
 
@@ -44,6 +48,8 @@ class Limits:
     penalties: bool = True
     # Responses API responses kept in memory for previous_response_id and GET (0: none)
     stored_responses: int = 1024
+    # Conversations API conversations kept in memory (0: none)
+    conversations: int = 1024
 
 
 _STRICT = ConfigDict(extra="forbid", strict=True)
@@ -411,3 +417,20 @@ def text_choice(index: int, text: str, finish: str | None) -> dict[str, Any]:
 
 def chat_delta(index: int, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
     return {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
+
+
+async def parse_body(request: Request, schema: type[BaseModel]) -> Any:
+    """The JSON body as `schema`, or a 400 naming the first bad field (every route, kind routes
+    too, reads its body so)."""
+    body = await request.body()
+    try:
+        data = json.loads(body or b"null")
+    except ValueError as exc:
+        raise ApiError(400, f"the request body is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    try:
+        return schema.model_validate(data)
+    except ValidationError as exc:
+        message, param, code = validation_message(exc, schema)
+        raise ApiError(400, message, param=param, code=code) from None

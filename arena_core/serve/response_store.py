@@ -1,12 +1,15 @@
-"""The responses a server remembers (OpenAI stores them by default), and the items each was
-generated from.
+"""What a Responses server remembers: the responses it answered (OpenAI stores them by default)
+with the items each was generated from, and the conversations clients keep on it (OpenAI's
+Conversations API).
 
 A stored response keeps its whole conversation twice: as chat messages, which
 `previous_response_id` continues, and as Responses items, which `GET
 /v1/responses/{id}/input_items` lists (the official client's `responses.input_items.list`): the
 items used to generate it, in order: the stored chain's inputs and outputs before it, then its own
-input. Every item has an id; one the client sent without it gets one here (`msg-`, `fc-`, `fco-`)
-and keeps it down the chain. Kept in memory: the last `--stored-responses N` stored or read; a
+input. A conversation is a list of such items that a response given `conversation` reads as its
+history and adds its input and output to. Every item has an id; one the client sent without it
+gets one here (`msg-`, `fc-`, `fco-`) and keeps it. Kept in memory: the last
+`--stored-responses N` responses and the last `--conversations N` conversations stored or read; a
 restart forgets them.
 """
 
@@ -16,10 +19,11 @@ import copy
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from arena_core.serve.protocol import ApiError, new_id
 
+T = TypeVar("T")
 _ID_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco"}
 
 
@@ -33,31 +37,93 @@ class StoredResponse:
     items: list[dict[str, Any]] = field(default_factory=list)
 
 
-class ResponseStore:
-    """The responses a server remembers, in memory: the last `capacity` stored or read (reading
-    one keeps it, so a conversation in use is not the one forgotten); 0 stores none."""
+class LastUsed(Generic[T]):
+    """Values by id, in memory: the last `capacity` put or read (reading one keeps it, so a
+    conversation in use is not the one forgotten); 0 keeps none."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = max(0, int(capacity))
-        self._items: OrderedDict[str, StoredResponse] = OrderedDict()
+        self._values: OrderedDict[str, T] = OrderedDict()
         self._lock = threading.Lock()
 
-    def put(self, stored: StoredResponse) -> None:
+    def put(self, key: str, value: T) -> None:
         with self._lock:
-            self._items[stored.response["id"]] = stored
-            while len(self._items) > self.capacity:
-                self._items.popitem(last=False)
+            self._values[key] = value
+            while len(self._values) > self.capacity:
+                self._values.popitem(last=False)
 
-    def get(self, response_id: str) -> StoredResponse | None:
+    def get(self, key: str) -> T | None:
         with self._lock:
-            stored = self._items.get(response_id)
-            if stored is not None:
-                self._items.move_to_end(response_id)
-            return stored
+            value = self._values.get(key)
+            if value is not None:
+                self._values.move_to_end(key)
+            return value
 
-    def delete(self, response_id: str) -> bool:
+    def delete(self, key: str) -> bool:
         with self._lock:
-            return self._items.pop(response_id, None) is not None
+            return self._values.pop(key, None) is not None
+
+
+class ResponseStore(LastUsed[StoredResponse]):
+    """The responses a server remembers (`LastUsed`), by response id."""
+
+    def keep(self, stored: StoredResponse) -> None:
+        self.put(stored.response["id"], stored)
+
+
+@dataclass
+class Conversation:
+    """A conversation a client keeps on the server: its Responses items, oldest first."""
+
+    id: str
+    created_at: int
+    metadata: dict[str, str]
+    items: list[dict[str, Any]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, items: list[dict[str, Any]], param: str = "items") -> None:
+        """Append `items`; an id the conversation already holds, or that two of them share, is a
+        400 naming it (items are read and deleted by id), and then nothing is added."""
+        with self.lock:
+            self._check_new(items, param)
+            self.items += copy.deepcopy(items)
+
+    def check_new(self, items: list[dict[str, Any]], param: str) -> None:
+        """The 400 `add` would raise for `items`, before anything is generated for them."""
+        with self.lock:
+            self._check_new(items, param)
+
+    def _check_new(self, items: list[dict[str, Any]], param: str) -> None:
+        held = {item["id"] for item in self.items}
+        for item in items:
+            if item["id"] in held:
+                raise ApiError(
+                    400,
+                    f"{param}: conversation {self.id} already holds an item '{item['id']}'; "
+                    "send it without its id to add it again",
+                    param=param,
+                )
+            held.add(item["id"])
+
+    def remove(self, item_id: str) -> bool:
+        """Delete the item `item_id`; False when the conversation holds none."""
+        with self.lock:
+            kept = [item for item in self.items if item["id"] != item_id]
+            found, self.items = len(kept) < len(self.items), kept
+            return found
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        with self.lock:
+            return copy.deepcopy(self.items)
+
+    def public(self) -> dict[str, Any]:
+        """The conversation object the API returns."""
+        return {
+            "id": self.id,
+            "object": "conversation",
+            "created_at": self.created_at,
+            "metadata": dict(self.metadata),
+        }
 
 
 def as_items(given: str | list[Any]) -> list[dict[str, Any]]:
@@ -87,31 +153,37 @@ def as_items(given: str | list[Any]) -> list[dict[str, Any]]:
     return items
 
 
-def input_items_page(
-    stored: StoredResponse, *, limit: int = 20, order: str = "desc", after: str | None = None
+def items_page(
+    items: list[dict[str, Any]],
+    whose: str,
+    *,
+    limit: int = 20,
+    order: str = "desc",
+    after: str | None = None,
 ) -> dict[str, Any]:
-    """`GET /v1/responses/{id}/input_items`: one page of the items `stored` was generated from,
-    newest first (`desc`, OpenAI's default) or oldest first, after the item `after`."""
+    """One page of `items` (a response's input items, a conversation's items: `whose`, for the
+    errors), newest first (`desc`, OpenAI's default) or oldest first, after the item `after`."""
     if not 1 <= limit <= 100:
         raise ApiError(400, f"limit: {limit} is not between 1 and 100", param="limit")
     if order not in ("asc", "desc"):
         raise ApiError(400, f"order: {order!r} is not asc or desc", param="order")
-    items = stored.items if order == "asc" else stored.items[::-1]
+    items = items if order == "asc" else items[::-1]
     start = 0
     if after is not None:
         ids = [item["id"] for item in items]
         if after not in ids:
-            raise ApiError(
-                400,
-                f"after: no item '{after}' among the input items of {stored.response['id']}",
-                param="after",
-            )
+            raise ApiError(400, f"after: no item '{after}' among {whose}", param="after")
         start = ids.index(after) + 1
     page = items[start : start + limit]
+    return item_list(page, has_more=start + limit < len(items))
+
+
+def item_list(page: list[dict[str, Any]], *, has_more: bool = False) -> dict[str, Any]:
+    """A list object of items, as the items routes answer."""
     return {
         "object": "list",
         "data": copy.deepcopy(page),
         "first_id": page[0]["id"] if page else None,
         "last_id": page[-1]["id"] if page else None,
-        "has_more": start + limit < len(items),
+        "has_more": has_more,
     }

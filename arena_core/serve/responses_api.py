@@ -14,8 +14,9 @@ default is to store), so `previous_response_id` continues a conversation without
 (the Agents SDK's `previous_response_id` and `auto_previous_response_id`), `GET`/`DELETE
 /v1/responses/{id}` read and forget one, and `GET /v1/responses/{id}/input_items` lists the items
 it was generated from (`response_store.py`). A restart forgets them all; `store: false` keeps one out.
-`conversation` (OpenAI's Conversations API) is refused. Tools other than functions (web search,
-file search, computer use) are refused by name.
+`conversation` names a conversation kept on the server (`conversations.py`): its items are the
+history the input continues, and the input and output are added to it when the response ends.
+Tools other than functions (web search, file search, computer use) are refused by name.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import copy
 import json
 import re
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from fastapi.responses import StreamingResponse
@@ -41,7 +43,13 @@ from arena_core.serve.protocol import (
     now,
     validation_message,
 )
-from arena_core.serve.response_store import ResponseStore, StoredResponse, as_items
+from arena_core.serve.response_store import (
+    Conversation,
+    LastUsed,
+    ResponseStore,
+    StoredResponse,
+    as_items,
+)
 
 _STRICT = ConfigDict(extra="forbid", strict=True)
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
@@ -70,6 +78,12 @@ class TextFormat(BaseModel):
     strict: bool | None = None
 
 
+class ConversationRef(BaseModel):
+    model_config = _STRICT
+
+    id: str
+
+
 class TextConfig(BaseModel):
     model_config = _STRICT
 
@@ -83,7 +97,9 @@ class ResponsesRequest(BaseModel):
     model_config = _STRICT
 
     model: str | None = None
-    input: str | list[Any]  # items are checked one by one (`_add_item`), each error naming it
+    # items are checked one by one (`_add_item`), each error naming it; none: a conversation's
+    # or a previous response's history is answered as it stands
+    input: str | list[Any] = Field(default_factory=list)
     instructions: str | None = None
     tools: list[FunctionTool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedTool | None = None
@@ -97,6 +113,7 @@ class ResponsesRequest(BaseModel):
     stream: bool = False
     store: bool = True  # keep the response for `previous_response_id` and GET (OpenAI's default)
     previous_response_id: str | None = None  # continue that stored response's conversation
+    conversation: str | ConversationRef | None = None  # continue and add to a kept conversation
     # platform fields, accepted where they ask for nothing Arena would have to do
     metadata: dict[str, str] | None = None
     user: str | None = None
@@ -146,18 +163,37 @@ def _in_these_words(exc: ApiError) -> ApiError:
     return exc
 
 
-def conversation(
-    req: ResponsesRequest, store: ResponseStore
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The chat messages `req` continues and adds, instructions left out: the stored
-    conversation of `previous_response_id` (a copy), then `req.input`'s items; and the same
-    conversation as the Responses items it is generated from (`input_items`)."""
+@dataclass
+class History:
+    """What a request continues: the chat messages before its input and after it (instructions
+    left out), the Responses items it is generated from, and where its own input items start
+    (what a conversation it names gains, before the output)."""
+
+    messages: list[dict[str, Any]]
+    items: list[dict[str, Any]]
+    carried: int
+    conversation: Conversation | None = None  # the kept conversation the request names
+
+
+def history(
+    req: ResponsesRequest, store: ResponseStore, conversations: LastUsed[Conversation]
+) -> History:
+    """`req`'s `History`: the stored conversation of `previous_response_id` or the items of its
+    `conversation` (a copy), then `req.input`'s items."""
     messages: list[dict[str, Any]] = []
     items: list[dict[str, Any]] = []
+    kept: Conversation | None = None
+    if req.previous_response_id is not None and req.conversation is not None:
+        raise ApiError(
+            400,
+            "conversation: give previous_response_id or conversation, not both (a response "
+            "continues one history)",
+            param="conversation",
+        )
     if req.previous_response_id is not None:
         before = store.get(req.previous_response_id)
         if before is None:
-            kept = (
+            kept_note = (
                 f"it keeps the last {store.capacity} responses in memory, and a restart forgets "
                 "them"
                 if store.capacity
@@ -166,12 +202,19 @@ def conversation(
             raise ApiError(
                 400,
                 f"previous_response_id: no response '{req.previous_response_id}' on this server "
-                f"({kept}); send the whole conversation as input instead",
+                f"({kept_note}); send the whole conversation as input instead",
                 param="previous_response_id",
                 code="previous_response_not_found",
             )
         messages = copy.deepcopy(before.conversation)
         items = copy.deepcopy(before.items + before.response["output"])
+    if req.conversation is not None:
+        name = req.conversation if isinstance(req.conversation, str) else req.conversation.id
+        kept = find_conversation(conversations, name, "conversation")
+        items = kept.snapshot()
+        for i, item in enumerate(items):
+            _add_item(messages, item, f"conversation.items.{i}")
+    carried = len(items)
     if isinstance(req.input, str):
         messages.append({"role": "user", "content": req.input})
     else:
@@ -179,7 +222,26 @@ def conversation(
             _add_item(messages, item, f"input.{i}")
     if not messages:
         raise ApiError(400, "input: empty (no message to answer)", param="input")
-    return messages, items + as_items(req.input)
+    given = as_items(req.input)
+    if kept is not None:
+        kept.check_new(given, "input")
+    return History(messages, items + given, carried, kept)
+
+
+def find_conversation(
+    conversations: LastUsed[Conversation], conversation_id: str, param: str
+) -> Conversation:
+    """The conversation `conversation_id`, or a 404 that says what this server keeps."""
+    found = conversations.get(conversation_id)
+    if found is None:
+        raise ApiError(
+            404,
+            f"{param}: no conversation '{conversation_id}' on this server (it keeps the last "
+            f"{conversations.capacity} conversations in memory; a restart forgets them)",
+            param=param,
+            code="not_found",
+        )
+    return found
 
 
 def chat_request(req: ResponsesRequest, messages: list[dict[str, Any]]) -> ChatRequest:
@@ -243,6 +305,13 @@ _ITEM_FIELDS = {
     "function_call_output": {"type", "call_id", "output", "id", "status"},
 }
 _PART_TYPES = ("input_text", "output_text", "text")
+
+
+def check_input_items(items: list[Any], where: str) -> None:
+    """A 400 naming the first of `items` this API would not answer as an input item."""
+    scratch: list[dict[str, Any]] = []
+    for i, item in enumerate(items):
+        _add_item(scratch, item, f"{where}.{i}")
 
 
 def _add_item(messages: list[dict[str, Any]], item: Any, where: str) -> None:
@@ -333,9 +402,11 @@ async def respond(
     req: ResponsesRequest,
     limits: Limits,
     store: ResponseStore,
+    conversations: LastUsed[Conversation],
 ) -> Any:
     """POST /v1/responses for `model`: the chat path's answer as a Response, or its events; the
-    Response is stored as it ends unless `store: false`."""
+    Response is stored as it ends unless `store: false`, and its input and output are added to
+    the conversation it names."""
     if req.store and not store.capacity:
         raise ApiError(
             400,
@@ -343,13 +414,13 @@ async def respond(
             "and the whole conversation as input",
             param="store",
         )
-    messages, items = conversation(req, store)
-    chat = chat_request(req, messages)
+    before = history(req, store, conversations)
+    chat = chat_request(req, before.messages)
     try:
         answer = await chat_completion(batcher, model, chat, limits)
     except ApiError as exc:
         raise _in_these_words(exc) from None
-    shell = _Shell(req, model.name, messages, items, store)
+    shell = _Shell(req, model.name, before, store)
     if not req.stream:
         choice = answer["choices"][0]
         message = choice["message"]
@@ -372,14 +443,9 @@ class _Shell:
     where the finished Response is stored with the conversation it ends."""
 
     def __init__(
-        self,
-        req: ResponsesRequest,
-        model: str,
-        messages: list[dict[str, Any]],
-        items: list[dict[str, Any]],
-        store: ResponseStore,
+        self, req: ResponsesRequest, model: str, before: History, store: ResponseStore
     ) -> None:
-        self.messages, self.items = messages, items
+        self.before = before
         self.store = store if req.store else None
         fmt = req.text.format if req.text and req.text.format else None
         choice = req.tool_choice
@@ -403,6 +469,7 @@ class _Shell:
             "truncation": "disabled",
             "store": req.store,
             "previous_response_id": req.previous_response_id,
+            "conversation": {"id": before.conversation.id} if before.conversation else None,
             "metadata": req.metadata or {},
             "error": None,
         }
@@ -418,11 +485,14 @@ class _Shell:
             "output": output,
             "usage": _usage(counts),
         }
+        before = self.before
         if self.store is not None:
-            messages = copy.deepcopy(self.messages)
+            messages = copy.deepcopy(before.messages)
             for i, item in enumerate(output):
                 _add_item(messages, item, f"output.{i}")
-            self.store.put(StoredResponse(copy.deepcopy(response), messages, self.items))
+            self.store.keep(StoredResponse(copy.deepcopy(response), messages, before.items))
+        if before.conversation is not None:
+            before.conversation.add(before.items[before.carried :] + output, "input")
         return response
 
     def in_progress(self) -> dict[str, Any]:

@@ -1,5 +1,7 @@
 """One tiny quickstart run (full fine-tuning) and one LoRA run serve every test here; the full
-run's best checkpoint is deployed once with `arena deploy` in a child process.
+run's best checkpoint is deployed once with `arena deploy` in a child process. `server` and
+`client` are an in-process server over the embedded tiny model (a module's own fixtures of those
+names serve another model).
 
 Traffic goes only to 127.0.0.1, to servers these fixtures start and stop.
 """
@@ -13,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from openai import OpenAI
 
 from bench._arena_child import start_deploy
 
@@ -93,3 +96,20 @@ def deploy_banner(quick_run) -> Iterator[str]:
         yield child.banner
     finally:
         child.stop(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    """The URL of a server over the embedded tiny model, named `tiny` (up to 256 new tokens)."""
+    from arena_core.models import load_policy
+    from arena_core.serve.protocol import Limits
+    from arena_core.serve.server import serve_policy
+
+    policy = load_policy({"name_or_path": "arena:tiny", "lora": {"r": 0}})
+    with serve_policy(policy, name="tiny", limits=Limits(max_tokens=256)) as srv:
+        yield srv.url
+
+
+@pytest.fixture(scope="module")
+def client(server: str) -> OpenAI:
+    return OpenAI(base_url=f"{server}/v1", api_key="none", max_retries=0, timeout=60)

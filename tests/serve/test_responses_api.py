@@ -5,14 +5,13 @@ the same Response, a stored response is continued by `previous_response_id` as i
 conversation had been sent and lists the items it was generated from, and what Arena does not do
 is refused by name.
 
-Traffic goes only to 127.0.0.1, to the server the fixture starts and stops.
+Traffic goes only to 127.0.0.1, to the server conftest.py's `server` fixture starts and stops.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from typing import Annotated
 
 import jsonschema
@@ -38,18 +37,6 @@ FORCED_CALL = dict(
     temperature=0,
 )
 CHAT_TOOLS = [{"type": "function", "function": {"name": "add", "parameters": ADD}}]
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    policy = load_policy({"name_or_path": "arena:tiny", "lora": {"r": 0}})
-    with serve_policy(policy, name="tiny", limits=Limits(max_tokens=256)) as srv:
-        yield srv.url
-
-
-@pytest.fixture(scope="module")
-def client(server: str) -> OpenAI:
-    return OpenAI(base_url=f"{server}/v1", api_key="none", max_retries=0, timeout=60)
 
 
 def test_a_response_answers_what_the_chat_route_answers(client: OpenAI) -> None:
@@ -193,7 +180,6 @@ def test_a_json_schema_format_and_logprobs(client: OpenAI) -> None:
     ("extra", "param", "says"),
     [
         ({"previous_response_id": "resp_1"}, "previous_response_id", "no response 'resp_1'"),
-        ({"conversation": "conv_1"}, "conversation", "unsupported field"),
         ({"tools": [{"type": "web_search"}]}, "tools", "function tools only"),
         ({"include": ["reasoning.encrypted_content"]}, "include", "returns no reasoning"),
         ({"input": [{"type": "reasoning", "summary": []}]}, "input.0.type", "'reasoning'"),
