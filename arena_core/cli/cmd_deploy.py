@@ -41,9 +41,9 @@ top_p, n, stop, seed, stream, stream_options.include_usage, logprobs, top_logpro
 presence_penalty, frequency_penalty, logit_bias, tools, tool_choice (none/auto/required/named),
 response_format (text/json_object/json_schema); completions: model, prompt (text, list of texts,
 token ids, list of token id lists), max_tokens, temperature, top_p, n, stop, seed, stream,
-stream_options, logprobs (<= 20), presence_penalty, frequency_penalty, logit_bias, echo (false
-only); vLLM's extensions (extra_body): top_k, min_p, repetition_penalty, ignore_eos,
-return_token_ids. Any other field is a 400 naming it (docs/serving.md)."""
+stream_options, logprobs (<= 20), presence_penalty, frequency_penalty, logit_bias, echo;
+vLLM's extensions (extra_body): top_k, min_p, repetition_penalty, ignore_eos, return_token_ids,
+prompt_logprobs (<= 20). Any other field is a 400 naming it (docs/serving.md)."""
 
 # the rule runs follow (arena_core.threads.default_threads), so a server and a run on
 # the same machine share it the same way

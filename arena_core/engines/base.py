@@ -71,9 +71,9 @@ class Completion:
     episode: dict | None = None  # multi-turn: turns, tool-call outcomes, the session's final state
     # each token's likeliest (token, logprob) when `SamplingParams.top_logprobs` asked (vLLM)
     top_logprobs: list[list[tuple[int, float]]] | None = None
-    # per prompt token after the first: (its logprob, its k likeliest) when
-    # `SamplingParams.prompt_logprobs` asked (vLLM); the server's echo answers with them
-    prompt_scores: list[tuple[float, list[tuple[int, float]]]] | None = None
+    # per prompt token after the first: (its logprob, its rank, its k likeliest) when
+    # `SamplingParams.prompt_logprobs` asked (vLLM); the server's prompt scores answer with them
+    prompt_scores: list[tuple[float, int, list[tuple[int, float]]]] | None = None
 
     @property
     def policy_version(self) -> int:

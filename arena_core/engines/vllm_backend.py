@@ -510,11 +510,12 @@ def register_vllm_backend(register: Any) -> None:
 
 def _prompt_scores(
     prompt: list[int], entries: list[Any], k: int
-) -> list[tuple[float, list[tuple[int, float]]]]:
+) -> list[tuple[float, int, list[tuple[int, float]]]]:
     """vLLM's prompt logprobs (None first, then {token: Logprob} per position, the prompt's own
-    token among them) as the server's prompt scores: each token's logprob, its k best by rank."""
+    token among them) as the server's prompt scores: each token's logprob and rank, its
+    position's k best by rank."""
     return [
-        (float(entry[token].logprob), _best(entry, k))
+        (float(entry[token].logprob), int(entry[token].rank), _best(entry, k))
         for token, entry in zip(prompt[1:], entries[1:], strict=True)
     ]
 

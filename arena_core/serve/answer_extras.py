@@ -32,11 +32,26 @@ class Wants:
     parallel_tool_calls: bool = True
     echo: list[str] | None = None  # completions' `echo`: each prompt's text, before its answers
     generate: bool = True  # False: `max_tokens: 0` with echo, the prompt alone is the answer
+    prompt_logprobs: int | None = None  # vLLM's `prompt_logprobs`: alternatives per prompt token
+
+    @property
+    def prompt_scoring(self) -> int | None:
+        """The alternatives per prompt token to score (echo's and vLLM's, the larger), or None:
+        the prompt is not scored."""
+        echoed = self.logprobs if self.echo else None
+        asked = [k for k in (self.prompt_logprobs, echoed) if k is not None]
+        return max(asked) if asked else None
 
     @property
     def plain(self) -> bool:
         """Nothing but text: the stream's fast chunk template applies."""
-        return self.logprobs is None and not self.token_ids and not self.tools and not self.echo
+        return (
+            self.logprobs is None
+            and not self.token_ids
+            and not self.tools
+            and not self.echo
+            and self.prompt_logprobs is None
+        )
 
 
 class TokenText:

@@ -32,7 +32,7 @@ from arena_core.serve.answer_extras import (
 from arena_core.serve.batching import QueueFull, RequestBatcher
 from arena_core.serve.chat import chat_grammar, check_tools, read_tool_calls, render_chat, tool_def
 from arena_core.serve.chunks import ChunkTemplate
-from arena_core.serve.echo import echo_logprobs
+from arena_core.serve.echo import echo_logprobs, vllm_prompt_logprobs
 from arena_core.serve.jobs import Request as GenRequest
 from arena_core.serve.models import ServedModel
 from arena_core.serve.protocol import (
@@ -91,6 +91,7 @@ async def chat_completion(
         tools=[tool_def(t) for t in offered] or None,
         prompts=[prompt],
         parallel_tool_calls=req.parallel_tool_calls,
+        prompt_logprobs=req.prompt_logprobs,
     )
     return await _answer(batcher, model, req, wants, max_tokens, limits, grammar)
 
@@ -152,6 +153,7 @@ async def text_completion(
         if req.echo
         else None,
         generate=req.max_tokens != 0,
+        prompt_logprobs=req.prompt_logprobs,
     )
     return await _answer(batcher, model, req, wants, max_tokens, limits, None)
 
@@ -335,8 +337,23 @@ async def _answer(
 ) -> Any:
     prompts = wants.prompts
     _check_limits(model, req, prompts, max_tokens, limits)
-    if wants.logprobs is not None and not batcher.continuous.get(model.name):
-        _check_replayed_logprobs(model, wants)
+    if wants.prompt_logprobs is not None and req.stream:
+        raise ApiError(
+            400,
+            "prompt_logprobs: a scored prompt is answered whole; send stream: false",
+            param="prompt_logprobs",
+        )
+    if not batcher.continuous.get(model.name):
+        if wants.logprobs is not None:
+            _check_replayed_logprobs(model, wants)
+        if wants.prompt_logprobs is not None and not getattr(
+            model.backend, "scores_prompts", False
+        ):
+            raise ApiError(
+                400,
+                "prompt_logprobs scores the prompt, which needs the torch or vllm backend",
+                param="prompt_logprobs",
+            )
     penalties = _penalties(batcher, model, req, limits)
     rows = [p for p in prompts for _ in range(req.n)]
     gen = GenRequest(
@@ -352,7 +369,7 @@ async def _answer(
         logprobs=wants.logprobs,
         grammar=grammar,
         penalties=penalties,
-        prompt_logprobs=wants.logprobs if wants.echo else None,
+        prompt_logprobs=wants.prompt_scoring,
     )
     pipe = _Pipe()
     try:
@@ -392,7 +409,16 @@ async def _answer(
     }
     if wants.token_ids and chat:
         body["prompt_token_ids"] = prompts[0]
+    if wants.prompt_logprobs is not None and chat:  # vLLM's place for them: the response's
+        state = job.choices[0]
+        body["prompt_logprobs"] = _prompt_logprobs(model, state, wants.prompt_logprobs)
     return body
+
+
+def _prompt_logprobs(model: ServedModel, state: Any, k: int) -> list[dict[str, Any] | None]:
+    """vLLM's `prompt_logprobs` of one choice's prompt, `k` alternatives per token."""
+    scores = [(lp, rank, top[:k]) for lp, rank, top in state.prompt_scores]
+    return vllm_prompt_logprobs(TokenText(model.tokenizer), state.prompt, scores)
 
 
 def _choice(
@@ -426,12 +452,16 @@ def _choice(
         if wants.logprobs is not None:
             answer = text_completion_logprobs(words, state, 0, sampled, len(echo))
             if wants.echo:
-                before = echo_logprobs(words, rows[i], state.prompt_scores)
+                k = wants.logprobs
+                scores = [(lp, rank, top[:k]) for lp, rank, top in state.prompt_scores]
+                before = echo_logprobs(words, rows[i], scores)
                 answer = {key: before[key] + answer[key] for key in answer}
             out["logprobs"] = answer
         if wants.token_ids:
             out["prompt_token_ids"] = rows[i]
             out["token_ids"] = list(state.ids[:sampled])
+        if wants.prompt_logprobs is not None:  # vLLM's place for them: each choice's
+            out["prompt_logprobs"] = _prompt_logprobs(model, state, wants.prompt_logprobs)
         return out
     if wants.token_ids:
         out["token_ids"] = list(state.ids)

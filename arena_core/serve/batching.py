@@ -312,7 +312,7 @@ class RequestBatcher:
         for (job, choice), comp in zip(owners, done, strict=False):  # an echo's prompt scores
             k = job.request.prompt_logprobs
             if k is not None and comp.prompt_scores is not None:
-                choice.prompt_scores = [(lp, top[:k]) for lp, top in comp.prompt_scores]
+                choice.prompt_scores = [(lp, r, top[:k]) for lp, r, top in comp.prompt_scores]
         for job, choice in owners:  # rows the backend ended itself (its max_new_tokens)
             if not choice.finished:
                 advance_choice(job, choice, tokenizer, True, reason="length")

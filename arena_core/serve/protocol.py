@@ -78,6 +78,9 @@ class SamplingRequest(BaseModel):
     stream_options: StreamOptions | None = None
     ignore_eos: bool = False  # vLLM's extension (`extra_body`): decode to max_tokens past EOS
     return_token_ids: bool = False  # vLLM's extension: prompt_token_ids and choices[].token_ids
+    # vLLM's extension: score the prompt, each token's logprob and rank and this many
+    # alternatives (`echo.vllm_prompt_logprobs`); `true` is 1, `false` none
+    prompt_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
     # adjustments of the logits before sampling (`Penalties`), OpenAI's ranges and vLLM's
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
@@ -85,6 +88,13 @@ class SamplingRequest(BaseModel):
     min_p: float = Field(0.0, ge=0.0, le=1.0)  # vLLM's extension
     logit_bias: dict[str, float] | None = None  # token id (a string) -> -100..100
     user: str | None = None  # who the end user is, for the provider's records: changes no token
+
+    @field_validator("prompt_logprobs", mode="before")
+    @classmethod
+    def _prompt_logprobs(cls, v: Any) -> Any:
+        if isinstance(v, bool):  # prime-rl's teacher sends `true` (vLLM reads it as 1)
+            return 1 if v else None
+        return v
 
     @field_validator("stop")
     @classmethod

@@ -94,7 +94,7 @@ def prompt_logprobs(model: Any, prompt: list[int], asked: PromptQuestions) -> Pr
         generator.manual_seed(int(asked.seed))
     for start, logp, mine in prompt_distributions(model, prompt):
         rows = slice(start, start + len(mine))
-        for at, (logprob, top) in enumerate(chunk_scores(logp, mine, asked.topk), start + 1):
+        for at, (logprob, _, top) in enumerate(chunk_scores(logp, mine, asked.topk), start + 1):
             if at >= skip:
                 logprobs[at], topk[at] = logprob, top
         if targets is not None:

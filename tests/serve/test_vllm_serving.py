@@ -152,7 +152,8 @@ def test_vllm_reports_each_tokens_logprob_as_the_torch_engine_does(vllm_url: str
     """What RL clients read (verifiers, prime-rl: `logprobs: true` and `return_token_ids`):
     vLLM's own logprob of each sampled token, the EOS that ended the answer included, and its
     top alternatives, equal to the torch engine's for the same greedy tokens; and an echo's
-    prompt scored by vLLM as the torch engine scores it (what lm-evaluation-harness reads)."""
+    prompt scored by vLLM as the torch engine scores it (what lm-evaluation-harness reads), and
+    a chat's `prompt_logprobs` too."""
     from openai import OpenAI
 
     from arena_core.serve.server import serve_policy
@@ -194,3 +195,16 @@ def test_vllm_reports_each_tokens_logprob_as_the_torch_engine_does(vllm_url: str
     )
     tops = zip(scored.logprobs.top_logprobs, reference.logprobs.top_logprobs, strict=True)
     assert all(a.keys() == b.keys() for a, b in list(tops)[1:])
+    # vLLM's prompt_logprobs on chat (an RL teacher's scoring): vLLM's own ranks and logprobs,
+    # in the layout the torch engine writes
+    ask = dict(messages=messages, max_tokens=1, extra_body={"prompt_logprobs": 2})
+    theirs = vllm.chat.completions.create(model=model, **ask).model_dump()["prompt_logprobs"]
+    with serve_policy(local, name="torch") as srv:
+        torch_client = OpenAI(base_url=f"{srv.url}/v1", api_key="none", max_retries=0)
+        mine = torch_client.chat.completions.create(model="torch", **ask).model_dump()
+    assert theirs[0] is None and len(theirs) == len(mine["prompt_logprobs"])
+    for a, b in zip(theirs[1:], mine["prompt_logprobs"][1:], strict=True):
+        assert list(a) == list(b)  # the prompt's own token first, then the same alternatives
+        for token in a:
+            assert a[token]["rank"] == b[token]["rank"]
+            assert a[token]["logprob"] == pytest.approx(b[token]["logprob"], abs=1e-3)
