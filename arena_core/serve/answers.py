@@ -42,6 +42,7 @@ from arena_core.serve.protocol import (
     Limits,
     chat_choice,
     chat_delta,
+    check_continue,
     error_body,
     new_id,
     now,
@@ -60,6 +61,7 @@ async def chat_completion(
     """POST /v1/chat/completions for `model`: the prompt (tools through the template, unless
     `prompt_ids` gives it: `/v1/chat/completions/tokens`), the grammar when the answer is
     constrained, then the answer."""
+    check_continue(req)
     tools = [t.function.model_dump(exclude_none=True) for t in req.tools or []]
     choice = req.tool_choice or ("auto" if tools else "none")
     offered = tools if choice != "none" else []
@@ -71,9 +73,18 @@ async def chat_completion(
     try:
         if prompt_ids is not None:
             prompt = prompt_ids
-        elif offered or any(m.tool_calls or m.role == "tool" for m in req.messages):
+        elif (
+            offered
+            or any(m.tool_calls or m.role == "tool" for m in req.messages)
+            or not req.add_generation_prompt
+        ):
             prompt = render_chat(
-                model.tokenizer, req.messages, [tool_def(t) for t in offered], model.tool_prompt
+                model.tokenizer,
+                req.messages,
+                [tool_def(t) for t in offered],
+                model.tool_prompt,
+                add_generation_prompt=req.add_generation_prompt,
+                continue_final_message=req.continue_final_message,
             )
         else:
             messages = [

@@ -162,24 +162,28 @@ def render_chat(
     tool_prompt: ToolPrompt = "template",
     *,
     add_generation_prompt: bool = True,
+    continue_final_message: bool = False,
 ) -> list[int]:
     """Prompt ids of `messages` (request ChatMessages) with the assistant turn opened (unless
-    not `add_generation_prompt`: `/tokenize` renders a finished turn too); `tools` (OpenAI tool
-    definitions) through the template, or the fallback (module docstring), which shows them as
-    `tool_prompt` says (the served run's training, `ServedModel.tool_prompt`)."""
+    not `add_generation_prompt`: `/tokenize` renders a finished turn too; with
+    `continue_final_message` the last message is left open, the text to continue); `tools`
+    (OpenAI tool definitions) through the template, or the fallback (module docstring), which
+    shows them as `tool_prompt` says (the served run's training, `ServedModel.tool_prompt`)."""
     msgs = _template_messages(messages)
     structured = any(m.get("tool_calls") or m["role"] == "tool" for m in msgs)
+    turn = {
+        "add_generation_prompt": add_generation_prompt,
+        "continue_final_message": continue_final_message,
+    }
     if (tools or structured) and template_renders_tools(tokenizer):
         if tools and tool_prompt == "listing":  # the run listed them besides the template's own
             msgs = with_listing(msgs, tool_listing(tools))
-        text = tokenizer.apply_chat_template(
-            msgs, tools=tools or None, tokenize=False, add_generation_prompt=add_generation_prompt
-        )
+        text = tokenizer.apply_chat_template(msgs, tools=tools or None, tokenize=False, **turn)
     else:
         text = tokenizer.apply_chat_template(
             _fallback(msgs, tools or [], renders_tool_turns(tokenizer), tool_prompt),
             tokenize=False,
-            add_generation_prompt=add_generation_prompt,
+            **turn,
         )
     return tokenizer.encode(text, add_special_tokens=False)
 

@@ -248,6 +248,10 @@ class ChatRequest(SamplingRequest):
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool = True  # False: at most one call per answer
     response_format: ResponseFormat | None = None
+    # vLLM's extensions: render the messages without opening an assistant turn, or leave the
+    # last one (the assistant's) open, so the answer continues it (a prefill)
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
     # OpenAI's platform fields, accepted where they ask for nothing Arena would have to do
     store: Literal[False] | None = None  # Arena keeps no completions
     metadata: dict[str, str] | None = None  # labels of a stored completion: none is stored
@@ -265,6 +269,28 @@ class ChatRequest(SamplingRequest):
     def top_k_logprobs(self) -> int | None:
         """None: no logprobs; else how many alternatives per token (0: the token alone)."""
         return (self.top_logprobs or 0) if self.logprobs else None
+
+
+def check_continue(req: ChatRequest | TokenizeRequest) -> None:
+    """vLLM's rules for `continue_final_message` (a 400 naming it): not with
+    `add_generation_prompt`, and only after an assistant message (the one the answer continues)."""
+    if not req.continue_final_message:
+        return
+    if req.add_generation_prompt:
+        raise ApiError(
+            400,
+            "continue_final_message continues the last message, add_generation_prompt opens a "
+            "new assistant turn: send add_generation_prompt: false with it",
+            param="continue_final_message",
+        )
+    last = (req.messages or [None])[-1]
+    if last is not None and last.role != "assistant":
+        raise ApiError(
+            400,
+            f"continue_final_message continues the last message, which is the {last.role}'s; "
+            "end the messages with the assistant's start (the text to continue)",
+            param="continue_final_message",
+        )
 
 
 class ChatTokensRequest(ChatRequest):
@@ -286,6 +312,7 @@ class TokenizeRequest(BaseModel):
     messages: list[ChatMessage] | None = None
     tools: list[ToolDef] | None = None
     add_generation_prompt: bool = True
+    continue_final_message: bool = False
     add_special_tokens: bool | None = None  # vLLM's defaults: True for a prompt, False for chat
     return_token_strs: bool = False
     chat_template_kwargs: dict[str, Any] | None = None  # only empty: the template as it is

@@ -24,12 +24,18 @@ from typing import Any
 from arena_core.serve.answers import check_in_vocabulary
 from arena_core.serve.chat import render_chat, tool_def
 from arena_core.serve.models import ServedModel
-from arena_core.serve.protocol import ApiError, DetokenizeRequest, TokenizeRequest
+from arena_core.serve.protocol import (
+    ApiError,
+    DetokenizeRequest,
+    TokenizeRequest,
+    check_continue,
+)
 
 
 def tokenize(model: ServedModel, req: TokenizeRequest) -> dict[str, Any]:
     """vLLM's `/tokenize` answer: `count`, `max_model_len`, `tokens` (and `token_strs`)."""
     tokenizer = model.tokenizer
+    check_continue(req)
     try:
         if req.messages is not None:
             ids = render_chat(
@@ -38,6 +44,7 @@ def tokenize(model: ServedModel, req: TokenizeRequest) -> dict[str, Any]:
                 [tool_def(t.function.model_dump(exclude_none=True)) for t in req.tools or []],
                 model.tool_prompt,
                 add_generation_prompt=req.add_generation_prompt,
+                continue_final_message=req.continue_final_message,
             )
             if req.add_special_tokens:  # what the template wrote, plus the tokenizer's own
                 ids = tokenizer.build_inputs_with_special_tokens(ids)

@@ -1,0 +1,70 @@
+"""vLLM's `continue_final_message` and `add_generation_prompt` on the chat route and `/tokenize`,
+with the official `openai` client against a server over the embedded tiny model: the last
+(assistant) message is left open and the answer continues it, as a completion of the same ids
+does; the prompt is the model's template rendered so; what vLLM refuses is refused by name.
+
+Traffic goes only to 127.0.0.1, to the server conftest.py's `server` fixture starts and stops.
+"""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+from openai import OpenAI
+
+PREFILL = [
+    {"role": "user", "content": "What is 12+30?"},
+    {"role": "assistant", "content": "<think>12+30"},
+]
+
+
+def _template(messages: list[dict], **turn: bool) -> list[int]:
+    from arena_core.models import load_policy
+
+    tokenizer = load_policy({"name_or_path": "arena:tiny", "lora": {"r": 0}}).tokenizer
+    text = tokenizer.apply_chat_template(messages, tokenize=False, **turn)
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def test_the_answer_continues_the_assistants_open_message(client: OpenAI, server: str) -> None:
+    cont = {"continue_final_message": True, "add_generation_prompt": False}
+    chat = client.chat.completions.create(
+        model="tiny", messages=PREFILL, max_tokens=12, temperature=0,
+        extra_body={**cont, "return_token_ids": True},
+    ).model_dump()  # fmt: skip
+    prompt = chat["prompt_token_ids"]
+    assert prompt == _template(PREFILL, **cont)
+    assert prompt != _template(PREFILL, add_generation_prompt=True)
+    same = client.completions.create(model="tiny", prompt=prompt, max_tokens=12, temperature=0)
+    assert chat["choices"][0]["message"]["content"] == same.choices[0].text
+    tokenized = httpx.post(
+        f"{server}/tokenize", json={"model": "tiny", "messages": PREFILL, **cont}
+    )
+    assert tokenized.json()["tokens"] == prompt
+
+    closed = client.chat.completions.create(
+        model="tiny", messages=PREFILL, max_tokens=1,
+        extra_body={"add_generation_prompt": False, "return_token_ids": True},
+    ).model_dump()  # fmt: skip
+    assert closed["prompt_token_ids"] == _template(PREFILL, add_generation_prompt=False)
+
+
+@pytest.mark.parametrize(
+    ("messages", "extra", "says"),
+    [
+        (PREFILL, {"continue_final_message": True}, "send add_generation_prompt: false"),
+        (PREFILL[:1], {"continue_final_message": True, "add_generation_prompt": False},
+         "which is the user's"),
+    ],
+)  # fmt: skip
+def test_what_vllm_refuses_is_refused_by_name(
+    client: OpenAI, server: str, messages: list, extra: dict, says: str
+) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(
+            model="tiny", messages=messages, max_tokens=1, extra_body=extra
+        )
+    assert info.value.body["param"] == "continue_final_message" and says in info.value.message
+    tokenized = httpx.post(f"{server}/tokenize", json={"messages": messages, **extra})
+    assert tokenized.status_code == 400 and says in tokenized.json()["error"]["message"]
