@@ -70,31 +70,8 @@ async def chat_completion(
         # off the event loop: the first grammar of a model builds its token table (~1 s for a
         # 49k vocabulary), which would stall every other stream meanwhile
         grammar = await asyncio.to_thread(_constraints, batcher, model, req, tools, choice)
-    try:
-        if prompt_ids is not None:
-            prompt = prompt_ids
-        elif (
-            offered
-            or any(m.tool_calls or m.role == "tool" for m in req.messages)
-            or not req.add_generation_prompt
-        ):
-            prompt = render_chat(
-                model.tokenizer,
-                req.messages,
-                [tool_def(t) for t in offered],
-                model.tool_prompt,
-                add_generation_prompt=req.add_generation_prompt,
-                continue_final_message=req.continue_final_message,
-            )
-        else:
-            messages = [
-                {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
-                for m in req.messages
-            ]
-            prompt = model.encode_chat(messages)
-    except Exception as exc:  # a template that rejects the roles given
-        raise ApiError(400, f"cannot apply the chat template: {exc}", param="messages") from None
-    max_tokens = req.max_completion_tokens or req.max_tokens or limits.max_tokens
+    prompt = prompt_ids if prompt_ids is not None else chat_prompt_ids(model, req)
+    max_tokens = chat_max_tokens(req, limits)
     wants = Wants(
         chat=True,
         logprobs=req.top_k_logprobs(),
@@ -105,6 +82,40 @@ async def chat_completion(
         prompt_logprobs=req.prompt_logprobs,
     )
     return await _answer(batcher, model, req, wants, max_tokens, limits, grammar)
+
+
+def chat_prompt_ids(model: ServedModel, req: ChatRequest) -> list[int]:
+    """The prompt ids of `req`'s messages: through the template with the tools it offers (or
+    the fallback, `chat.render_chat`), a plain conversation through the model's own encoder;
+    a template that rejects them is a 400."""
+    tools = [t.function.model_dump(exclude_none=True) for t in req.tools or []]
+    offered = tools if (req.tool_choice or ("auto" if tools else "none")) != "none" else []
+    try:
+        if (
+            offered
+            or any(m.tool_calls or m.role == "tool" for m in req.messages)
+            or not req.add_generation_prompt
+        ):
+            return render_chat(
+                model.tokenizer,
+                req.messages,
+                [tool_def(t) for t in offered],
+                model.tool_prompt,
+                add_generation_prompt=req.add_generation_prompt,
+                continue_final_message=req.continue_final_message,
+            )
+        messages = [
+            {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
+            for m in req.messages
+        ]
+        return model.encode_chat(messages)
+    except Exception as exc:  # a template that rejects the roles given
+        raise ApiError(400, f"cannot apply the chat template: {exc}", param="messages") from None
+
+
+def chat_max_tokens(req: ChatRequest, limits: Limits) -> int:
+    """The most tokens `req`'s answer may take: what it asks, else the server's default."""
+    return req.max_completion_tokens or req.max_tokens or limits.max_tokens
 
 
 def _constraints(

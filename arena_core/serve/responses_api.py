@@ -21,6 +21,7 @@ Tools other than functions (web search, file search, computer use) are refused b
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import re
@@ -31,7 +32,7 @@ from typing import Any, Literal
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from arena_core.serve.answers import chat_completion
+from arena_core.serve.answers import chat_completion, chat_max_tokens, chat_prompt_ids
 from arena_core.serve.batching import RequestBatcher
 from arena_core.serve.models import ServedModel
 from arena_core.serve.protocol import (
@@ -120,7 +121,9 @@ class ResponsesRequest(BaseModel):
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
     service_tier: Literal["auto", "default"] | None = None
-    truncation: Literal["disabled"] | None = None  # a prompt past the context is a 400
+    # "auto": drop the oldest turns until the prompt fits the context (`fit_context`);
+    # "disabled" (the default): a prompt past the context is a 400
+    truncation: Literal["disabled", "auto"] | None = None
 
     @field_validator("tools", mode="before")
     @classmethod
@@ -283,6 +286,26 @@ def chat_request(req: ResponsesRequest, messages: list[dict[str, Any]]) -> ChatR
         raise _in_these_words(ApiError(400, message, param=param, code=code)) from None
 
 
+def fit_context(model: ServedModel, chat: ChatRequest, limits: Limits) -> ChatRequest:
+    """`truncation: "auto"`: `chat` without its oldest turns, as few as make the prompt and the
+    answer's tokens fit the model's context (OpenAI drops items from the beginning of the
+    conversation). A turn goes whole: from a user message to the next, so no tool output is left
+    without its call; system messages stay where they are. The last turn always stays: a prompt
+    that does not fit even so is the usual 400."""
+    budget = model.context_length - chat_max_tokens(chat, limits)
+    if len(chat_prompt_ids(model, chat)) <= budget:
+        return chat
+    messages = list(chat.messages)
+    fitted = chat
+    for start in [i for i, m in enumerate(messages) if m.role == "user"][1:]:
+        # every turn before `start` dropped, the system messages among them kept
+        kept = [m for m in messages[:start] if m.role in ("system", "developer")]
+        fitted = chat.model_copy(update={"messages": kept + messages[start:]})
+        if len(chat_prompt_ids(model, fitted)) <= budget:
+            break
+    return fitted
+
+
 def _response_format(fmt: TextFormat) -> dict[str, Any]:
     if fmt.type != "json_schema":
         return {"type": fmt.type}
@@ -416,6 +439,8 @@ async def respond(
         )
     before = history(req, store, conversations)
     chat = chat_request(req, before.messages)
+    if req.truncation == "auto":
+        chat = await asyncio.to_thread(fit_context, model, chat, limits)
     try:
         answer = await chat_completion(batcher, model, chat, limits)
     except ApiError as exc:
@@ -466,7 +491,7 @@ class _Shell:
             "text": {"format": fmt.model_dump(by_alias=True, exclude_none=True)}
             if fmt
             else {"format": {"type": "text"}},
-            "truncation": "disabled",
+            "truncation": req.truncation or "disabled",
             "store": req.store,
             "previous_response_id": req.previous_response_id,
             "conversation": {"id": before.conversation.id} if before.conversation else None,

@@ -164,9 +164,10 @@ def test_the_server_keeps_the_last_conversations_used_and_can_keep_none() -> Non
 
 def test_the_agents_sdk_keeps_its_session_and_its_runs_on_the_server(server: str) -> None:
     """The Agents SDK's `OpenAIConversationsSession` (history written and read through the
-    Conversations API, the second run seeing the first) and `Runner.run(conversation_id=...)`
-    (the server adds each turn's items itself): both end with the model's answer after its
-    tool call, and the conversation holds the whole run."""
+    Conversations API, the second run seeing the first, a third past the context answered with
+    `truncation="auto"`) and `Runner.run(conversation_id=...)` (the server adds each turn's items
+    itself): both end with the model's answer after its tool call, and the conversation holds
+    the whole run."""
     agents = pytest.importorskip("agents")
     from openai import AsyncOpenAI
 
@@ -174,6 +175,7 @@ def test_the_agents_sdk_keeps_its_session_and_its_runs_on_the_server(server: str
     agent = _calc_agent(agents, server, seen)
     api = AsyncOpenAI(base_url=f"{server}/v1", api_key="none", max_retries=0)
 
+    fits = agents.ModelSettings(truncation="auto")
     plain = agents.Agent(  # no tools: the history fits the tiny model's context
         name="plain",
         model=agents.OpenAIResponsesModel(model="tiny", openai_client=api),
@@ -187,6 +189,10 @@ def test_the_agents_sdk_keeps_its_session_and_its_runs_on_the_server(server: str
         second = await agents.Runner.run(plain, "And 7 plus ten?", session=session)
         after_two = await session.get_items()
         sent = second.raw_responses[0].usage.input_tokens
+        # the history and the tools are past the tiny model's context now: truncation drops
+        # the oldest turns, and the tool is called again
+        auto = agent.clone(model_settings=agent.model_settings.resolve(fits))
+        await agents.Runner.run(auto, "What is 9 plus ten?", session=session, max_turns=4)
         conv = await api.conversations.create()
         done = await agents.Runner.run(agent, "What is 3 plus ten?", conversation_id=conv.id)
         held = [i async for i in api.conversations.items.list(conv.id, order="asc")]
@@ -199,6 +205,6 @@ def test_the_agents_sdk_keeps_its_session_and_its_runs_on_the_server(server: str
     assert after_two[: len(after_one)] == after_one
     assert [i.get("type", "message") for i in after_two[len(after_one) :]] == ["message"] * 2
     assert sent > alone  # the second run was sent the first run's history
-    assert len(seen) == 2 and isinstance(done.final_output, str) and done.final_output
+    assert len(seen) == 3 and isinstance(done.final_output, str) and done.final_output
     assert [i.type for i in held] == kinds
     assert held[-1].content[0].text == done.final_output

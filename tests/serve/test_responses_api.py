@@ -392,3 +392,34 @@ def test_input_items_list_what_a_chained_response_was_generated_from(client: Ope
         assert info.value.body["param"] == param
     with pytest.raises(openai.NotFoundError):
         client.responses.input_items.list("resp_unknown")
+
+
+def test_truncation_auto_answers_the_newest_turns_that_fit(client: OpenAI) -> None:
+    """A conversation past the context: `truncation: "auto"` drops whole turns from the
+    beginning, as few as make it fit, and answers as the turns it kept sent alone are answered
+    (instructions kept); without it the request is a 400 naming the context."""
+    turns: list[dict] = []
+    for i in range(10):
+        turns.append({"role": "user", "content": f"Question {i}: what is {i}+{i}? " * 4})
+        turns.append({"role": "assistant", "content": f"<answer>{2 * i}</answer> " * 6})
+    turns.append({"role": "user", "content": QUESTION})
+    ask = dict(
+        model="tiny", instructions="Answer.", max_output_tokens=32, temperature=0, store=False
+    )
+    with pytest.raises(openai.BadRequestError) as info:
+        client.responses.create(input=turns, **ask)
+    assert "context of 1024 tokens" in info.value.message
+    fitted = client.responses.create(input=turns, truncation="auto", **ask)
+    assert fitted.truncation == "auto" and fitted.usage.input_tokens + 32 <= 1024
+
+    def alone(start: int) -> object | None:
+        try:
+            return client.responses.create(input=turns[start:], **ask)
+        except openai.BadRequestError:
+            return None  # these turns do not fit either
+
+    start = next(j for j in range(0, len(turns), 2) if alone(j) is not None)
+    assert start > 0 and alone(start - 2) is None  # as few turns dropped as fit
+    kept = alone(start)
+    assert kept.usage.input_tokens == fitted.usage.input_tokens
+    assert kept.output_text == fitted.output_text
