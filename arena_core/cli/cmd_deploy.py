@@ -43,7 +43,7 @@ response_format (text/json_object/json_schema); completions: model, prompt (text
 token ids, list of token id lists), max_tokens, temperature, top_p, n, stop, seed, stream,
 stream_options, logprobs (<= 20), presence_penalty, frequency_penalty, logit_bias, echo;
 vLLM's extensions (extra_body): top_k, min_p, repetition_penalty, ignore_eos, return_token_ids,
-prompt_logprobs (<= 20); chat only: continue_final_message, add_generation_prompt. Any other
+prompt_logprobs (<= 20); chat only: continue_final_message, add_generation_prompt, echo. Any other
 field is a 400 naming it (docs/serving.md)."""
 
 # the rule runs follow (arena_core.threads.default_threads), so a server and a run on

@@ -33,6 +33,7 @@ class Wants:
     echo: list[str] | None = None  # completions' `echo`: each prompt's text, before its answers
     generate: bool = True  # False: `max_tokens: 0` with echo, the prompt alone is the answer
     prompt_logprobs: int | None = None  # vLLM's `prompt_logprobs`: alternatives per prompt token
+    prefix: str = ""  # chat's `echo`: the last (assistant) message's text, the reply's start
 
     @property
     def prompt_scoring(self) -> int | None:

@@ -80,6 +80,7 @@ async def chat_completion(
         prompts=[prompt],
         parallel_tool_calls=req.parallel_tool_calls,
         prompt_logprobs=req.prompt_logprobs,
+        prefix=req.messages[-1].text() if req.echo and req.messages[-1].role == "assistant" else "",
     )
     return await _answer(batcher, model, req, wants, max_tokens, limits, grammar)
 
@@ -463,6 +464,8 @@ def _choice(
         )
         out = chat_choice(i, text, finish_reason(finish, reply))
         out["message"] = message(text, reply)
+        if wants.prefix:  # `echo`: the message it continues first
+            out["message"]["content"] = wants.prefix + (out["message"]["content"] or "")
         if wants.logprobs is not None:
             out["logprobs"] = chat_logprobs(words, state, 0, len(state.ids))
     else:
@@ -534,7 +537,8 @@ async def _stream(
                 first: dict[str, Any] = {}
                 if wants.token_ids and i == 0:
                     first["prompt_token_ids"] = rows[0]
-                yield chunk([chat_delta(i, {"role": "assistant", "content": ""})], **first)
+                opening = {"role": "assistant", "content": wants.prefix}  # `echo`'s text first
+                yield chunk([chat_delta(i, opening)], **first)
         if wants.plain:
             piece = ChunkTemplate(chunk([{}]), chat)
 

@@ -252,6 +252,7 @@ class ChatRequest(SamplingRequest):
     # last one (the assistant's) open, so the answer continues it (a prefill)
     add_generation_prompt: bool = True
     continue_final_message: bool = False
+    echo: bool = False  # vLLM's: the answer starts with the last message's text, the assistant's
     # OpenAI's platform fields, accepted where they ask for nothing Arena would have to do
     store: Literal[False] | None = None  # Arena keeps no completions
     metadata: dict[str, str] | None = None  # labels of a stored completion: none is stored

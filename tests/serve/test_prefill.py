@@ -68,3 +68,20 @@ def test_what_vllm_refuses_is_refused_by_name(
     assert info.value.body["param"] == "continue_final_message" and says in info.value.message
     tokenized = httpx.post(f"{server}/tokenize", json={"messages": messages, **extra})
     assert tokenized.status_code == 400 and says in tokenized.json()["error"]["message"]
+
+
+def test_echo_starts_the_answer_with_the_message_it_continues(client: OpenAI) -> None:
+    """vLLM's chat `echo`: the last message, when it is the assistant's, comes back before the
+    answer, streamed (in the first delta) or not; after a user message it adds nothing."""
+    cont = {"continue_final_message": True, "add_generation_prompt": False}
+    ask = dict(model="tiny", messages=PREFILL, max_tokens=12, temperature=0)
+    bare = client.chat.completions.create(**ask, extra_body=cont).choices[0].message.content
+    echoed = client.chat.completions.create(**ask, extra_body={**cont, "echo": True})
+    assert echoed.choices[0].message.content == PREFILL[-1]["content"] + bare
+    stream = client.chat.completions.create(**ask, stream=True, extra_body={**cont, "echo": True})
+    pieces = [c.choices[0].delta.content or "" for c in stream if c.choices]
+    assert pieces[0] == PREFILL[-1]["content"] and "".join(pieces) == PREFILL[-1]["content"] + bare
+    question = dict(model="tiny", messages=PREFILL[:1], max_tokens=8, temperature=0)
+    plain = client.chat.completions.create(**question).choices[0].message.content
+    again = client.chat.completions.create(**question, extra_body={"echo": True})
+    assert again.choices[0].message.content == plain
