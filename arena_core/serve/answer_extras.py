@@ -33,7 +33,8 @@ class Wants:
     echo: list[str] | None = None  # completions' `echo`: each prompt's text, before its answers
     generate: bool = True  # False: `max_tokens: 0` with echo, the prompt alone is the answer
     prompt_logprobs: int | None = None  # vLLM's `prompt_logprobs`: alternatives per prompt token
-    prefix: str = ""  # chat's `echo`: the last (assistant) message's text, the reply's start
+    prefix: str = ""  # chat's `echo`: the last message's text, when it is the reply's role
+    role: str = "assistant"  # the reply's: the last message's when no assistant turn is opened
 
     @property
     def prompt_scoring(self) -> int | None:

@@ -72,6 +72,9 @@ async def chat_completion(
         grammar = await asyncio.to_thread(_constraints, batcher, model, req, tools, choice)
     prompt = prompt_ids if prompt_ids is not None else chat_prompt_ids(model, req)
     max_tokens = chat_max_tokens(req, limits)
+    last = req.messages[-1]
+    # vLLM's rule: without an opened assistant turn the reply continues the last message's role
+    role = "assistant" if req.add_generation_prompt else last.role
     wants = Wants(
         chat=True,
         logprobs=req.top_k_logprobs(),
@@ -80,7 +83,8 @@ async def chat_completion(
         prompts=[prompt],
         parallel_tool_calls=req.parallel_tool_calls,
         prompt_logprobs=req.prompt_logprobs,
-        prefix=req.messages[-1].text() if req.echo and req.messages[-1].role == "assistant" else "",
+        prefix=last.text() if req.echo and last.role == role else "",
+        role=role,
     )
     return await _answer(batcher, model, req, wants, max_tokens, limits, grammar)
 
@@ -463,7 +467,7 @@ def _choice(
             else None
         )
         out = chat_choice(i, text, finish_reason(finish, reply))
-        out["message"] = message(text, reply)
+        out["message"] = {**message(text, reply), "role": wants.role}
         if wants.prefix:  # `echo`: the message it continues first
             out["message"]["content"] = wants.prefix + (out["message"]["content"] or "")
         if wants.logprobs is not None:
@@ -537,7 +541,7 @@ async def _stream(
                 first: dict[str, Any] = {}
                 if wants.token_ids and i == 0:
                     first["prompt_token_ids"] = rows[0]
-                opening = {"role": "assistant", "content": wants.prefix}  # `echo`'s text first
+                opening = {"role": wants.role, "content": wants.prefix}  # `echo`'s text first
                 yield chunk([chat_delta(i, opening)], **first)
         if wants.plain:
             piece = ChunkTemplate(chunk([{}]), chat)

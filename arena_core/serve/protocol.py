@@ -249,10 +249,10 @@ class ChatRequest(SamplingRequest):
     parallel_tool_calls: bool = True  # False: at most one call per answer
     response_format: ResponseFormat | None = None
     # vLLM's extensions: render the messages without opening an assistant turn, or leave the
-    # last one (the assistant's) open, so the answer continues it (a prefill)
+    # last one open, so the answer continues it (a prefill), in that message's role
     add_generation_prompt: bool = True
     continue_final_message: bool = False
-    echo: bool = False  # vLLM's: the answer starts with the last message's text, the assistant's
+    echo: bool = False  # vLLM's: the answer starts with the last message's text, of its role
     # OpenAI's platform fields, accepted where they ask for nothing Arena would have to do
     store: Literal[False] | None = None  # Arena keeps no completions
     metadata: dict[str, str] | None = None  # labels of a stored completion: none is stored
@@ -273,23 +273,13 @@ class ChatRequest(SamplingRequest):
 
 
 def check_continue(req: ChatRequest | TokenizeRequest) -> None:
-    """vLLM's rules for `continue_final_message` (a 400 naming it): not with
-    `add_generation_prompt`, and only after an assistant message (the one the answer continues)."""
-    if not req.continue_final_message:
-        return
-    if req.add_generation_prompt:
+    """vLLM's rule for `continue_final_message` (a 400 naming it): it continues the last message,
+    so it cannot also open a new assistant turn (`add_generation_prompt`)."""
+    if req.continue_final_message and req.add_generation_prompt:
         raise ApiError(
             400,
             "continue_final_message continues the last message, add_generation_prompt opens a "
             "new assistant turn: send add_generation_prompt: false with it",
-            param="continue_final_message",
-        )
-    last = (req.messages or [None])[-1]
-    if last is not None and last.role != "assistant":
-        raise ApiError(
-            400,
-            f"continue_final_message continues the last message, which is the {last.role}'s; "
-            "end the messages with the assistant's start (the text to continue)",
             param="continue_final_message",
         )
 
