@@ -12,6 +12,7 @@ token that ended an answer is a sampled token too: it is in `token_ids` and in t
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,11 +58,13 @@ class Wants:
 
 
 class TokenText:
-    """Each token's own text, cached per token id (a server decodes the same ids all day)."""
+    """Each token's own text, and its bytes, cached per token id (a server decodes the same ids
+    all day)."""
 
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
         self._cache: dict[int, str] = {}
+        self._bytes: dict[int, list[int]] = {}
 
     def __call__(self, token: int) -> str:
         text = self._cache.get(token)
@@ -70,10 +73,55 @@ class TokenText:
             self._cache[token] = text
         return text
 
+    def raw(self, token: int) -> list[int]:
+        """The token's own bytes (OpenAI's `bytes`): a token holding part of a multi-byte
+        character decodes alone to U+FFFD, but its bytes, joined with its neighbours', are the
+        character. Read from the vocabulary where it spells bytes: a byte-level BPE (GPT-2's
+        alphabet: SmolLM2, Qwen, Llama 3) or SentencePiece's byte fallback (`<0xE4>`)."""
+        found = self._bytes.get(token)
+        if found is None:
+            piece = self(token)
+            found = list(piece.encode("utf-8"))
+            if "\ufffd" in piece:
+                found = _vocabulary_bytes(self.tokenizer, token) or found
+            self._bytes[token] = found
+        return found
+
+
+def _vocabulary_bytes(tokenizer: Any, token: int) -> list[int] | None:
+    """The bytes a token's vocabulary entry spells, or None where it spells none."""
+    entry = tokenizer.convert_ids_to_tokens(token)
+    if not isinstance(entry, str):
+        return None
+    fallback = re.fullmatch(r"<0x([0-9A-Fa-f]{2})>", entry)
+    if fallback:
+        return [int(fallback.group(1), 16)]
+    decoder = getattr(getattr(tokenizer, "backend_tokenizer", None), "decoder", None)
+    if type(decoder).__name__ == "ByteLevel" and all(c in _BYTE_OF for c in entry):
+        return [_BYTE_OF[c] for c in entry]
+    return None
+
+
+def _byte_alphabet() -> dict[str, int]:
+    """GPT-2's byte-level alphabet, inverted: the character a byte-level BPE writes for each
+    byte (printable bytes as themselves, the others shifted past 255), to that byte."""
+    kept = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1)]
+    kept += range(ord("®"), ord("ÿ") + 1)
+    chars, extra = {}, 0
+    for byte in range(256):
+        if byte in kept:
+            chars[chr(byte)] = byte
+        else:
+            chars[chr(256 + extra)] = byte
+            extra += 1
+    return chars
+
+
+_BYTE_OF = _byte_alphabet()
+
 
 def _entry(text: TokenText, token: int, logprob: float) -> dict[str, Any]:
-    piece = text(token)
-    return {"token": piece, "logprob": logprob, "bytes": list(piece.encode("utf-8"))}
+    return {"token": text(token), "logprob": logprob, "bytes": text.raw(token)}
 
 
 def chat_logprobs(text: TokenText, choice: Any, start: int, end: int) -> dict[str, Any]:
