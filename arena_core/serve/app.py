@@ -197,26 +197,8 @@ def create_app(
 
     @app.get("/v1/responses/{response_id}/input_items")
     async def list_input_items(response_id: str, request: Request) -> Any:
-        query = request.query_params
-        include = query.getlist("include") + query.getlist("include[]")
-        if include:
-            raise ApiError(
-                400,
-                f"include: {include[0]!r} adds nothing to a stored input item here",
-                param="include",
-                code="unsupported_parameter",
-            )
-        limit = query.get("limit", "20")
-        if not limit.strip().isdigit():
-            raise ApiError(400, f"limit: {limit!r} is not a whole number", param="limit")
         found = _stored(stored, response_id)
-        return items_page(
-            found.items,
-            f"the input items of {response_id}",
-            limit=int(limit),
-            order=query.get("order", "desc"),
-            after=query.get("after"),
-        )
+        return items_page(found.items, f"the input items of {response_id}", request.query_params)
 
     @app.delete("/v1/responses/{response_id}")
     async def delete_response(response_id: str) -> Any:

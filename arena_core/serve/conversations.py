@@ -24,6 +24,7 @@ from arena_core.serve.response_store import (
     as_items,
     item_list,
     items_page,
+    refuse_include,
 )
 from arena_core.serve.responses_api import check_input_items, find_conversation
 
@@ -110,7 +111,7 @@ def add_conversation_routes(app: FastAPI, conversations: LastUsed[Conversation])
 
     @app.post("/v1/conversations/{conversation_id}/items")
     async def add_items(conversation_id: str, request: Request) -> Any:
-        _no_include(request)
+        refuse_include(request.query_params)
         found = find_conversation(conversations, conversation_id, "conversation_id")
         added = _new_items((await parse_body(request, ItemsCreate)).items)
         found.add(added)
@@ -118,23 +119,13 @@ def add_conversation_routes(app: FastAPI, conversations: LastUsed[Conversation])
 
     @app.get("/v1/conversations/{conversation_id}/items")
     async def list_items(conversation_id: str, request: Request) -> Any:
-        _no_include(request)
-        query = request.query_params
-        limit = query.get("limit", "20")
-        if not limit.strip().isdigit():
-            raise ApiError(400, f"limit: {limit!r} is not a whole number", param="limit")
         found = find_conversation(conversations, conversation_id, "conversation_id")
-        return items_page(
-            found.snapshot(),
-            f"the items of conversation {conversation_id}",
-            limit=int(limit),
-            order=query.get("order", "desc"),
-            after=query.get("after"),
-        )
+        whose = f"the items of conversation {conversation_id}"
+        return items_page(found.snapshot(), whose, request.query_params)
 
     @app.get("/v1/conversations/{conversation_id}/items/{item_id}")
     async def get_item(conversation_id: str, item_id: str, request: Request) -> Any:
-        _no_include(request)
+        refuse_include(request.query_params)
         found = find_conversation(conversations, conversation_id, "conversation_id")
         for item in found.snapshot():
             if item["id"] == item_id:
@@ -162,14 +153,3 @@ def _no_item(conversation_id: str, item_id: str) -> ApiError:
         param="item_id",
         code="not_found",
     )
-
-
-def _no_include(request: Request) -> None:
-    include = request.query_params.getlist("include") + request.query_params.getlist("include[]")
-    if include:
-        raise ApiError(
-            400,
-            f"include: {include[0]!r} adds nothing to a stored item here",
-            param="include",
-            code="unsupported_parameter",
-        )

@@ -153,29 +153,38 @@ def as_items(given: str | list[Any]) -> list[dict[str, Any]]:
     return items
 
 
-def items_page(
-    items: list[dict[str, Any]],
-    whose: str,
-    *,
-    limit: int = 20,
-    order: str = "desc",
-    after: str | None = None,
-) -> dict[str, Any]:
+def items_page(items: list[dict[str, Any]], whose: str, query: Any) -> dict[str, Any]:
     """One page of `items` (a response's input items, a conversation's items: `whose`, for the
-    errors), newest first (`desc`, OpenAI's default) or oldest first, after the item `after`."""
-    if not 1 <= limit <= 100:
-        raise ApiError(400, f"limit: {limit} is not between 1 and 100", param="limit")
+    errors) as a request's query asks: newest first (`order=desc`, OpenAI's default) or oldest
+    first, `limit` (1-100, 20) after the item `after`; a bad value is a 400 naming it."""
+    refuse_include(query)
+    limit = query.get("limit", "20")
+    if not limit.strip().isdigit() or not 1 <= int(limit) <= 100:
+        raise ApiError(400, f"limit: {limit!r} is not a whole number from 1 to 100", param="limit")
+    order = query.get("order", "desc")
     if order not in ("asc", "desc"):
         raise ApiError(400, f"order: {order!r} is not asc or desc", param="order")
     items = items if order == "asc" else items[::-1]
-    start = 0
+    start, after = 0, query.get("after")
     if after is not None:
         ids = [item["id"] for item in items]
         if after not in ids:
             raise ApiError(400, f"after: no item '{after}' among {whose}", param="after")
         start = ids.index(after) + 1
-    page = items[start : start + limit]
-    return item_list(page, has_more=start + limit < len(items))
+    page = items[start : start + int(limit)]
+    return item_list(page, has_more=start + int(limit) < len(items))
+
+
+def refuse_include(query: Any) -> None:
+    """A 400 for an `include` in a request's query: a stored item has nothing more to add."""
+    include = query.getlist("include") + query.getlist("include[]")
+    if include:
+        raise ApiError(
+            400,
+            f"include: {include[0]!r} adds nothing to a stored item here",
+            param="include",
+            code="unsupported_parameter",
+        )
 
 
 def item_list(page: list[dict[str, Any]], *, has_more: bool = False) -> dict[str, Any]:

@@ -286,24 +286,26 @@ def chat_request(req: ResponsesRequest, messages: list[dict[str, Any]]) -> ChatR
         raise _in_these_words(ApiError(400, message, param=param, code=code)) from None
 
 
-def fit_context(model: ServedModel, chat: ChatRequest, limits: Limits) -> ChatRequest:
+def fit_context(
+    model: ServedModel, chat: ChatRequest, limits: Limits
+) -> tuple[ChatRequest, list[int]]:
     """`truncation: "auto"`: `chat` without its oldest turns, as few as make the prompt and the
     answer's tokens fit the model's context (OpenAI drops items from the beginning of the
-    conversation). A turn goes whole: from a user message to the next, so no tool output is left
+    conversation), and that prompt's ids (the chat path answers them as they are, not rendered
+    again). A turn goes whole: from a user message to the next, so no tool output is left
     without its call; system messages stay where they are. The last turn always stays: a prompt
     that does not fit even so is the usual 400."""
     budget = model.context_length - chat_max_tokens(chat, limits)
-    if len(chat_prompt_ids(model, chat)) <= budget:
-        return chat
+    fitted, ids = chat, chat_prompt_ids(model, chat)
     messages = list(chat.messages)
-    fitted = chat
     for start in [i for i, m in enumerate(messages) if m.role == "user"][1:]:
+        if len(ids) <= budget:
+            break
         # every turn before `start` dropped, the system messages among them kept
         kept = [m for m in messages[:start] if m.role in ("system", "developer")]
         fitted = chat.model_copy(update={"messages": kept + messages[start:]})
-        if len(chat_prompt_ids(model, fitted)) <= budget:
-            break
-    return fitted
+        ids = chat_prompt_ids(model, fitted)
+    return fitted, ids
 
 
 def _response_format(fmt: TextFormat) -> dict[str, Any]:
@@ -439,10 +441,11 @@ async def respond(
         )
     before = history(req, store, conversations)
     chat = chat_request(req, before.messages)
+    prompt_ids = None
     if req.truncation == "auto":
-        chat = await asyncio.to_thread(fit_context, model, chat, limits)
+        chat, prompt_ids = await asyncio.to_thread(fit_context, model, chat, limits)
     try:
-        answer = await chat_completion(batcher, model, chat, limits)
+        answer = await chat_completion(batcher, model, chat, limits, prompt_ids=prompt_ids)
     except ApiError as exc:
         raise _in_these_words(exc) from None
     shell = _Shell(req, model.name, before, store)
