@@ -14,12 +14,19 @@ embedding is updated, so greedy outputs after a reload match neither the old nor
 `arena_load_weights` reloads, then rebuilds every handle whose weight is still held by the layer
 (the tied head, and the embedding's unused one), and with `verify` proves the result: each linear
 layer applied to a fixed random probe equals `F.linear` with the weights just sent, and moved
-from its output before the load whenever the sent weights say it should.
+from its output before the load whenever the sent weights moved from the ones it held.
+
+Whether the weights moved is measured in one implementation (`F.linear` of the held weights
+against `F.linear` of the sent ones), never as the engine's output against `F.linear`: the two
+differ by rounding (~1e-6 relative in fp32 on a long dot product), so an update that changes
+nothing (a step with no update, when every group was flat) would look like a layer that kept its
+old weights, and the engine would fall back to restarting on every update.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -45,6 +52,30 @@ def _load_state(source: str | dict[str, torch.Tensor]) -> dict[str, torch.Tensor
 
 def _items(state: dict[str, torch.Tensor]) -> Iterator[tuple[str, torch.Tensor]]:
     yield from state.items()
+
+
+class _SafetensorsDir(Mapping):
+    """The tensors of a model directory's safetensors files, each read when it is asked for."""
+
+    def __init__(self, directory: Path) -> None:
+        from safetensors import safe_open
+
+        self._files: dict[str, Path] = {}
+        for path in sorted(directory.glob("*.safetensors")):
+            with safe_open(str(path), framework="pt") as handle:
+                self._files.update(dict.fromkeys(handle.keys(), path))
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        from safetensors import safe_open
+
+        with safe_open(str(self._files[key]), framework="pt") as handle:
+            return handle.get_tensor(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._files)
+
+    def __len__(self) -> int:
+        return len(self._files)
 
 
 def refresh_cpu_gemm_handles(model: nn.Module) -> list[str]:
@@ -73,7 +104,7 @@ def refresh_cpu_gemm_handles(model: nn.Module) -> list[str]:
 
 
 def _expected_linear(
-    state: dict[str, torch.Tensor], name: str, packed: dict[str, list[str]], tied: bool
+    state: Mapping[str, torch.Tensor], name: str, packed: dict[str, list[str]], tied: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     """The (weight, bias) a vLLM linear layer `name` must apply, from checkpoint tensors."""
     parent, _, leaf = name.rpartition(".")
@@ -112,13 +143,18 @@ def _linear_layers(model: nn.Module) -> Iterator[tuple[str, nn.Module, int]]:
             yield name, module, int(size)
 
 
-def _probe(module: nn.Module, size: int, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(x, layer(x)) for a fixed random x: the same x for the same layer in every call."""
+def _probe_input(module: nn.Module, size: int, index: int) -> torch.Tensor:
+    """A fixed random input for the `index`-th linear layer: the same in every call."""
     param = getattr(module, "weight", None)
     dtype = param.dtype if isinstance(param, torch.Tensor) else torch.float32
     device = param.device if isinstance(param, torch.Tensor) else torch.device("cpu")
     gen = torch.Generator().manual_seed(1000 + index)
-    x = torch.randn(2, size, generator=gen).to(device=device, dtype=dtype)
+    return torch.randn(2, size, generator=gen).to(device=device, dtype=dtype)
+
+
+def _probe(module: nn.Module, size: int, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x, layer(x)) for the layer's fixed probe x, as the engine computes it."""
+    x = _probe_input(module, size, index)
     with torch.no_grad():
         y = module.quant_method.apply(module, x, getattr(module, "bias", None))
     return x, y.float()
@@ -133,11 +169,33 @@ def _tolerance(dtype: torch.dtype) -> float:
     return 1e-3 if dtype in (torch.float32, torch.float64) else 5e-2
 
 
+def expected_outputs(
+    model: nn.Module, state: Mapping[str, torch.Tensor], tied: bool
+) -> dict[str, torch.Tensor]:
+    """What each linear layer must output on its probe with `state`'s weights (`F.linear`).
+
+    Layers whose weights `state` does not contain (a partial update) are left out.
+    """
+    packed = dict(getattr(model, "packed_modules_mapping", None) or _DEFAULT_PACKED)
+    wants: dict[str, torch.Tensor] = {}
+    for index, (name, module, size) in enumerate(_linear_layers(model)):
+        expected = _expected_linear(state, name, packed, tied)
+        if expected is None:
+            continue
+        weight, bias = expected
+        x = _probe_input(module, size, index)
+        with torch.no_grad():
+            b = None if bias is None else bias.to(device=x.device, dtype=x.dtype)
+            wants[name] = F.linear(x, weight.to(device=x.device, dtype=x.dtype), b).float()
+    return wants
+
+
 def check_linear_layers(
     model: nn.Module,
-    state: dict[str, torch.Tensor],
+    state: Mapping[str, torch.Tensor],
     tied: bool,
     before: dict[str, torch.Tensor] | None = None,
+    held: dict[str, torch.Tensor] | None = None,
 ) -> dict[str, Any]:
     """Apply every linear layer to a fixed random probe and compare with `F.linear` of `state`.
 
@@ -145,28 +203,26 @@ def check_linear_layers(
     calls the layer's own quant method. Two tests per layer:
 
     - wrong: relative error above the dtype's tolerance (1e-3 fp32, 5e-2 bf16/fp16);
-    - stale (needs `before`, the outputs before the load): the expected output moved well above
-      rounding noise but the engine's did not move. This catches a layer that kept its old weights
-      even when an update is far smaller than the tolerance (one RL step), which the first test
-      cannot.
+    - stale (needs `before`, the engine's outputs before the load, and `held`, the
+      `expected_outputs` of the weights it held then): the sent weights moved the output well
+      above rounding noise, but the engine's output did not move. This catches a layer that kept
+      its old weights even when an update is far smaller than the tolerance (one RL step), which
+      the first test cannot. The engine's own rounding (its output before the load against
+      `held`) widens the noise, so a layer whose weights did not change is never stale.
 
     Layers whose weights `state` does not contain (a partial update) count as unchecked.
     """
-    packed = dict(getattr(model, "packed_modules_mapping", None) or _DEFAULT_PACKED)
+    wants = expected_outputs(model, state, tied)
     worst = 0.0
     bad: dict[str, float] = {}
     stale: list[str] = []
     checked = unchecked = 0
     for index, (name, module, size) in enumerate(_linear_layers(model)):
-        expected = _expected_linear(state, name, packed, tied)
-        if expected is None:
+        want = wants.get(name)
+        if want is None:
             unchecked += 1
             continue
-        weight, bias = expected
         x, got = _probe(module, size, index)
-        with torch.no_grad():
-            b = None if bias is None else bias.to(device=x.device, dtype=x.dtype)
-            want = F.linear(x, weight.to(device=x.device, dtype=x.dtype), b).float()
         got = got[..., : want.shape[-1]]  # vLLM pads the vocabulary of the head
         scale = float(want.abs().max()) + 1e-6
         err = float((got - want).abs().max()) / scale
@@ -174,11 +230,13 @@ def check_linear_layers(
         checked += 1
         if err > _tolerance(x.dtype):
             bad[name] = err
-        if before is not None and name in before:
+        if before is not None and held is not None and name in before and name in held:
             old = before[name][..., : want.shape[-1]]
-            expected_move = float((want - old).abs().max())
+            was = held[name][..., : want.shape[-1]]
+            expected_move = float((want - was).abs().max())
             moved = float((got - old).abs().max())
-            noise = 8 * torch.finfo(x.dtype).eps * scale
+            rounding = float((old - was).abs().max())
+            noise = 8 * torch.finfo(x.dtype).eps * scale + 4 * rounding
             if expected_move > noise and moved < 0.1 * expected_move:
                 stale.append(name)
                 bad.setdefault(name, err)
@@ -218,6 +276,7 @@ class ArenaWorkerExtension:
         state = _load_state(source)
         model = self.model_runner.get_model()
         before = probe_outputs(model) if verify else None
+        held = self._held_outputs(model) if verify else None
         # vLLM's own in-place reload: restores each layer's checkpoint-shaped parameters, loads
         # them through the model's weight loaders and re-runs process_weights_after_loading
         # layer by layer (so fused qkv/gate_up and the oneDNN handles of loaded layers are new).
@@ -227,13 +286,31 @@ class ArenaWorkerExtension:
             rebuilt = refresh_cpu_gemm_handles(model)
         report: dict[str, Any] = {"tensors": len(state), "rebuilt_handles": rebuilt}
         if verify:
-            report["check"] = check_linear_layers(model, state, self._tied(), before)
+            report["check"] = check_linear_layers(model, state, self._tied(), before, held)
+            held.update(expected_outputs(model, state, self._tied()))
+        # after a load nobody checked, what the layers hold is only known to be `state`'s where
+        # `state` covers them; a later check compares the moves of the layers it knows
+        self._arena_held = held if verify else None
+        self._arena_held_known = verify
         return report
 
     def arena_check_weights(self, source: str | dict[str, torch.Tensor]) -> dict[str, Any]:
         """Whether the engine computes with `source`'s weights (see `check_linear_layers`)."""
         model = self.model_runner.get_model()
         return check_linear_layers(model, _load_state(source), self._tied())
+
+    def _held_outputs(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        """`expected_outputs` of the weights the engine holds now: those of the last checked
+        load, or, before any load, those of the model directory it started from."""
+        known = getattr(self, "_arena_held", None)
+        if known is not None:
+            return dict(known)
+        if not getattr(self, "_arena_held_known", True):
+            return {}  # loaded since without a check: what it holds is not known here
+        directory = Path(str(self.model_runner.model_config.model))
+        if not directory.is_dir():
+            return {}
+        return expected_outputs(model, _SafetensorsDir(directory), self._tied())
 
     def _tied(self) -> bool:
         hf_config = self.model_runner.model_config.hf_config

@@ -245,40 +245,77 @@ def test_merged_peft_state_equals_merge_and_unload() -> None:
 
 
 class _Handle:
-    """Stands in for vLLM's quant method: multiplies by a weight captured when it was packed."""
+    """Stands in for vLLM's quant method: multiplies by a weight captured when it was packed.
+    `rounded`: its output is off `F.linear`'s by 4e-6 relative, as a oneDNN handle's is by rounding
+    (measured ~1e-6 on the tiny model's down_proj)."""
 
-    def __init__(self, weight: torch.Tensor) -> None:
+    def __init__(self, weight: torch.Tensor, rounded: bool = False) -> None:
         self.packed = weight.clone()
+        self.rounded = rounded
 
     def apply(self, layer, x, bias=None):
-        return torch.nn.functional.linear(x, self.packed, bias)
+        y = torch.nn.functional.linear(x, self.packed, bias)
+        return y * (1 + 4e-6) if self.rounded else y
 
 
 class _Layer(torch.nn.Module):
-    def __init__(self, weight: torch.Tensor) -> None:
+    def __init__(self, weight: torch.Tensor, rounded: bool = False) -> None:
         super().__init__()
         self.input_size = weight.shape[1]
-        self.quant_method = _Handle(weight)
+        self.quant_method = _Handle(weight, rounded)
+
+
+def _two_layers(old: dict[str, torch.Tensor], rounded: bool = False) -> torch.nn.Module:
+    model = torch.nn.Module()
+    model.a, model.b = _Layer(old["a"], rounded), _Layer(old["b"], rounded)
+    return model
 
 
 def test_check_finds_a_stale_layer_even_for_a_tiny_update() -> None:
     """One RL step moves weights by ~1e-5 relative, far inside any error tolerance; comparing with
     the outputs before the load still tells a layer that kept its old weights."""
-    from arena_core.engines.vllm_worker import check_linear_layers, probe_outputs
+    from arena_core.engines.vllm_worker import check_linear_layers, expected_outputs, probe_outputs
 
     g = torch.Generator().manual_seed(0)
     old = {n: torch.randn(8, 16, generator=g) for n in ("a", "b")}
     new = {n: w + 1e-5 * torch.randn(w.shape, generator=g) for n, w in old.items()}
-    model = torch.nn.Module()
-    model.a, model.b = _Layer(old["a"]), _Layer(old["b"])
+    model = _two_layers(old)
     before = probe_outputs(model)
+    held = expected_outputs(model, {f"{n}.weight": w for n, w in old.items()}, tied=False)
     model.a.quant_method = _Handle(new["a"])  # repacked; b keeps its old handle
     state = {f"{n}.weight": w for n, w in new.items()}
     plain = check_linear_layers(model, state, tied=False)
     assert plain["bad"] == {}  # the tolerance alone cannot see it
-    report = check_linear_layers(model, state, tied=False, before=before)
+    report = check_linear_layers(model, state, tied=False, before=before, held=held)
     assert report["stale"] == ["b"] and set(report["bad"]) == {"b"}
     assert report["checked"] == 2 and report["unchecked"] == 0
+
+
+def test_a_load_of_the_weights_already_held_is_not_stale_whatever_the_engines_rounding() -> None:
+    """A step with no update (every group flat) sends the weights the engine holds. The engine's
+    output then does not move, and its rounding differs from `F.linear`'s on a long dot product
+    (~1e-6 in fp32): that difference is no move the load failed to make. Read as one, a vLLM run
+    on the quickstart's model would restart its engine (20-70 s) at every update."""
+    from arena_core.engines.vllm_worker import check_linear_layers, expected_outputs, probe_outputs
+
+    g = torch.Generator().manual_seed(0)
+    old = {n: torch.randn(64, 4096, generator=g) * 0.02 for n in ("a", "b")}
+    state = {f"{n}.weight": w for n, w in old.items()}
+    model = _two_layers(old, rounded=True)
+    before = probe_outputs(model)
+    held = expected_outputs(model, state, tied=False)
+    rounding = max(float((before[n] - held[n]).abs().max()) for n in held)
+    assert rounding > 8 * torch.finfo(torch.float32).eps * max(
+        float(held[n].abs().max()) for n in held
+    )  # the rounding is above the bare noise floor, so only the measurement keeps it apart
+    report = check_linear_layers(model, state, tied=False, before=before, held=held)
+    assert report["stale"] == [] and report["bad"] == {}, report
+    # a real update of one RL step is still seen on the layer that kept its old weights
+    new = {n: w + 1e-5 * torch.randn(w.shape, generator=g) for n, w in old.items()}
+    model.a.quant_method = _Handle(new["a"], rounded=True)
+    moved = {f"{n}.weight": w for n, w in new.items()}
+    report = check_linear_layers(model, moved, tied=False, before=before, held=held)
+    assert report["stale"] == ["b"], report
 
 
 # -- with an engine -------------------------------------------------------------------------------
