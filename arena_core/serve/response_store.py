@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -80,6 +81,34 @@ class Conversation:
     metadata: dict[str, str]
     items: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    answering: bool = False  # a response on it has not ended yet
+
+    def claim(self) -> Callable[[], None]:
+        """Mark a response on this conversation as running; returns what ends it (idempotent).
+
+        A second response while one runs is OpenAI's 400 `conversation_locked`: each adds its
+        items as it ends, so two at once would answer the same history and interleave their
+        turns."""
+        with self.lock:
+            if self.answering:
+                raise ApiError(
+                    400,
+                    f"conversation: a response on conversation {self.id} is still being "
+                    "generated; retry when it has ended (it adds its turn to the conversation "
+                    "then, and the next response continues from there)",
+                    param="conversation",
+                    code="conversation_locked",
+                )
+            self.answering = True
+        ended = threading.Event()
+
+        def end() -> None:
+            with self.lock:
+                if not ended.is_set():
+                    ended.set()
+                    self.answering = False
+
+        return end
 
     def add(self, items: list[dict[str, Any]], param: str = "items") -> None:
         """Append `items`; an id the conversation already holds, or that two of them share, is a

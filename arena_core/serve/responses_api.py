@@ -25,7 +25,8 @@ import asyncio
 import copy
 import json
 import re
-from collections.abc import AsyncIterator
+import weakref
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -440,30 +441,45 @@ async def respond(
             param="store",
         )
     before = history(req, store, conversations)
-    chat = chat_request(req, before.messages)
-    prompt_ids = None
-    if req.truncation == "auto":
-        chat, prompt_ids = await asyncio.to_thread(fit_context, model, chat, limits)
+    end = before.conversation.claim() if before.conversation is not None else _nothing
+    streamed = False
     try:
-        answer = await chat_completion(batcher, model, chat, limits, prompt_ids=prompt_ids)
-    except ApiError as exc:
-        raise _in_these_words(exc) from None
-    shell = _Shell(req, model.name, before, store)
-    if not req.stream:
-        choice = answer["choices"][0]
-        message = choice["message"]
-        items = []
-        if message.get("content") or not message.get("tool_calls"):
-            items.append(_message_item(new_id("msg"), message.get("content") or "", "completed"))
-            if choice.get("logprobs") is not None:
-                items[0]["content"][0]["logprobs"] = _logprobs(choice["logprobs"]["content"])
-        items += [_call_item(call, "completed") for call in message.get("tool_calls") or []]
-        return shell.body(items, choice["finish_reason"], answer["usage"])
-    return StreamingResponse(
-        _events(answer.body_iterator, shell),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+        chat = chat_request(req, before.messages)
+        prompt_ids = None
+        if req.truncation == "auto":
+            chat, prompt_ids = await asyncio.to_thread(fit_context, model, chat, limits)
+        try:
+            answer = await chat_completion(batcher, model, chat, limits, prompt_ids=prompt_ids)
+        except ApiError as exc:
+            raise _in_these_words(exc) from None
+        shell = _Shell(req, model.name, before, store)
+        if not req.stream:
+            choice = answer["choices"][0]
+            message = choice["message"]
+            items = []
+            if message.get("content") or not message.get("tool_calls"):
+                text = message.get("content") or ""
+                items.append(_message_item(new_id("msg"), text, "completed"))
+                if choice.get("logprobs") is not None:
+                    items[0]["content"][0]["logprobs"] = _logprobs(choice["logprobs"]["content"])
+            items += [_call_item(call, "completed") for call in message.get("tool_calls") or []]
+            return shell.body(items, choice["finish_reason"], answer["usage"])
+        events = _events(answer.body_iterator, shell, end)
+        # a stream the server never starts (its client left first) still ends the response
+        weakref.finalize(events, end)
+        streamed = True
+        return StreamingResponse(
+            events,
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+    finally:
+        if not streamed:
+            end()
+
+
+def _nothing() -> None:
+    """Ends a response that names no conversation."""
 
 
 class _Shell:
@@ -576,9 +592,12 @@ def _logprobs(entries: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     ]
 
 
-async def _events(chunks: AsyncIterator[Any], shell: _Shell) -> AsyncIterator[str]:
+async def _events(
+    chunks: AsyncIterator[Any], shell: _Shell, end: Callable[[], None]
+) -> AsyncIterator[str]:
     """The chat stream's SSE chunks as Responses events (`_EventWriter`), one write per burst;
-    leaving early closes the chat stream, which cancels the request's rows."""
+    leaving early closes the chat stream, which cancels the request's rows. `end` ends the
+    response on its conversation, however the stream stops."""
     writer = _EventWriter(shell)
     try:
         yield writer.start()
@@ -594,6 +613,7 @@ async def _events(chunks: AsyncIterator[Any], shell: _Shell) -> AsyncIterator[st
                 return
         yield writer.end()
     finally:
+        end()
         close = getattr(chunks, "aclose", None)
         if close is not None:
             await close()

@@ -9,12 +9,15 @@ Traffic goes only to 127.0.0.1, to the server conftest.py's `server` fixture sta
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 
 import openai
 import pytest
 from openai import OpenAI
 
 from arena_core.models import load_policy
+from arena_core.serve.batching import RequestBatcher
 from arena_core.serve.protocol import Limits
 from arena_core.serve.server import serve_policy
 from tests.serve.test_responses_api import FORCED_CALL, QUESTION, TOOLS, _calc_agent
@@ -142,6 +145,64 @@ def test_what_the_api_does_not_allow_is_refused_by_name(
         call(client, conv.id)
     assert info.value.body["param"] == param and says in info.value.message
     assert client.conversations.items.list(conv.id).data == []  # nothing half-added
+
+
+def test_a_second_response_while_one_runs_on_the_conversation_is_refused_until_it_ends(
+    client: OpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OpenAI's 400 `conversation_locked`: each response adds its turn as it ends, so a second
+    one started meanwhile would answer the same history and interleave the turns. The server's
+    decoding waits at a gate (a slow model, made deterministic) while the first one runs; once
+    it ends, a finished stream or one its client left, the conversation takes the next."""
+    gate = threading.Event()
+    step = RequestBatcher._step
+
+    def gated(self, jobs):  # noqa: ANN001, ANN202 - RequestBatcher._step's signature
+        assert gate.wait(60)
+        return step(self, jobs)
+
+    monkeypatch.setattr(RequestBatcher, "_step", gated)
+    conv = client.conversations.create()
+    ask = {"model": "tiny", "max_output_tokens": 8, "temperature": 0, "conversation": conv.id}
+    try:
+        with client.responses.create(**ask, input="one", stream=True) as events:
+            stream = iter(events)
+            assert next(stream).type == "response.created"  # the first response runs
+            with pytest.raises(openai.BadRequestError) as info:
+                client.responses.create(**ask, input="two")
+            assert info.value.code == "conversation_locked"
+            assert info.value.body["param"] == "conversation" and conv.id in info.value.message
+            gate.set()
+            last = [e.type for e in stream][-1]
+            assert last in ("response.completed", "response.incomplete")  # ended, not failed
+        second = client.responses.create(**ask, input="two")
+        texts = [
+            i.content[0].text
+            for i in client.conversations.items.list(conv.id, order="asc")
+            if i.type == "message" and i.role == "user"
+        ]
+        assert texts == ["one", "two"] and second.conversation.id == conv.id
+
+        gate.clear()
+        with client.responses.create(**ask, input="three", stream=True) as events:
+            assert next(iter(events)).type == "response.created"
+        gate.set()  # the client left mid-response: the conversation is free again
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                client.responses.create(**ask, input="four")
+                break
+            except openai.BadRequestError as exc:
+                assert exc.code == "conversation_locked" and time.monotonic() < deadline
+                time.sleep(0.1)
+    finally:
+        gate.set()
+    users = [
+        i.content[0].text
+        for i in client.conversations.items.list(conv.id, order="asc")
+        if i.type == "message" and i.role == "user"
+    ]
+    assert users == ["one", "two", "four"]  # the stream left early added nothing
 
 
 def test_the_server_keeps_the_last_conversations_used_and_can_keep_none() -> None:
