@@ -288,8 +288,8 @@ class ArenaWorkerExtension:
         if verify:
             report["check"] = check_linear_layers(model, state, self._tied(), before, held)
             held.update(expected_outputs(model, state, self._tied()))
-        # after a load nobody checked, what the layers hold is only known to be `state`'s where
-        # `state` covers them; a later check compares the moves of the layers it knows
+        # a load without the check leaves what the layers hold unknown here (knowing it would
+        # cost a pass over the sent weights): a later check then tests for wrong layers only
         self._arena_held = held if verify else None
         self._arena_held_known = verify
         return report
