@@ -196,6 +196,7 @@ def check_linear_layers(
     tied: bool,
     before: dict[str, torch.Tensor] | None = None,
     held: dict[str, torch.Tensor] | None = None,
+    wants: dict[str, torch.Tensor] | None = None,
 ) -> dict[str, Any]:
     """Apply every linear layer to a fixed random probe and compare with `F.linear` of `state`.
 
@@ -211,8 +212,10 @@ def check_linear_layers(
       `held`) widens the noise, so a layer whose weights did not change is never stale.
 
     Layers whose weights `state` does not contain (a partial update) count as unchecked.
+    `wants` is `expected_outputs(model, state, tied)` when the caller has it already.
     """
-    wants = expected_outputs(model, state, tied)
+    if wants is None:
+        wants = expected_outputs(model, state, tied)
     worst = 0.0
     bad: dict[str, float] = {}
     stale: list[str] = []
@@ -286,8 +289,9 @@ class ArenaWorkerExtension:
             rebuilt = refresh_cpu_gemm_handles(model)
         report: dict[str, Any] = {"tensors": len(state), "rebuilt_handles": rebuilt}
         if verify:
-            report["check"] = check_linear_layers(model, state, self._tied(), before, held)
-            held.update(expected_outputs(model, state, self._tied()))
+            wants = expected_outputs(model, state, self._tied())
+            report["check"] = check_linear_layers(model, state, self._tied(), before, held, wants)
+            held.update(wants)
         # a load without the check leaves what the layers hold unknown here (knowing it would
         # cost a pass over the sent weights): a later check then tests for wrong layers only
         self._arena_held = held if verify else None
