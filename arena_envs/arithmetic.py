@@ -17,6 +17,7 @@ sum is never trained on, under any phrasing or operand order. Prompts are short 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import random
 from collections.abc import Iterator
@@ -99,7 +100,6 @@ class ArithmeticTask(PromptedTask):
         super().__init__(cfg)
         self.name = cfg.name
         self.cfg = cfg
-        self._eval = self._build_eval()
 
     # -- problems ----------------------------------------------------------------------------
     @staticmethod
@@ -151,7 +151,10 @@ class ArithmeticTask(PromptedTask):
             a, b = b, a  # non-negative results: the answer format stays digits only
         return a, op, b
 
-    def _build_eval(self) -> list[Example]:
+    @functools.cached_property
+    def _eval(self) -> list[Example]:
+        """The held-out list, drawn on first use: a task built only to be checked or priced
+        (the preflight, the planner) never pays for the draw."""
         rng = random.Random(f"arithmetic-eval-{self.cfg.seed}")
         seen: set[str] = set()
         out: list[Example] = []
