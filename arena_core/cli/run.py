@@ -210,11 +210,17 @@ def execute_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
 
 def _checked(cfg: DictConfig, prepared: Overrides, overrides: Sequence[str]) -> dict[str, Any]:
     """A job's composed config checked as `compose_run_config` checks it (one ConfigError)."""
+    from hydra.core.hydra_config import HydraConfig
+
     from arena_core.config.compose import check_composed, plain_config, run_checks
     from arena_core.plugin_loader import get_plugins
 
     plugins = get_plugins()
-    checked = check_composed(plain_config(cfg), prepared, overrides, plugins)
+    # a sweep's pre-check composes each job itself (its hydra node still there); a job has it
+    # taken away, and Hydra's record of the job is HydraConfig
+    hydra_node = cfg.hydra if "hydra" in cfg else HydraConfig.get()
+    choices = dict(hydra_node.runtime.choices)
+    checked = check_composed(plain_config(cfg), prepared, overrides, plugins, choices)
     run_checks(checked, overrides, plugins)
     return checked
 

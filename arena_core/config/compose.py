@@ -55,12 +55,14 @@ class Overrides:
 
     `hydra` is what Hydra applies; `problems` are reported with composition's and validation's
     in one ConfigError; `deleted` are the plain keys removed with `~key` (checked against the
-    schema after composing).
+    schema after composing); `renamed` the groups whose `name` key is set to one of the group's
+    options (checked against the option composed: `renamed_choice_problems`).
     """
 
     hydra: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
+    renamed: dict[str, str] = field(default_factory=dict)  # `algo.name=cispo`: {"algo": "cispo"}
 
 
 def is_hydra_key(key: str) -> bool:
@@ -116,7 +118,8 @@ def preset_groups(overrides: list[str], options: dict[str, ConfigOption]) -> set
         match = _OVERRIDE.match(text)
         if match is None or match["key"] != "experiment" or not match["value"]:
             continue
-        for name in match["value"].split(","):  # every preset of a sweep
+        # every preset of a sweep, unquoted as Hydra reads them (arena.train's mappings quote)
+        for name in _group_choices(f"experiment={match['value']}") or []:
             option = options.get(f"experiment/{name.strip()}")
             if option is None:
                 continue
@@ -192,6 +195,11 @@ def normalise_overrides(overrides: Sequence[str], options: dict[str, ConfigOptio
             result.hydra.append(text)
             result.deleted.append(key)
             continue
+        group, _, leaf = key.partition(".")
+        if leaf == "name" and group in groups:
+            named = _group_choices(f"{key}={value}") or []
+            if len(named) == 1 and f"{group}/{named[0]}" in options:
+                result.renamed[group] = named[0]
         if key in SHORTHAND_SECTIONS and key not in groups:
             result.hydra.append(f"{key}.name={value}")
             continue
@@ -417,12 +425,31 @@ def plain_config(cfg: DictConfig) -> dict[str, Any]:
     return container
 
 
+def renamed_choice_problems(prepared: Overrides, choices: Mapping[str, Any]) -> dict[str, str]:
+    """`algo.name=cispo` on a config that chose `algo=grpo` (a preset, or `+algo=grpo`) renames
+    the section but keeps grpo's option file: cispo would train with grpo's clip range, and
+    `env.name=gsm8k` on arithmetic keeps arithmetic's keys. A problem naming the fix, the
+    option chosen the group's way (`algo=cispo`), which brings that option's own settings.
+    `choices` is Hydra's record of the option composed in each group. Keyed by group."""
+    problems = {}
+    for group, name in prepared.renamed.items():
+        chosen = choices.get(group)
+        if isinstance(chosen, str) and chosen != name:
+            problems[group] = (
+                f"{group}.name={name}: renames the {group} but keeps the settings of the "
+                f"{group} chosen, {chosen} ({group}/{chosen}.yaml), so {name} would run with "
+                f"{chosen}'s values; choose it with {group}={name}, which brings "
+                f"{group}/{name}.yaml, then override single keys ({group}.KEY=VALUE)"
+            )
+    return problems
+
+
 def _compose(
     overrides: Sequence[str],
     plugins: PluginSet,
     config_dir: str | None = None,
     config_name: str = CONFIG_NAME,
-) -> tuple[dict[str, Any], Overrides]:
+) -> tuple[dict[str, Any], Overrides, dict[str, Any]]:
     from hydra.types import RunMode
 
     prepared = prepare_overrides(overrides, plugins, config_dir)
@@ -435,25 +462,35 @@ def _compose(
                 from_shell=False,
             )
             raw = plain_config(cfg)
+            choices = dict(cfg.hydra.runtime.choices)
         except hydra_errors() as exc:
             raise ConfigError(
                 [*prepared.problems, hydra_message(exc)], header="Could not compose the config"
             ) from None
-    return raw, prepared
+    return raw, prepared, choices
 
 
 def check_composed(
-    raw: dict[str, Any], prepared: Overrides, overrides: Sequence[str], plugins: PluginSet
+    raw: dict[str, Any],
+    prepared: Overrides,
+    overrides: Sequence[str],
+    plugins: PluginSet,
+    choices: Mapping[str, Any],
 ) -> dict[str, Any]:
-    """Validate a composed config with every problem the overrides had: one ConfigError."""
+    """Validate a composed config with every problem the overrides had: one ConfigError.
+    `choices`: the option Hydra composed in each group (`hydra.runtime.choices`)."""
     problems = list(prepared.problems)
+    renamed = renamed_choice_problems(prepared, choices)
+    problems += renamed.values()
     # `evolution.population_size=4` without evolution.enabled=true: refused, not ignored
     problems += override_problems(list(overrides), raw)
     cfg = raw
     try:
         cfg = validate_config(raw, plugins)
     except ConfigError as exc:
-        problems += exc.problems
+        # a renamed section's keys are the old option's: its fix above settles them too
+        stale = tuple(f"{group}." for group in renamed)
+        problems += [p for p in exc.problems if not (stale and p.startswith(stale))]
     # a deleted key the schema needs would come back as its default, silently: refused
     problems += deleted_key_problems(raw, prepared.deleted, plugins)
     if problems:
@@ -469,7 +506,7 @@ def compose_raw(
     config_name: str = CONFIG_NAME,
 ) -> dict[str, Any]:
     """Compose without validation: the resolved config as a plain dict."""
-    raw, prepared = _compose(overrides, plugins or get_plugins(), config_dir, config_name)
+    raw, prepared, _ = _compose(overrides, plugins or get_plugins(), config_dir, config_name)
     if prepared.problems:
         raise ConfigError(prepared.problems, header="Invalid overrides")
     return raw
@@ -484,8 +521,8 @@ def compose_config(
 ) -> dict[str, Any]:
     """Compose and validate: the config every command runs with (all problems at once)."""
     plugins = plugins or get_plugins()
-    raw, prepared = _compose(overrides, plugins, config_dir, config_name)
-    return check_composed(raw, prepared, overrides, plugins)
+    raw, prepared, choices = _compose(overrides, plugins, config_dir, config_name)
+    return check_composed(raw, prepared, overrides, plugins, choices)
 
 
 def require_job(

@@ -191,3 +191,47 @@ def test_arena_run_script_reports_config_errors_cleanly() -> None:
     assert "Traceback" not in result.stderr and result.stdout == ""
     assert "Invalid configuration (3 problems)" in result.stderr
     assert "algo.learnin_rate: unknown key, did you mean 'lr'?" in result.stderr
+
+
+def test_renaming_the_chosen_algorithm_is_refused_with_the_way_to_choose_it(capsys) -> None:
+    """`algo.name=cispo` on the quickstart (grpo) kept grpo's clip range 0.2/0.2 under the name
+    cispo (CISPO's own is 1.0/2.0): a run that silently trains something else."""
+    (problem,) = _problems(["+experiment=quickstart", "algo.name=cispo"])
+    assert problem.startswith("algo.name=cispo: renames the algo but keeps the settings of")
+    assert "grpo (algo/grpo.yaml)" in problem and "choose it with algo=cispo" in problem
+    # arena-run, sweeps included, says the same before anything runs
+    assert arena_run.main(["+experiment=quickstart", "algo.name=cispo", "dry_run=true"]) == 2
+    assert "choose it with algo=cispo" in capsys.readouterr().err
+    argv = ["+experiment=quickstart", "algo.name=cispo", "train.max_steps=1,2", "--multirun"]
+    assert arena_run.main([*argv, "dry_run=true"]) == 2
+    assert capsys.readouterr().err.count("choose it with algo=cispo") == 2
+    # the way it names brings cispo's own settings
+    chosen = compose_config(["+experiment=quickstart", "algo=cispo"])["algo"]
+    assert (chosen["name"], chosen["eps_low"], chosen["eps_high"]) == ("cispo", 1.0, 2.0)
+    # naming the option already chosen, or an algorithm where no option was chosen, is fine
+    assert compose_config(["+algo=cispo", "algo.name=cispo"])["algo"]["eps_high"] == 2.0
+    assert compose_config(["+env=arithmetic", "algo.name=cispo"])["algo"]["eps_high"] == 2.0
+
+
+def test_renaming_the_chosen_environment_is_one_problem_not_its_old_keys() -> None:
+    problems = _problems(["+experiment=quickstart", "env.name=gsm8k", "algo.lr=abc"])
+    assert len(problems) == 2, problems  # not arithmetic's max_digits, operations... as unknown
+    assert problems[0].startswith("env.name=gsm8k: renames the env")
+    assert "arithmetic (env/arithmetic.yaml)" in problems[0] and "env=gsm8k" in problems[0]
+    assert problems[1] == "algo.lr: 'abc' is not a number (plugin arena_algorithms (arena-rl))"
+
+
+def test_a_mapping_chooses_an_option_over_a_presets_as_a_command_line_does() -> None:
+    """arena.train's mapping form quotes its strings (`+experiment='quickstart'`): the preset
+    is still read, so `{"algo": "cispo"}` replaces its grpo instead of adding a second algo."""
+    from arena_core.config.compose import as_overrides
+
+    cfg = compose_config(as_overrides({"+experiment": "quickstart", "algo": "cispo"}))
+    assert (cfg["algo"]["name"], cfg["algo"]["eps_low"], cfg["algo"]["eps_high"]) == (
+        "cispo",
+        1.0,
+        2.0,
+    )
+    assert cfg["env"]["name"] == "arithmetic" and cfg["train"]["max_steps"] > 0
+    (problem,) = _problems(as_overrides({"+experiment": "quickstart", "algo": {"name": "cispo"}}))
+    assert "choose it with algo=cispo" in problem
