@@ -161,9 +161,11 @@ def run_compare(args: argparse.Namespace) -> int:
         return 0
     names = list(data["runs"])
     width = max(len(k) for k in data["figures"])
-    print(" " * width + "  " + "  ".join(f"{n[:24]:>24}" for n in names))
+    # each column as wide as its run's whole name: runs of one preset differ only at the end
+    cols = {n: max(12, len(n)) for n in names}
+    print(" " * width + "  " + "  ".join(f"{n:>{cols[n]}}" for n in names))
     for key in data["figures"]:
-        vals = "  ".join(f"{_fmt(data['runs'][n].get(key)):>24}" for n in names)
+        vals = "  ".join(f"{_fmt(data['runs'][n].get(key)):>{cols[n]}}" for n in names)
         print(f"{key:<{width}}  {vals}")
     print(f"curves: {data['png']}")
     return 0

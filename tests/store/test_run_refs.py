@@ -70,6 +70,14 @@ def test_runs_show_list_and_compare_take_run_names(runs: Path, capsys) -> None:
         "cart-20250105-120000",
         "grpo-arithmetic-20250104-120000",
     ]
+    # the table names each run in full: runs of one preset differ in their last characters
+    names = ["sft-20250101-120000", "sft-20250102-120000", "grpo-arithmetic-20250104-120000"]
+    assert main(["runs", "compare", *names, "--runs", str(runs), "--png", str(png)]) == 0
+    header, *rows = capsys.readouterr().out.splitlines()
+    assert header.split() == names
+    steps = next(r for r in rows if r.startswith("steps "))
+    assert steps.split()[1:] == ["4", "4", "4"]
+    assert len(steps) == len(header)  # each value under its run's name
     assert main(["checkpoints", "list", "cart", "--runs", str(runs)]) == 0
     assert "best" in capsys.readouterr().out
     assert main(["checkpoints", "best", "dpo", "--runs", str(runs)]) == 0
