@@ -63,6 +63,7 @@ class Overrides:
     problems: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
     renamed: dict[str, str] = field(default_factory=dict)  # `algo.name=cispo`: {"algo": "cispo"}
+    option_files: dict[str, str] = field(default_factory=dict)  # "algo/grpo" -> its YAML (renamed)
 
 
 def is_hydra_key(key: str) -> bool:
@@ -200,6 +201,7 @@ def normalise_overrides(overrides: Sequence[str], options: dict[str, ConfigOptio
             named = _group_choices(f"{key}={value}") or []
             if len(named) == 1 and f"{group}/{named[0]}" in options:
                 result.renamed[group] = named[0]
+                result.option_files |= {k: o.path for k, o in options.items() if o.group == group}
         if key in SHORTHAND_SECTIONS and key not in groups:
             result.hydra.append(f"{key}.name={value}")
             continue
@@ -434,7 +436,7 @@ def renamed_choice_problems(prepared: Overrides, choices: Mapping[str, Any]) -> 
     problems = {}
     for group, name in prepared.renamed.items():
         chosen = choices.get(group)
-        if isinstance(chosen, str) and chosen != name:
+        if isinstance(chosen, str) and _option_name(prepared, group, chosen) != name:
             problems[group] = (
                 f"{group}.name={name}: renames the {group} but keeps the settings of the "
                 f"{group} chosen, {chosen} ({group}/{chosen}.yaml), so {name} would run with "
@@ -442,6 +444,21 @@ def renamed_choice_problems(prepared: Overrides, choices: Mapping[str, Any]) -> 
                 f"{group}/{name}.yaml, then override single keys ({group}.KEY=VALUE)"
             )
     return problems
+
+
+def _option_name(prepared: Overrides, group: str, option: str) -> str:
+    """The `name` an option's file sets (a folder's `algo/my_grpo.yaml` may set `name: grpo`),
+    else the option's own name."""
+    import yaml
+
+    path = prepared.option_files.get(f"{group}/{option}")
+    try:
+        with open(str(path), encoding="utf-8") as handle:
+            data = yaml.safe_load(handle)
+    except (OSError, yaml.YAMLError):
+        return option
+    name = data.get("name") if isinstance(data, dict) else None
+    return str(name) if name else option
 
 
 def _compose(

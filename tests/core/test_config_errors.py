@@ -213,6 +213,16 @@ def test_renaming_the_chosen_algorithm_is_refused_with_the_way_to_choose_it(caps
     assert compose_config(["+env=arithmetic", "algo.name=cispo"])["algo"]["eps_high"] == 2.0
 
 
+def test_naming_the_algorithm_a_folders_option_already_names_is_fine(tmp_path: Path) -> None:
+    (tmp_path / "algo").mkdir()
+    (tmp_path / "algo" / "my_grpo.yaml").write_text("name: grpo\ngroup_size: 4\n")
+    overrides = ["+env=arithmetic", "+algo=my_grpo", "algo.name=grpo"]
+    algo = compose_config(overrides, config_dir=str(tmp_path))["algo"]
+    assert (algo["name"], algo["group_size"]) == ("grpo", 4)
+    with pytest.raises(ConfigError, match="algo.name=cispo: renames the algo"):
+        compose_config([*overrides[:2], "algo.name=cispo"], config_dir=str(tmp_path))
+
+
 def test_renaming_the_chosen_environment_is_one_problem_not_its_old_keys() -> None:
     problems = _problems(["+experiment=quickstart", "env.name=gsm8k", "algo.lr=abc"])
     assert len(problems) == 2, problems  # not arithmetic's max_digits, operations... as unknown
