@@ -31,7 +31,9 @@ multi_turn`) drive the sessions like any MCP env's.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
+import os
 import random
 import shutil
 import sys
@@ -460,12 +462,13 @@ def demonstrations(
     final answer. These are `messages` rows for Arena's SFT (`+algo=sft +env=dataset`), whose loss
     keeps the assistant turns only: the cold start of `+experiment=awm_smollm2`."""
     calls_of = read_oracle(oracle or Path(task.cfg.path or SUITE) / "oracle.jsonl")
-    rows = []
+    by_scenario: dict[str, list[Example]] = {}
     for ex in task.train_rows:
-        key = (ex.meta["scenario"], int(ex.meta["task_idx"]))
-        rec = calls_of.get(key)
-        if rec is None:
-            continue
+        if (ex.meta["scenario"], int(ex.meta["task_idx"])) in calls_of:
+            by_scenario.setdefault(ex.meta["scenario"], []).append(ex)
+
+    def transcript(ex: Example) -> dict[str, Any]:
+        rec = calls_of[(ex.meta["scenario"], int(ex.meta["task_idx"]))]
         messages: list[dict[str, Any]] = list(task.messages(ex))
         session = task.open_session(ex, 0)
         try:
@@ -484,8 +487,20 @@ def demonstrations(
         finally:
             session.close()
         messages.append({"role": "assistant", "content": str(rec.get("final_answer") or "Done.")})
-        rows.append({"messages": messages, "scenario": key[0], "task_idx": key[1]})
-    return rows
+        return {
+            "messages": messages,
+            "scenario": ex.meta["scenario"],
+            "task_idx": ex.meta["task_idx"],
+        }
+
+    # one thread per scenario (its own server), as many at once as there are cores: starting a
+    # server is a second of imports, so the scenarios' starts overlap instead of adding up
+    workers = max(1, min(len(by_scenario), os.cpu_count() or 1))
+    with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="awm-demos") as pool:
+        done = pool.map(lambda exs: [transcript(ex) for ex in exs], by_scenario.values())
+        written = {(r["scenario"], int(r["task_idx"])): r for rows in done for r in rows}
+    keys = [(ex.meta["scenario"], int(ex.meta["task_idx"])) for ex in task.train_rows]
+    return [written[key] for key in keys if key in written]  # the training rows' own order
 
 
 def main(argv: list[str] | None = None) -> int:
