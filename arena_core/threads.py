@@ -27,17 +27,9 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import torch
+from arena_core.machine import usable_cores
 
 SAMPLE_S = 0.25  # long enough to see a busy process, short beside a run's start
-
-
-def usable_cores() -> int:
-    """The CPUs this process may run on (its affinity, e.g. a container's or taskset's)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        return os.cpu_count() or 1
 
 
 def _busy_jiffies() -> tuple[int, int] | None:
@@ -77,6 +69,8 @@ def default_threads(*, say: bool = False) -> int:
     from arena_core import PASSIVE_OPENMP
 
     if os.environ.get("OMP_NUM_THREADS"):
+        import torch
+
         return torch.get_num_threads()
     cores = usable_cores()
     if PASSIVE_OPENMP:
@@ -97,6 +91,8 @@ def default_threads(*, say: bool = False) -> int:
 @contextmanager
 def torch_threads(count: int | None) -> Iterator[None]:
     """Run the block on `count` torch threads (None or 0: `default_threads()`, the CPUs free)."""
+    import torch  # here: the machine's facts above are read where torch never loads
+
     previous = torch.get_num_threads()
     torch.set_num_threads(count or default_threads(say=True))
     try:

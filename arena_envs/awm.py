@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
-import os
 import random
 import shutil
 import sys
@@ -47,6 +46,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from arena_core.errors import ArenaError, ConfigError
+from arena_core.machine import usable_cores
 from arena_core.tasks import Example
 from arena_core.tools.config import ToolEnvFields, adopt_tool_settings
 from arena_core.tools.listing import tool_listing, with_listing
@@ -462,13 +462,13 @@ def demonstrations(
     final answer. These are `messages` rows for Arena's SFT (`+algo=sft +env=dataset`), whose loss
     keeps the assistant turns only: the cold start of `+experiment=awm_smollm2`."""
     calls_of = read_oracle(oracle or Path(task.cfg.path or SUITE) / "oracle.jsonl")
-    by_scenario: dict[str, list[Example]] = {}
-    for ex in task.train_rows:
-        if (ex.meta["scenario"], int(ex.meta["task_idx"])) in calls_of:
-            by_scenario.setdefault(ex.meta["scenario"], []).append(ex)
+    keys = [(str(ex.meta["scenario"]), int(ex.meta["task_idx"])) for ex in task.train_rows]
+    by_scenario: dict[str, list[tuple[Example, dict[str, Any]]]] = {}
+    for ex, key in zip(task.train_rows, keys, strict=True):
+        if key in calls_of:
+            by_scenario.setdefault(key[0], []).append((ex, calls_of[key]))
 
-    def transcript(ex: Example) -> dict[str, Any]:
-        rec = calls_of[(ex.meta["scenario"], int(ex.meta["task_idx"]))]
+    def transcript(ex: Example, rec: dict[str, Any]) -> dict[str, Any]:
         messages: list[dict[str, Any]] = list(task.messages(ex))
         session = task.open_session(ex, 0)
         try:
@@ -495,11 +495,10 @@ def demonstrations(
 
     # one thread per scenario (its own server), as many at once as there are cores: starting a
     # server is a second of imports, so the scenarios' starts overlap instead of adding up
-    workers = max(1, min(len(by_scenario), os.cpu_count() or 1))
+    workers = max(1, min(len(by_scenario), usable_cores()))
     with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="awm-demos") as pool:
-        done = pool.map(lambda exs: [transcript(ex) for ex in exs], by_scenario.values())
+        done = pool.map(lambda pairs: [transcript(*pair) for pair in pairs], by_scenario.values())
         written = {(r["scenario"], int(r["task_idx"])): r for rows in done for r in rows}
-    keys = [(ex.meta["scenario"], int(ex.meta["task_idx"])) for ex in task.train_rows]
     return [written[key] for key in keys if key in written]  # the training rows' own order
 
 

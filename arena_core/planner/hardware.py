@@ -21,7 +21,6 @@ because a ring all-gather or a broadcast moves bytes one way per link. Inter-nod
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
 from typing import Any, Literal
@@ -29,6 +28,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from arena_core.errors import ArenaError
+from arena_core.machine import usable_cores, usable_memory_bytes
 from arena_core.planner.coefficients import effective_calibration
 
 
@@ -134,14 +134,15 @@ def cpu_profile(
     matmul_tflops: float | None = None,
     mem_bandwidth_gbs: float | None = None,
 ) -> HardwareProfile:
-    """The CPU as one device: its RAM, its cores and (when calibrated) its measured rates.
+    """The CPU as one device: the RAM and cores this process may use (a container's limits
+    included: `arena_core.machine`) and (when calibrated) its measured rates.
 
     Missing measurements come from the calibration store for ``cpu`` when one exists, else from
     per-core defaults, so planning never runs a benchmark by itself.
     """
-    cores = cores or _cpu_count()
+    cores = cores or usable_cores()
     if memory_gb is None:
-        memory_gb = _ram_gb()
+        memory_gb = usable_memory_bytes() / 1e9
     if matmul_tflops is None or mem_bandwidth_gbs is None:
         measured = _calibrated_rates("cpu")
         matmul_tflops = matmul_tflops or measured.get("matmul_tflops")
@@ -187,25 +188,6 @@ def split_cpu(profile: HardwareProfile, count: int) -> HardwareProfile:
             "description": f"{profile.description}, as {count} devices of {cores // count} core(s)",
         }
     )
-
-
-def _cpu_count() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover - macOS / Windows
-        return os.cpu_count() or 1
-
-
-def _ram_gb() -> float:
-    try:
-        import psutil
-
-        return psutil.virtual_memory().total / 1e9
-    except Exception:  # noqa: BLE001 - psutil missing or unsupported platform
-        try:
-            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
-        except (ValueError, OSError, AttributeError):
-            return 8.0
 
 
 def _calibrated_rates(profile: str) -> dict[str, float]:

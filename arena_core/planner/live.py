@@ -34,10 +34,10 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 from arena_core.errors import ConfigError
+from arena_core.machine import usable_cpus
 from arena_core.planner.coefficients import Coefficients
 from arena_core.planner.hardware import HardwareProfile
 
@@ -64,32 +64,6 @@ def load_average() -> float:
         return os.getloadavg()[0]
     except (AttributeError, OSError):  # pragma: no cover - Windows
         return 0.0
-
-
-def usable_cpus() -> float:
-    """CPUs this process may run on: its affinity, capped by a cgroup CPU quota (v2 ``cpu.max``
-    or v1 ``cpu.cfs_quota_us``) where one is set (containers)."""
-    try:
-        cpus = float(len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # pragma: no cover - macOS / Windows
-        cpus = float(os.cpu_count() or 1)
-    quota = _cgroup_quota()
-    return min(cpus, quota) if quota else cpus
-
-
-def _cgroup_quota() -> float | None:
-    root = Path("/sys/fs/cgroup")
-    try:
-        quota, period = (root / "cpu.max").read_text().split()[:2]
-        return None if quota == "max" else float(quota) / float(period)
-    except (OSError, ValueError):
-        pass
-    try:
-        quota = float((root / "cpu" / "cpu.cfs_quota_us").read_text())
-        period = float((root / "cpu" / "cpu.cfs_period_us").read_text())
-        return quota / period if quota > 0 and period > 0 else None
-    except (OSError, ValueError):
-        return None
 
 
 def pinned_share() -> float | None:

@@ -61,10 +61,9 @@ def _load() -> tuple[float, int]:
     """(1-minute load average, usable cores); (0, cores) where the OS has no load average."""
     import os
 
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover - macOS / Windows
-        cores = os.cpu_count() or 1
+    from arena_core.machine import usable_cores
+
+    cores = usable_cores()
     try:
         return os.getloadavg()[0], cores
     except (AttributeError, OSError):  # pragma: no cover - Windows

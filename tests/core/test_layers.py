@@ -30,6 +30,7 @@ LAYERS: dict[str, int] = {
     "hookspecs": 0,
     "registry": 0,
     "tasks": 0,
+    "machine": 0,
     "threads": 0,
     "lean_imports": 0,
     "plugin_loader": 1,
