@@ -1,11 +1,11 @@
 """What `import arena_core` saves a process that loads a model: the seconds from a new Python
-process to a model class of transformers, with arena_core imported first (scikit-learn kept out:
-arena_core/lean_imports.py) against without, alternating, in one run. Where scikit-learn is not
+process to a model class of transformers, with arena_core imported first (scikit-learn and SciPy
+kept out: arena_core/lean_imports.py) against without, alternating, in one run. Where neither is
 installed the two should match.
 
 Usage: python bench/model_import.py [--rounds N]
-Stdout is ONE JSON line: {"sklearn_installed", "seconds": {"arena_core_first", "transformers_alone"},
-"saved_s", "ratio"}; medians over the rounds.
+Stdout is ONE JSON line: {"sklearn_installed", "scipy_installed", "seconds": {"arena_core_first",
+"transformers_alone"}, "saved_s", "ratio"}; medians over the rounds.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 
-LOAD = "from transformers import AutoModelForCausalLM; AutoModelForCausalLM.from_config"
+LOAD = "from transformers import AutoModelForCausalLM, LlamaForCausalLM"  # a model class
 
 
 def _seconds(first: str) -> float:
@@ -41,6 +41,7 @@ def main() -> None:
         json.dumps(
             {
                 "sklearn_installed": importlib.util.find_spec("sklearn") is not None,
+                "scipy_installed": importlib.util.find_spec("scipy") is not None,
                 "seconds": {"arena_core_first": round(a, 2), "transformers_alone": round(b, 2)},
                 "saved_s": round(b - a, 2),
                 "ratio": round(a / b, 3),
