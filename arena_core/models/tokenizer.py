@@ -87,6 +87,20 @@ def build_tiny_tokenizer() -> PreTrainedTokenizerFast:
 _VERBATIM_TOKENIZERS = ("TokenizersBackend", "PreTrainedTokenizerFast")
 
 
+def _hub_cached(repo_id: str, filename: str, kwargs: dict[str, Any]) -> Path | None:
+    """`filename` of hub model `repo_id` in the Hugging Face cache, or None (not cached, or not
+    a hub id at all)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        found = try_to_load_from_cache(
+            repo_id, filename, cache_dir=kwargs.get("cache_dir"), revision=kwargs.get("revision")
+        )
+    except ValueError:  # not a valid repo id (a path that does not exist)
+        return None
+    return Path(found) if isinstance(found, str) else None
+
+
 def load_tokenizer(name_or_path: str, **kwargs: Any) -> Any:
     """The tokenizer saved with a model, exactly as saved; an embedded model's (`arena:tiny`) is
     built, as the model is.
@@ -102,8 +116,19 @@ def load_tokenizer(name_or_path: str, **kwargs: Any) -> Any:
             )
         return build_tiny_tokenizer()
     name_or_path = resolve_model(str(name_or_path), fetch=False)  # a cached catalog model
-    cfg_file = Path(name_or_path) / "tokenizer_config.json"
-    if cfg_file.is_file():
+    if Path(name_or_path).is_dir():
+        cfg_file: Path | None = Path(name_or_path) / "tokenizer_config.json"
+    else:  # a hub id: its files in the hub's cache, if any
+        cfg_file = _hub_cached(name_or_path, "tokenizer_config.json", kwargs)
+        cached = cfg_file or any(
+            _hub_cached(name_or_path, f, kwargs) for f in ("tokenizer.json", "config.json")
+        )
+        if kwargs.get("local_files_only") and not cached:  # AutoTokenizer's answer, sooner
+            raise OSError(
+                f"{name_or_path}: no tokenizer on this machine (not a directory, nor in the "
+                "Hugging Face cache) and local_files_only is set"
+            )
+    if cfg_file is not None and cfg_file.is_file():
         cls = json.loads(cfg_file.read_text()).get("tokenizer_class", "")
         if cls in _VERBATIM_TOKENIZERS:
             kwargs.pop("trust_remote_code", None)

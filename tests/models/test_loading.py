@@ -147,3 +147,49 @@ def test_hub_id_fails_fast_and_says_how_to_run_offline(monkeypatch, offline_env)
     assert time.perf_counter() - start < 10
     msg = str(err.value)
     assert "model.name_or_path" in msg and "env.path" in msg and "+experiment=quickstart" in msg
+
+
+HUB_TOKENIZER = """
+import json, sys
+from arena_core.models.tokenizer import load_tokenizer
+from arena_core.validate.env_text import local_tokenizer
+out = {"absent": local_tokenizer({"name_or_path": "someone/not-here"}) is None}
+try:
+    load_tokenizer("someone/not-here", local_files_only=True)
+except OSError as exc:
+    out["error"] = str(exc)
+tok = load_tokenizer("arena-test/tiny", local_files_only=True)
+out["ids"] = tok.encode("What is 2 + 3? <think>")
+out["auto"] = "transformers.models.auto.tokenization_auto" in sys.modules
+print(json.dumps(out))
+"""
+
+
+def test_a_hub_tokenizer_is_read_from_the_cache_and_an_absent_one_is_said_at_once(
+    tmp_path,
+) -> None:
+    """With local files only, a hub id the Hugging Face cache does not hold is refused before
+    transformers' AutoTokenizer loads (seconds of imports: every `arena validate env` of a model
+    not yet downloaded paid them to learn it is absent), and one the cache holds as a plain
+    tokenizer.json loads verbatim from there, as a local directory does."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    rev = "0" * 40
+    repo = tmp_path / "hub" / "models--arena-test--tiny"
+    policy = load_policy({"name_or_path": "arena:tiny", "dtype": "float32", "lora": {"r": 0}})
+    policy.model.config.save_pretrained(repo / "snapshots" / rev)  # a model's repo, as on the hub
+    policy.tokenizer.save_pretrained(repo / "snapshots" / rev)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(rev)
+    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", HUB_TOKENIZER], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["absent"] and "someone/not-here: no tokenizer on this machine" in out["error"]
+    assert out["ids"] == build_tiny_tokenizer().encode("What is 2 + 3? <think>")
+    assert not out["auto"]
