@@ -27,6 +27,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import torch
+
 from arena_core.machine import usable_cores
 
 SAMPLE_S = 0.25  # long enough to see a busy process, short beside a run's start
@@ -69,8 +71,6 @@ def default_threads(*, say: bool = False) -> int:
     from arena_core import PASSIVE_OPENMP
 
     if os.environ.get("OMP_NUM_THREADS"):
-        import torch
-
         return torch.get_num_threads()
     cores = usable_cores()
     if PASSIVE_OPENMP:
@@ -91,8 +91,6 @@ def default_threads(*, say: bool = False) -> int:
 @contextmanager
 def torch_threads(count: int | None) -> Iterator[None]:
     """Run the block on `count` torch threads (None or 0: `default_threads()`, the CPUs free)."""
-    import torch  # here: the machine's facts above are read where torch never loads
-
     previous = torch.get_num_threads()
     torch.set_num_threads(count or default_threads(say=True))
     try:

@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from arena_core.threads import usable_cores
+from arena_core.machine import usable_cores
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = {

@@ -61,9 +61,10 @@ def _load() -> tuple[float, int]:
     """(1-minute load average, usable cores); (0, cores) where the OS has no load average."""
     import os
 
-    from arena_core.machine import usable_cores
-
-    cores = usable_cores()
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - macOS / Windows
+        cores = os.cpu_count() or 1
     try:
         return os.getloadavg()[0], cores
     except (AttributeError, OSError):  # pragma: no cover - Windows

@@ -12,12 +12,8 @@ import sys
 
 import torch
 
-from arena_core.threads import (
-    busy_elsewhere,
-    default_threads,
-    torch_threads,
-    usable_cores,
-)
+from arena_core.machine import usable_cores
+from arena_core.threads import busy_elsewhere, default_threads, torch_threads
 
 
 def test_arena_sets_the_passive_wait_policy_before_torch_loads() -> None:

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from arena_core.threads import usable_cores
+from arena_core.machine import usable_cores
 from bench._arena_child import start_deploy
 
 _THREADS = re.compile(r"\((\d+) torch threads?;")
