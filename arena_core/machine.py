@@ -42,16 +42,15 @@ def usable_memory_bytes() -> int:
 
 def _cpu_quota() -> float | None:
     v2 = _read(CGROUP / "cpu.max")
-    if v2 is not None:
-        quota, _, period = v2.partition(" ")
-        try:
-            return None if quota == "max" else float(quota) / float(period)
-        except ValueError:
-            return None
+    if v2 is not None:  # "QUOTA PERIOD", or "max PERIOD" for none
+        fields = v2.split()[:2]
+    else:
+        fields = [
+            _read(CGROUP / "cpu" / f"cpu.cfs_{name}_us") or "" for name in ("quota", "period")
+        ]
     try:
-        quota = float(_read(CGROUP / "cpu" / "cpu.cfs_quota_us") or "")
-        period = float(_read(CGROUP / "cpu" / "cpu.cfs_period_us") or "")
-    except ValueError:
+        quota, period = (float(f) for f in fields)
+    except ValueError:  # v2 "max", an unreadable or odd file: no quota (v1 -1 is caught below)
         return None
     return quota / period if quota > 0 and period > 0 else None
 

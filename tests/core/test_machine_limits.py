@@ -53,6 +53,11 @@ def test_both_cgroup_layouts_cap_cpus_and_memory(tmp_path, monkeypatch, affinity
     monkeypatch.setattr(machine, "CGROUP", _v1(tmp_path / "none1", -1, 9223372036854771712))
     assert machine.usable_cpus() == affinity and machine.usable_memory_bytes() == ram
 
+    # a malformed file (a zero period, a lone field) is no quota, never an error
+    for i, text in enumerate(("100000 0", "100000", "")):
+        monkeypatch.setattr(machine, "CGROUP", _v2(tmp_path / f"odd{i}", text, "max"))
+        assert machine.usable_cpus() == affinity
+
 
 def test_a_run_in_a_limited_container_uses_its_quota(tmp_path, monkeypatch, capsys) -> None:
     """Through the real doors: a run's default torch thread count, and `arena plan`'s memory."""
